@@ -1,0 +1,1 @@
+"""Adapters: one per outside system (Label Studio, the model, the database)."""

@@ -1,0 +1,97 @@
+"""Database tables (SQLModel). Alembic migrations in ``dynaval/migrations`` create them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Column, Index, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class RoundRow(SQLModel, table=True):
+    __tablename__ = "round"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(max_length=200)
+    task_type: str = Field(max_length=40)
+    state: str = Field(default="open", max_length=16)
+    model_dir: str = Field(sa_column=Column(Text, nullable=False))
+    model_name: str = Field(max_length=200)
+    model_hash: str = Field(max_length=80)
+    labels: list[str] = Field(sa_column=Column(JSON, nullable=False))
+    policy: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    label_studio_project_id: int | None = Field(default=None, sa_type=BigInteger)
+    label_studio_webhook_id: int | None = Field(default=None, sa_type=BigInteger)
+    push_lease_until: datetime | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    closed_at: datetime | None = None
+
+
+class CandidateRow(SQLModel, table=True):
+    __tablename__ = "candidate"
+    __table_args__ = (
+        Index("ix_candidate_round_status", "round_id", "status"),
+        UniqueConstraint("label_studio_task_id", name="uq_candidate_ls_task"),
+    )
+
+    id: str = Field(primary_key=True, max_length=36)
+    round_id: int = Field(foreign_key="round.id", index=True)
+    inputs: dict[str, str] = Field(sa_column=Column(JSON, nullable=False))
+    writer_label: str = Field(max_length=100)
+    writer_id: str = Field(max_length=200)
+    status: str = Field(max_length=20)
+    model_prediction: str | None = Field(default=None, max_length=100)
+    model_probabilities: dict[str, float] | None = Field(default=None, sa_column=Column(JSON))
+    model_signature: str | None = Field(default=None, max_length=80)
+    fooled: bool | None = None
+    submitted_at: datetime = Field(default_factory=utcnow)
+    scored_at: datetime | None = None
+    push_attempted_at: datetime | None = None
+    pushed_at: datetime | None = None
+    label_studio_task_id: int | None = Field(default=None, sa_type=BigInteger)
+    wanted_votes: int = 0
+    label_studio_overlap: int = 0
+    decision: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    decided_at: datetime | None = None
+    version: int = 0
+
+
+class AnnotationRow(SQLModel, table=True):
+    """One Label Studio annotation as we keep it. Votes are derived from these rows."""
+
+    __tablename__ = "annotation"
+
+    id: int = Field(primary_key=True, sa_type=BigInteger)
+    candidate_id: str = Field(foreign_key="candidate.id", index=True, max_length=36)
+    round_id: int = Field(foreign_key="round.id", index=True)
+    annotator_id: str = Field(max_length=64)
+    label: str | None = Field(default=None, max_length=100)
+    flagged: bool = False
+    flag_reason: str | None = Field(default=None, sa_column=Column(Text))
+    was_cancelled: bool = False
+    lead_time_s: float | None = None
+    created_at: datetime
+    updated_at: datetime
+    received_at: datetime = Field(default_factory=utcnow)
+    source: str = Field(default="webhook", max_length=16)
+
+
+class DecisionRow(SQLModel, table=True):
+    """History: every decision ever made for a candidate, with the votes it was made from."""
+
+    __tablename__ = "decision"
+
+    id: int | None = Field(default=None, primary_key=True)
+    candidate_id: str = Field(foreign_key="candidate.id", index=True, max_length=36)
+    outcome: str = Field(max_length=20)
+    rule_version: str = Field(max_length=40)
+    policy: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    ballots: list[dict[str, Any]] = Field(sa_column=Column(JSON, nullable=False))
+    figures: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    cause: str = Field(max_length=20)
+    made_at: datetime = Field(default_factory=utcnow)

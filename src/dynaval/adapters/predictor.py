@@ -1,0 +1,182 @@
+"""The model in the loop: a transformers sequence classifier loaded from a local folder,
+served through a micro-batcher so that one forward pass answers several waiting writers."""
+
+from __future__ import annotations
+
+import hashlib
+import queue
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from dynaval.domain.errors import InvalidInput, Unavailable
+
+
+@dataclass(frozen=True)
+class Prediction:
+    label: str
+    probabilities: dict[str, float]
+
+
+class Predictor(Protocol):
+    """The port the service layer uses: labels, a content hash and a batch predict."""
+
+    @property
+    def labels(self) -> tuple[str, ...]: ...
+
+    @property
+    def model_hash(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    def predict(self, texts: Sequence[str]) -> list[Prediction]: ...
+
+
+def hash_model_folder(folder: Path) -> str:
+    """SHA-256 over every file's relative path and bytes, in a fixed order."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = path.relative_to(folder).as_posix()
+        if any(part.startswith(".") for part in rel.split("/")):
+            continue
+        digest.update(rel.encode() + b"\0")
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        digest.update(b"\0")
+    return "sha256:" + digest.hexdigest()
+
+
+class TransformersPredictor:
+    """``AutoModelForSequenceClassification`` + ``AutoTokenizer`` from one folder, on the CPU."""
+
+    def __init__(self, folder: Path, *, max_length: int = 256) -> None:
+        import torch  # heavy imports stay out of module import
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        if not (folder / "config.json").is_file():
+            raise InvalidInput(f"no transformers model in {folder} (config.json missing)", field="model")
+        self._torch = torch
+        self._folder = folder
+        self._hash = hash_model_folder(folder)
+        try:
+            self._tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+            self._model = AutoModelForSequenceClassification.from_pretrained(
+                str(folder), local_files_only=True
+            )
+        except (OSError, ValueError) as exc:
+            raise InvalidInput(f"cannot load the model in {folder}: {exc}", field="model") from exc
+        self._model.eval()
+        id2label = self._model.config.id2label
+        self._labels = tuple(str(id2label[i]) for i in range(len(id2label)))
+        self._max_length = max_length
+        self._lock = threading.Lock()
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return self._labels
+
+    @property
+    def model_hash(self) -> str:
+        return self._hash
+
+    @property
+    def name(self) -> str:
+        return self._folder.name
+
+    def predict(self, texts: Sequence[str]) -> list[Prediction]:
+        if not texts:
+            return []
+        with self._lock, self._torch.inference_mode():
+            batch = self._tokenizer(
+                list(texts), padding=True, truncation=True, max_length=self._max_length, return_tensors="pt"
+            )
+            logits = self._model(**batch).logits
+            probs = self._torch.softmax(logits, dim=-1).tolist()
+        out = []
+        for row in probs:
+            best = max(range(len(row)), key=row.__getitem__)
+            out.append(
+                Prediction(
+                    self._labels[best], {lab: float(p) for lab, p in zip(self._labels, row, strict=True)}
+                )
+            )
+        return out
+
+
+class MicroBatcher:
+    """Collects concurrent single predictions into batches for one forward pass each.
+
+    A request waits at most ``max_wait_s`` for company; a batch holds at most ``max_batch``
+    texts. One worker thread owns the model, so the model is never run concurrently.
+    """
+
+    def __init__(self, predictor: Predictor, *, max_batch: int = 32, max_wait_s: float = 0.005) -> None:
+        self._predictor = predictor
+        self._max_batch = max_batch
+        self._max_wait_s = max_wait_s
+        self._queue: queue.Queue[tuple[str, Future[Prediction]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="dynaval-batcher", daemon=True)
+        self._started = False
+        self._start_lock = threading.Lock()
+        self.batches_run = 0
+
+    @property
+    def predictor(self) -> Predictor:
+        return self._predictor
+
+    def predict_one(self, text: str, *, timeout_s: float = 30.0) -> Prediction:
+        self._ensure_started()
+        future: Future[Prediction] = Future()
+        self._queue.put((text, future))
+        try:
+            return future.result(timeout=timeout_s)
+        except TimeoutError as exc:
+            raise Unavailable("the model did not answer in time") from exc
+
+    def close(self) -> None:
+        if self._started:
+            self._queue.put(None)
+            self._thread.join(timeout=5)
+
+    def _ensure_started(self) -> None:
+        with self._start_lock:
+            if not self._started:
+                self._thread.start()
+                self._started = True
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            stop = False
+            try:
+                # Whatever is already waiting joins at once; then wait briefly for more.
+                while len(batch) < self._max_batch:
+                    item = self._queue.get(timeout=self._max_wait_s)
+                    if item is None:
+                        stop = True
+                        break
+                    batch.append(item)
+            except queue.Empty:
+                pass
+            self._serve(batch)
+            if stop:
+                return
+
+    def _serve(self, batch: list[tuple[str, Future[Prediction]]]) -> None:
+        try:
+            predictions = self._predictor.predict([text for text, _ in batch])
+        except Exception as exc:  # the model failing must fail the waiting requests, not the thread
+            for _, future in batch:
+                future.set_exception(Unavailable(f"the model failed: {type(exc).__name__}"))
+            return
+        self.batches_run += 1
+        for (_, future), prediction in zip(batch, predictions, strict=True):
+            future.set_result(prediction)

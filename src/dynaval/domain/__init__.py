@@ -1,0 +1,1 @@
+"""Pure domain: rounds, candidates, votes, decisions, agreement. No I/O here."""

@@ -1,0 +1,36 @@
+"""Domain errors. Entry points turn them into HTTP statuses or CLI messages."""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    """Base of every error the domain or a use case raises on purpose."""
+
+    code = "invalid"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class InvalidInput(DomainError):
+    code = "invalid_input"
+
+
+class TooLarge(DomainError):
+    code = "too_large"
+
+
+class NotFound(DomainError):
+    code = "not_found"
+
+
+class Conflict(DomainError):
+    code = "conflict"
+
+
+class Unavailable(DomainError):
+    """An outside system (the model, Label Studio) cannot serve the request now."""
+
+    code = "unavailable"

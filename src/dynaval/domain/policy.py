@@ -1,0 +1,81 @@
+"""The per-round decision policy and its validation."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from fractions import Fraction
+from typing import Any
+
+from dynaval.domain.errors import InvalidInput
+
+RULE_VERSION = "dynaval-majority/1"
+"""Version of the decision rule in :mod:`dynaval.domain.decision`; bump on any change of behaviour."""
+
+MAX_VOTES_LIMIT = 15
+
+
+@dataclass(frozen=True)
+class DecisionPolicy:
+    """Thresholds of the decision rule (defaults follow ANLI and Dynabench issue #157).
+
+    - ``min_votes``: validators asked first; unanimous agreement with the writer accepts.
+    - ``max_votes``: escalation asks for one more vote at a time up to this many.
+    - ``accept_share``: share of the votes the writer's label needs once votes are complete.
+    - ``flag_votes``: this many flags send the candidate to a lead.
+    - ``validate_non_fooling``: also validate candidates that did not fool the model.
+    """
+
+    min_votes: int = 2
+    max_votes: int = 3
+    accept_share: float = 2 / 3
+    flag_votes: int = 2
+    validate_non_fooling: bool = False
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_votes <= MAX_VOTES_LIMIT:
+            raise InvalidInput(f"min_votes must be between 1 and {MAX_VOTES_LIMIT}", field="policy.min_votes")
+        if not self.min_votes <= self.max_votes <= MAX_VOTES_LIMIT:
+            raise InvalidInput(
+                f"max_votes must be between min_votes ({self.min_votes}) and {MAX_VOTES_LIMIT}",
+                field="policy.max_votes",
+            )
+        if not 0.5 < self.accept_share <= 1:
+            raise InvalidInput("accept_share must be above 0.5 and at most 1", field="policy.accept_share")
+        if not 1 <= self.flag_votes <= MAX_VOTES_LIMIT:
+            raise InvalidInput(
+                f"flag_votes must be between 1 and {MAX_VOTES_LIMIT}", field="policy.flag_votes"
+            )
+
+    @property
+    def accept_fraction(self) -> Fraction:
+        # Compare shares exactly: 2 of 3 votes must meet a 2/3 threshold despite float rounding.
+        return Fraction(self.accept_share).limit_denominator(1000)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_overrides(cls, overrides: dict[str, Any] | None) -> DecisionPolicy:
+        """Build a policy from defaults plus a round's overrides, naming any bad field."""
+        if overrides is None:
+            return cls()
+        if not isinstance(overrides, dict):
+            raise InvalidInput("policy must be an object", field="policy")
+        known = {f.name: f.type for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key, value in overrides.items():
+            if key not in known:
+                raise InvalidInput(
+                    f"unknown policy field; allowed: {', '.join(sorted(known))}", field=f"policy.{key}"
+                )
+            if key == "validate_non_fooling":
+                if not isinstance(value, bool):
+                    raise InvalidInput("must be true or false", field=f"policy.{key}")
+            elif key == "accept_share":
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise InvalidInput("must be a number", field=f"policy.{key}")
+                value = float(value)
+            elif isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidInput("must be an integer", field=f"policy.{key}")
+            values[key] = value
+        return cls(**values)

@@ -1,0 +1,50 @@
+"""Pseudonymous identities and signed model predictions.
+
+Both are keyed HMAC-SHA256: without the secret a pseudonym cannot be reversed or recomputed
+from a guessed username, and a changed prediction no longer matches its signature.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping, Sequence
+
+
+def pseudonym(secret: str, kind: str, raw_id: str) -> str:
+    """A stable pseudonymous id such as ``annotator_3f9c...`` for one raw identity."""
+    digest = hmac.new(secret.encode(), f"{kind}:{raw_id}".encode(), hashlib.sha256).hexdigest()
+    return f"{kind}_{digest[:32]}"
+
+
+def _prediction_message(
+    model_hash: str, inputs: Mapping[str, str], prediction: str, probabilities: Sequence[float]
+) -> bytes:
+    payload = {
+        "model_hash": model_hash,
+        "inputs": dict(sorted(inputs.items())),
+        "prediction": prediction,
+        "probabilities": [round(p, 6) for p in probabilities],
+    }
+    return json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def sign_prediction(
+    secret: str, model_hash: str, inputs: Mapping[str, str], prediction: str, probabilities: Sequence[float]
+) -> str:
+    """HMAC over the model hash, the input fields and the model's answer."""
+    message = _prediction_message(model_hash, inputs, prediction, probabilities)
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def verify_prediction(
+    secret: str,
+    signature: str,
+    model_hash: str,
+    inputs: Mapping[str, str],
+    prediction: str,
+    probabilities: Sequence[float],
+) -> bool:
+    expected = sign_prediction(secret, model_hash, inputs, prediction, probabilities)
+    return hmac.compare_digest(expected, signature)

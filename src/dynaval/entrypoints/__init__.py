@@ -1,0 +1,1 @@
+"""Entry points: the HTTP API and the command line. Thin: parse, call a use case, render."""

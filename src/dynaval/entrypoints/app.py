@@ -1,0 +1,110 @@
+"""The Flask application factory. Nothing is built at import: gunicorn calls ``create_app()``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Flask, jsonify
+from werkzeug.exceptions import HTTPException
+
+from dynaval.domain.errors import Conflict, DomainError, InvalidInput, NotFound, TooLarge, Unavailable
+from dynaval.entrypoints.auth import Forbidden, Unauthorized
+from dynaval.entrypoints.background import BackgroundWorker
+from dynaval.entrypoints.openapi import build_openapi
+from dynaval.service_layer.services import Services
+from dynaval.service_layer.votes import WebhookUnauthorized
+from dynaval.settings import Settings
+
+log = logging.getLogger(__name__)
+
+STATUS_OF: dict[type[DomainError], int] = {
+    InvalidInput: 422,
+    TooLarge: 413,
+    NotFound: 404,
+    Conflict: 409,
+    Unavailable: 503,
+    Unauthorized: 401,
+    WebhookUnauthorized: 401,
+    Forbidden: 403,
+}
+
+
+def _status_of(error: DomainError) -> int:
+    for kind in type(error).__mro__:
+        if kind in STATUS_OF:
+            return STATUS_OF[kind]
+    return 400
+
+
+def error_body(code: str, message: str, field: str | None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "field": field}}
+
+
+def create_app(
+    services: Services | None = None,
+    *,
+    settings: Settings | None = None,
+    start_background: bool | None = None,
+) -> Flask:
+    """Build the app around ``services`` (built from settings by the composition root when absent).
+
+    The background worker (pushes to Label Studio, escalations, scheduled reconcile) starts when
+    ``start_background`` is true, or by default when the settings give it a positive interval.
+    """
+    if services is None:
+        from dynaval.bootstrap import bootstrap
+
+        services = bootstrap(settings)
+    app = Flask("dynaval")
+    app.config["MAX_CONTENT_LENGTH"] = services.settings.max_body_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.extensions["dynaval"] = services
+
+    from dynaval.entrypoints.routes import api
+
+    app.register_blueprint(api)
+
+    @app.get("/openapi.json")
+    def openapi() -> Any:
+        return jsonify(build_openapi(app))
+
+    @app.errorhandler(DomainError)
+    def domain_error(error: DomainError) -> Any:
+        return jsonify(error_body(error.code, error.message, error.field)), _status_of(error)
+
+    @app.errorhandler(HTTPException)
+    def http_error(error: HTTPException) -> Any:
+        status = error.code or 500
+        field = "body" if status == 413 else None
+        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(status, "http_error")
+        message = {
+            413: f"the body must be at most {services.settings.max_body_bytes} bytes",
+        }.get(status, error.description or error.name)
+        return jsonify(error_body(code, message, field)), status
+
+    @app.errorhandler(Exception)
+    def unexpected(error: Exception) -> Any:
+        # Log the traceback for operators; the caller gets no internals.
+        log.exception("unhandled error")
+        return jsonify(
+            error_body("internal", "internal error; the operator's log has the details", None)
+        ), 500
+
+    run_background = (
+        start_background if start_background is not None else services.settings.background_interval_s > 0
+    )
+    if run_background:
+        worker = BackgroundWorker(services)
+        worker.start()
+        app.extensions["dynaval_worker"] = worker
+    return app
+
+
+def shutdown(app: Flask) -> None:
+    """Stop the background worker and release the app's services."""
+    worker: BackgroundWorker | None = app.extensions.get("dynaval_worker")
+    if worker is not None:
+        worker.stop()
+    services: Services = app.extensions["dynaval"]
+    services.close()

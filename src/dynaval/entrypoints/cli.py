@@ -1,0 +1,181 @@
+"""The ``dynaval`` command. Every failure is one line on stderr and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from dynaval.domain.errors import DomainError
+
+EXIT_USAGE = 2
+
+
+class CommandError(Exception):
+    """A failure the user can fix; the message says how."""
+
+
+def _settings() -> Any:
+    from dynaval.settings import Settings
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+        raise CommandError(f"configuration: {problems}") from None
+
+
+def _services(*, migrate: bool = True) -> Any:
+    from dynaval.bootstrap import bootstrap
+
+    return bootstrap(_settings(), migrate=migrate)
+
+
+def _progress(total: int | None, unit: str, description: str) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit=unit, desc=description, file=sys.stderr, dynamic_ncols=True)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from werkzeug.serving import run_simple
+
+    from dynaval.entrypoints.app import create_app, shutdown
+
+    app = create_app(_services())
+    try:
+        run_simple(args.host, args.port, app, threaded=True, use_reloader=False)
+    finally:
+        shutdown(app)
+    return 0
+
+
+def cmd_migrate(_args: argparse.Namespace) -> int:
+    services = _services()
+    services.close()
+    print("database is at the newest schema")
+    return 0
+
+
+def cmd_build_default_model(args: argparse.Namespace) -> int:
+    from dynaval.adapters.label_config import LabelConfigCatalog
+    from dynaval.model_builder.default_model import build_default_model
+
+    settings = _settings()
+    out = Path(args.out) if args.out else settings.resolved_default_model_dir
+    if out.exists() and not args.force:
+        print(f"the default model is already built in {out} (use --force to rebuild)")
+        return 0
+    labels = LabelConfigCatalog(settings.resolved_label_config_dir).get("sentiment").labels
+    report = build_default_model(out, labels=labels, epochs=args.epochs, seed=args.seed)
+    print(json.dumps(report.to_dict(), indent=2) if hasattr(report, "to_dict") else report)
+    return 0
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    from dynaval.service_layer.votes import sync_round
+
+    services = _services()
+    bar = _progress(None, "task", f"reconciling round {args.round}")
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    try:
+        result = sync_round(services, args.round, progress=progress)
+    finally:
+        bar.close()
+        services.close()
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from dynaval.adapters.dataset_files import write_dataset
+    from dynaval.service_layer.dataset import count_accepted, iter_round_dataset
+
+    services = _services()
+    try:
+        total = count_accepted(services, args.round)
+        out = Path(args.out)
+        with _progress(total, "example", f"exporting round {args.round}") as bar:
+            written = write_dataset(
+                iter_round_dataset(services, args.round), out, args.format, on_record=bar.update
+            )
+    finally:
+        services.close()
+    print(f"wrote {written} accepted examples to {out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dynaval",
+        description="Validate adversarial examples with several annotators (see README.md).",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser(
+        "serve", help="run the HTTP service (development server; use gunicorn in production)"
+    )
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.set_defaults(run=cmd_serve)
+
+    migrate = commands.add_parser("migrate", help="bring the database to the newest schema")
+    migrate.set_defaults(run=cmd_migrate)
+
+    model = commands.add_parser("model", help="model commands")
+    model_commands = model.add_subparsers(dest="model_command", required=True, metavar="MODEL_COMMAND")
+    build = model_commands.add_parser(
+        "build-default", help="fine-tune the shipped MiniLM on the seed set into the default sentiment model"
+    )
+    build.add_argument("--out", help="folder to write (default: <data dir>/models/sentiment-default)")
+    build.add_argument("--epochs", type=int, default=4)
+    build.add_argument("--seed", type=int, default=13)
+    build.add_argument("--force", action="store_true", help="rebuild even if the folder exists")
+    build.set_defaults(run=cmd_build_default_model)
+
+    sync = commands.add_parser("sync", help="push, reconcile every annotation from Label Studio, escalate")
+    sync.add_argument("--round", type=int, required=True, help="round id")
+    sync.set_defaults(run=cmd_sync)
+
+    export = commands.add_parser("export", help="write a round dataset (accepted examples with provenance)")
+    export.add_argument("--round", type=int, required=True, help="round id")
+    export.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl")
+    export.add_argument("--out", required=True, help="file to write")
+    export.set_defaults(run=cmd_export)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    run: Callable[[argparse.Namespace], int] = args.run
+    try:
+        return run(args)
+    except CommandError as exc:
+        print(f"dynaval: {exc}", file=sys.stderr)
+    except DomainError as exc:
+        where = f"{exc.field}: " if exc.field else ""
+        print(f"dynaval: {where}{exc.message}", file=sys.stderr)
+    except KeyboardInterrupt:
+        return 130
+    except OSError as exc:
+        print(f"dynaval: {exc.strerror or exc} ({exc.filename or ''})", file=sys.stderr)
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""OpenAPI 3.1 document generated from the registered routes and their pydantic models."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from flask import Flask
+from pydantic import BaseModel
+
+from dynaval import __version__
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message", "field"],
+            "properties": {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+                "field": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+
+
+def documented(
+    *,
+    summary: str,
+    roles: tuple[str, ...] = (),
+    body: type[BaseModel] | None = None,
+    responses: dict[int, str] | None = None,
+    query: dict[str, dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Callable[[F], F]:
+    """Attach the facts the OpenAPI document needs to a view function."""
+
+    def mark(view: F) -> F:
+        view.openapi = {  # type: ignore[attr-defined]
+            "summary": summary,
+            "roles": roles,
+            "body": body,
+            "responses": responses or {200: "OK"},
+            "query": query or {},
+            "headers": headers or {},
+        }
+        return view
+
+    return mark
+
+
+def build_openapi(app: Flask) -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    components: dict[str, Any] = {
+        "schemas": {"Error": ERROR_SCHEMA},
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+    }
+    for rule in sorted(app.url_map.iter_rules(), key=lambda r: r.rule):
+        view = app.view_functions.get(rule.endpoint)
+        spec = getattr(view, "openapi", None)
+        if spec is None:
+            continue
+        path = rule.rule
+        parameters: list[dict[str, Any]] = []
+        for arg in rule.arguments:
+            converter = rule._converters[arg].__class__.__name__
+            schema = (
+                {"type": "integer", "minimum": 1} if converter == "IntegerConverter" else {"type": "string"}
+            )
+            parameters.append({"name": arg, "in": "path", "required": True, "schema": schema})
+            path = path.replace(f"<int:{arg}>", f"{{{arg}}}").replace(f"<{arg}>", f"{{{arg}}}")
+        for name, schema in spec["query"].items():
+            parameters.append({"name": name, "in": "query", "required": False, "schema": schema})
+        for name, description in spec["headers"].items():
+            parameters.append(
+                {
+                    "name": name,
+                    "in": "header",
+                    "required": False,
+                    "description": description,
+                    "schema": {"type": "string"},
+                }
+            )
+        for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
+            operation: dict[str, Any] = {
+                "operationId": f"{rule.endpoint}_{method.lower()}",
+                "summary": spec["summary"],
+                "parameters": parameters,
+                "responses": {},
+            }
+            roles = spec["roles"] or getattr(view, "required_roles", ())
+            if roles:
+                operation["security"] = [{"bearer": []}]
+                operation["description"] = "Roles: " + ", ".join(roles)
+            body = spec["body"]
+            if body is not None:
+                name = body.__name__
+                schema = body.model_json_schema(ref_template="#/components/schemas/{model}")
+                components["schemas"].update(schema.pop("$defs", {}))
+                components["schemas"][name] = schema
+                operation["requestBody"] = {
+                    "required": True,
+                    "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}},
+                }
+            for status, description in spec["responses"].items():
+                content_schema: dict[str, Any] = (
+                    {"$ref": "#/components/schemas/Error"} if status >= 400 else {"type": "object"}
+                )
+                operation["responses"][str(status)] = {
+                    "description": description,
+                    "content": {"application/json": {"schema": content_schema}},
+                }
+            paths.setdefault(path, {})[method.lower()] = operation
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "dynaval", "version": __version__},
+        "paths": paths,
+        "components": components,
+    }

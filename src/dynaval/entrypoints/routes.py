@@ -1,0 +1,188 @@
+"""The HTTP API: each handler parses the request, calls one use case and renders its answer."""
+
+from __future__ import annotations
+
+import io
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request, send_file, stream_with_context
+
+from dynaval.adapters.dataset_files import FORMATS, jsonl_line, write_dataset
+from dynaval.adapters.label_studio import WEBHOOK_SECRET_HEADER
+from dynaval.domain.errors import InvalidInput
+from dynaval.entrypoints.auth import Role, requires
+from dynaval.entrypoints.openapi import documented
+from dynaval.entrypoints.schemas import CandidateCreate, RoundCreate
+from dynaval.service_layer import candidates, dataset, rounds, votes
+from dynaval.service_layer.services import Services
+
+api = Blueprint("api", __name__)
+
+ANYONE = (Role.WRITER, Role.LEAD)
+
+
+def _services() -> Services:
+    services: Services = current_app.extensions["dynaval"]
+    return services
+
+
+def _json_body() -> dict[str, Any]:
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise InvalidInput("the body must be a JSON object", field="body")
+    return body
+
+
+def _string(body: dict[str, Any], name: str, *, default: str | None = None) -> str:
+    value = body.get(name, default)
+    if not isinstance(value, str):
+        raise InvalidInput(f"{name} is required and must be a string", field=name)
+    return value
+
+
+@api.get("/health")
+@documented(summary="Liveness and database check")
+def health() -> Any:
+    return jsonify(_services().health())
+
+
+@api.post("/api/rounds")
+@documented(
+    summary="Create a round: a Label Studio project, its webhook and the pinned model",
+    body=RoundCreate,
+    responses={201: "Created", 401: "No token", 403: "Not a lead", 422: "Invalid field", 503: "Unavailable"},
+)
+@requires(Role.LEAD)
+def create_round() -> Any:
+    body = _json_body()
+    unknown = sorted(set(body) - set(RoundCreate.model_fields))
+    if unknown:
+        raise InvalidInput(f"unknown field; allowed: {', '.join(RoundCreate.model_fields)}", field=unknown[0])
+    policy = body.get("policy")
+    row = rounds.create_round(
+        _services(),
+        name=_string(body, "name"),
+        task=_string(body, "task"),
+        model=_string(body, "model", default="default"),
+        policy=policy,
+    )
+    return jsonify(rounds.round_public(row)), 201
+
+
+@api.get("/api/rounds")
+@documented(summary="List rounds", responses={200: "OK", 401: "No token"})
+@requires(*ANYONE)
+def list_rounds() -> Any:
+    return jsonify({"rounds": rounds.list_rounds(_services())})
+
+
+@api.get("/api/rounds/<int:round_id>")
+@documented(
+    summary="A round with its counts, MER, VMER and alpha", responses={200: "OK", 404: "No such round"}
+)
+@requires(*ANYONE)
+def get_round(round_id: int) -> Any:
+    return jsonify(rounds.round_summary(_services(), round_id))
+
+
+@api.post("/api/rounds/<int:round_id>/close")
+@documented(
+    summary="Close a round: no more candidates", responses={200: "OK", 404: "No such round", 409: "Not open"}
+)
+@requires(Role.LEAD)
+def close_round(round_id: int) -> Any:
+    return jsonify(rounds.round_public(rounds.close_round(_services(), round_id)))
+
+
+@api.post("/api/rounds/<int:round_id>/candidates")
+@documented(
+    summary="Submit a candidate; the round's model scores it at once",
+    body=CandidateCreate,
+    responses={
+        201: "Created",
+        404: "No such round",
+        409: "Round closed",
+        413: "Text too long",
+        422: "Invalid field",
+        503: "Model unavailable",
+    },
+)
+@requires(*ANYONE)
+def submit_candidate(round_id: int) -> Any:
+    services = _services()
+    row = candidates.submit_candidate(services, round_id=round_id, body=_json_body())
+    return jsonify(candidates.get_candidate(services, row.id)), 201
+
+
+@api.get("/api/candidates/<candidate_id>")
+@documented(
+    summary="A candidate: status, votes, agreement, decision", responses={200: "OK", 404: "Not found"}
+)
+@requires(*ANYONE)
+def get_candidate(candidate_id: str) -> Any:
+    return jsonify(candidates.get_candidate(_services(), candidate_id))
+
+
+@api.post("/api/rounds/<int:round_id>/sync")
+@documented(summary="Push queued candidates, reconcile every annotation from Label Studio, escalate")
+@requires(Role.LEAD)
+def sync_round(round_id: int) -> Any:
+    return jsonify(votes.sync_round(_services(), round_id))
+
+
+@api.get("/api/rounds/<int:round_id>/dataset")
+@documented(
+    summary="The round dataset: accepted examples with provenance",
+    query={"format": {"type": "string", "enum": list(FORMATS), "default": "jsonl"}},
+    responses={200: "OK", 404: "No such round", 422: "Unknown format"},
+)
+@requires(Role.LEAD)
+def round_dataset(round_id: int) -> Any:
+    services = _services()
+    fmt = request.args.get("format", "jsonl")
+    if fmt not in FORMATS:
+        raise InvalidInput(f"format must be one of: {', '.join(FORMATS)}", field="format")
+    dataset.count_accepted(services, round_id)  # 404 before any byte is sent
+    filename = f"round-{round_id}.{fmt}"
+    if fmt == "jsonl":
+
+        def lines() -> Iterator[str]:
+            for record in dataset.iter_round_dataset(services, round_id):
+                yield jsonl_line(record)
+
+        return Response(
+            stream_with_context(lines()),
+            mimetype="application/x-ndjson",
+            headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+        )
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / filename
+        write_dataset(dataset.iter_round_dataset(services, round_id), path, fmt)
+        data = path.read_bytes()
+    return send_file(
+        io.BytesIO(data),
+        mimetype="application/vnd.apache.parquet",
+        as_attachment=True,
+        download_name=filename,
+    )
+
+
+@api.post("/webhooks/label-studio")
+@documented(
+    summary="Label Studio webhook: annotation created, updated or deleted",
+    headers={WEBHOOK_SECRET_HEADER: "The round webhook's shared secret"},
+    responses={
+        200: "Applied or ignored",
+        401: "Wrong or missing secret",
+        404: "Unknown project or task",
+        422: "Bad",
+    },
+)
+def label_studio_webhook() -> Any:
+    services = _services()
+    votes.check_webhook_secret(services, request.headers.get(WEBHOOK_SECRET_HEADER))
+    result = votes.ingest_webhook(services, request.get_json(silent=True))
+    return jsonify(result.to_dict())

@@ -1,0 +1,43 @@
+"""Request bodies as pydantic models: the shapes the OpenAPI document publishes.
+
+The use cases check the same rules and name the failing field; these models only describe them.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class PolicyOverrides(BaseModel):
+    """Overrides of the decision rule's defaults for one round."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_votes: int = Field(default=2, ge=1, le=15, description="Validators asked first.")
+    max_votes: int = Field(default=3, ge=1, le=15, description="Escalation asks for votes up to this many.")
+    accept_share: float = Field(default=2 / 3, gt=0.5, le=1, description="Share the writer's label needs.")
+    flag_votes: int = Field(default=2, ge=1, le=15, description="Flags that send a candidate to a lead.")
+    validate_non_fooling: bool = Field(
+        default=False, description="Also validate candidates that did not fool."
+    )
+
+
+class RoundCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    task: str = Field(description="A task type: the name of a file label_config/<task>.xml, e.g. sentiment.")
+    model: str = Field(
+        default="default", description='"default" or the absolute path of a local model folder.'
+    )
+    policy: PolicyOverrides | None = None
+
+
+class CandidateCreate(BaseModel):
+    """A writer's candidate. Task types with context fields (e.g. premise) take them as extra keys."""
+
+    model_config = ConfigDict(extra="allow")
+
+    text: str = Field(min_length=1, max_length=2000)
+    writer_label: str = Field(description="The label the writer says the text truly has.")
+    writer_id: str = Field(min_length=1, max_length=200)

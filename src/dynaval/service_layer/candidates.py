@@ -1,0 +1,205 @@
+"""Candidate use cases: submit (score with the round's model) and read back."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from sqlmodel import Session, col, select
+
+from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow, utcnow
+from dynaval.adapters.predictor import Prediction
+from dynaval.domain.errors import Conflict, InvalidInput, NotFound, TooLarge, Unavailable
+from dynaval.domain.policy import DecisionPolicy
+from dynaval.domain.provenance import pseudonym, sign_prediction
+from dynaval.domain.votes import current_ballots
+from dynaval.service_layer.decisions import annotation_records, decision_history
+from dynaval.service_layer.rounds import get_round
+from dynaval.service_layer.services import Services
+
+MAX_WRITER_ID_CHARS = 200
+
+
+def _validated_inputs(services: Services, round_row: RoundRow, body: dict[str, Any]) -> dict[str, str]:
+    task_type = services.catalog.get(round_row.task_type)
+    inputs: dict[str, str] = {}
+    for name in task_type.data_fields:
+        value = body.get(name)
+        if not isinstance(value, str):
+            raise InvalidInput(f"{name} is required and must be a string", field=name)
+        if not value.strip():
+            raise InvalidInput(f"{name} must not be empty", field=name)
+        if len(value) > services.settings.max_text_chars:
+            raise TooLarge(
+                f"{name} must be at most {services.settings.max_text_chars} characters", field=name
+            )
+        inputs[name] = value
+    return inputs
+
+
+def model_input(inputs: dict[str, str]) -> str:
+    return "\n".join(inputs.values())
+
+
+def submit_candidate(services: Services, *, round_id: int, body: dict[str, Any]) -> CandidateRow:
+    """Store the candidate, score it with the round's model and tell whether it fooled the model.
+
+    The candidate is stored (status ``scoring``) before the model runs, so a model failure loses
+    nothing: the background loop scores it later.
+    """
+    with services.database.unit_of_work() as session:
+        round_row = get_round(session, round_id)
+        if round_row.state != "open":
+            raise Conflict(f"round {round_id} is {round_row.state} and takes no candidates", field="round_id")
+        inputs = _validated_inputs(services, round_row, body)
+        writer_label = body.get("writer_label")
+        if not isinstance(writer_label, str) or writer_label not in round_row.labels:
+            raise InvalidInput(
+                f"writer_label must be one of: {', '.join(round_row.labels)}", field="writer_label"
+            )
+        writer_id = body.get("writer_id")
+        if not isinstance(writer_id, str) or not writer_id.strip():
+            raise InvalidInput("writer_id is required and must be a non-empty string", field="writer_id")
+        if len(writer_id) > MAX_WRITER_ID_CHARS:
+            raise InvalidInput(
+                f"writer_id must be at most {MAX_WRITER_ID_CHARS} characters", field="writer_id"
+            )
+        candidate = CandidateRow(
+            id=str(uuid.uuid4()),
+            round_id=round_id,
+            inputs=inputs,
+            writer_label=writer_label,
+            writer_id=writer_id.strip(),
+            status="scoring",
+        )
+        session.add(candidate)
+        session.commit()
+        model_dir = round_row.model_dir
+        policy = DecisionPolicy(**round_row.policy)
+        model_hash = round_row.model_hash
+    prediction = services.models.get_path(model_dir).predict_one(model_input(inputs))
+    return _store_score(services, candidate.id, prediction, model_hash, policy)
+
+
+def _store_score(
+    services: Services, candidate_id: str, prediction: Prediction, model_hash: str, policy: DecisionPolicy
+) -> CandidateRow:
+    with services.database.unit_of_work() as session:
+        candidate = session.get(CandidateRow, candidate_id)
+        if candidate is None:
+            raise NotFound(f"candidate {candidate_id} does not exist", field="candidate_id")
+        if candidate.status != "scoring":
+            return candidate
+        fooled = prediction.label != candidate.writer_label
+        candidate.model_prediction = prediction.label
+        candidate.model_probabilities = prediction.probabilities
+        candidate.model_signature = sign_prediction(
+            services.settings.signing_secret,
+            model_hash,
+            candidate.inputs,
+            prediction.label,
+            list(prediction.probabilities.values()),
+        )
+        candidate.fooled = fooled
+        candidate.scored_at = utcnow()
+        candidate.status = "queued" if fooled or policy.validate_non_fooling else "not_fooled"
+        session.add(candidate)
+        session.commit()
+        session.refresh(candidate)
+        return candidate
+
+
+def score_pending(services: Services, *, older_than_s: float = 10.0, limit: int = 200) -> int:
+    """Score candidates left in ``scoring`` by a model failure or a crash. Returns how many."""
+    cutoff = utcnow() - timedelta(seconds=older_than_s)
+    with services.database.unit_of_work() as session:
+        rows = session.exec(
+            select(CandidateRow, RoundRow)
+            .join(RoundRow, col(RoundRow.id) == CandidateRow.round_id)
+            .where(CandidateRow.status == "scoring", col(CandidateRow.submitted_at) < cutoff)
+            .limit(limit)
+        ).all()
+        work = [(c.id, c.inputs, r.model_dir, r.model_hash, DecisionPolicy(**r.policy)) for c, r in rows]
+    done = 0
+    for candidate_id, inputs, model_dir, model_hash, policy in work:
+        try:
+            prediction = services.models.get_path(model_dir).predict_one(model_input(inputs))
+        except Unavailable:
+            continue
+        _store_score(services, candidate_id, prediction, model_hash, policy)
+        done += 1
+    return done
+
+
+def candidate_public(services: Services, candidate: CandidateRow, *, session: Session) -> dict[str, Any]:
+    """The candidate as the API shows it: votes by pseudonymous annotator, never raw identities."""
+    secret = services.settings.pseudonym_secret
+    ballots = current_ballots(annotation_records(session, candidate.id))
+    decision = dict(candidate.decision) if candidate.decision else None
+    if decision is not None:
+        decision.pop("ballots", None)
+        decision["excluded_annotators"] = [
+            pseudonym(secret, "annotator", a) for a in decision.get("excluded_annotators", [])
+        ]
+        decision["decided_at"] = candidate.decided_at.isoformat() if candidate.decided_at else None
+    history = [
+        {
+            "outcome": d.outcome,
+            "rule_version": d.rule_version,
+            "cause": d.cause,
+            "made_at": d.made_at.isoformat(),
+        }
+        for d in decision_history(session, candidate.id)
+    ]
+    cancelled = session.exec(
+        select(AnnotationRow.id).where(
+            AnnotationRow.candidate_id == candidate.id, col(AnnotationRow.was_cancelled).is_(True)
+        )
+    ).all()
+    return {
+        "id": candidate.id,
+        "round_id": candidate.round_id,
+        "status": candidate.status,
+        "inputs": dict(candidate.inputs),
+        "writer_label": candidate.writer_label,
+        "writer": pseudonym(secret, "writer", candidate.writer_id),
+        "model_prediction": candidate.model_prediction,
+        "model_probabilities": candidate.model_probabilities,
+        "model_signature": candidate.model_signature,
+        "fooled": candidate.fooled,
+        "submitted_at": candidate.submitted_at.isoformat(),
+        "label_studio_task_id": candidate.label_studio_task_id,
+        "wanted_votes": candidate.wanted_votes,
+        "votes": [
+            {
+                "annotator": pseudonym(secret, "annotator", b.annotator),
+                "label": b.label,
+                "flagged": b.flagged,
+                "reason": b.reason,
+            }
+            for b in ballots
+        ],
+        "cancelled_annotations": len(cancelled),
+        "agreement": (
+            {
+                "item_agreement": decision.get("item_agreement"),
+                "majority_label": decision.get("majority_label"),
+                "majority_share": decision.get("majority_share"),
+                "writer_label_share": decision.get("writer_label_share"),
+                "label_counts": decision.get("label_counts"),
+            }
+            if decision
+            else None
+        ),
+        "decision": decision,
+        "history": history,
+    }
+
+
+def get_candidate(services: Services, candidate_id: str) -> dict[str, Any]:
+    with services.database.unit_of_work() as session:
+        candidate = session.get(CandidateRow, candidate_id)
+        if candidate is None:
+            raise NotFound(f"candidate {candidate_id} does not exist", field="candidate_id")
+        return candidate_public(services, candidate, session=session)

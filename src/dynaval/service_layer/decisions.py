@@ -1,0 +1,89 @@
+"""Recompute one candidate's decision from its stored annotations, inside a unit of work."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlmodel import Session, col, select
+
+from dynaval.adapters.orm import AnnotationRow, CandidateRow, DecisionRow, RoundRow, utcnow
+from dynaval.domain.decision import Decision, Outcome, decide
+from dynaval.domain.policy import DecisionPolicy
+from dynaval.domain.votes import AnnotationRecord, current_ballots
+
+VALIDATION_STATUSES = frozenset(o.value for o in Outcome)
+
+
+def lock_candidate(session: Session, candidate_id: str) -> CandidateRow | None:
+    """Load a candidate with a row lock (PostgreSQL) so concurrent votes serialise on it."""
+    statement = select(CandidateRow).where(CandidateRow.id == candidate_id).with_for_update()
+    return session.exec(statement).first()
+
+
+def annotation_records(session: Session, candidate_id: str) -> list[AnnotationRecord]:
+    rows = session.exec(select(AnnotationRow).where(AnnotationRow.candidate_id == candidate_id)).all()
+    return annotation_records_of(rows)
+
+
+def annotation_records_of(rows: Iterable[AnnotationRow]) -> list[AnnotationRecord]:
+    """The domain's view of stored annotation rows."""
+    return [
+        AnnotationRecord(
+            annotation_id=r.id,
+            annotator=r.annotator_id,
+            label=r.label,
+            flagged=r.flagged,
+            reason=r.flag_reason,
+            was_cancelled=r.was_cancelled,
+            updated_at=r.updated_at,
+        )
+        for r in rows
+    ]
+
+
+def refresh_decision(session: Session, candidate: CandidateRow, round_row: RoundRow, *, cause: str) -> bool:
+    """Apply the round's rule to the candidate's current votes; record it if anything changed.
+
+    Returns whether the decision changed. The caller commits.
+    """
+    if candidate.status not in VALIDATION_STATUSES:
+        return False
+    ballots = current_ballots(annotation_records(session, candidate.id))
+    decision: Decision = decide(ballots, candidate.writer_label, DecisionPolicy(**round_row.policy))
+    ballot_dicts = [
+        {"annotator": b.annotator, "label": b.label, "flagged": b.flagged, "reason": b.reason}
+        for b in ballots
+    ]
+    figures = decision.to_dict()
+    if (
+        candidate.decision == {**figures, "ballots": ballot_dicts}
+        and candidate.status == decision.outcome.value
+    ):
+        return False
+    now = utcnow()
+    candidate.status = decision.outcome.value
+    candidate.decision = {**figures, "ballots": ballot_dicts}
+    candidate.wanted_votes = decision.wanted_votes
+    candidate.decided_at = now if decision.outcome.is_final else None
+    candidate.version += 1
+    session.add(candidate)
+    session.add(
+        DecisionRow(
+            candidate_id=candidate.id,
+            outcome=decision.outcome.value,
+            rule_version=decision.rule_version,
+            policy=dict(round_row.policy),
+            ballots=ballot_dicts,
+            figures=figures,
+            cause=cause,
+            made_at=now,
+        )
+    )
+    return True
+
+
+def decision_history(session: Session, candidate_id: str) -> list[DecisionRow]:
+    statement = (
+        select(DecisionRow).where(DecisionRow.candidate_id == candidate_id).order_by(col(DecisionRow.id))
+    )
+    return list(session.exec(statement).all())

@@ -1,0 +1,169 @@
+"""Moving candidates into Label Studio: bulk imports that never import a candidate twice,
+and escalation (asking Label Studio for one more annotation on a task)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import CursorResult, or_, update
+from sqlmodel import col, select
+
+from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow, utcnow
+from dynaval.domain.errors import Unavailable
+from dynaval.service_layer.services import Services
+
+log = logging.getLogger(__name__)
+PUSH_LEASE = timedelta(minutes=5)
+
+
+def _take_push_lease(services: Services, round_id: int) -> bool:
+    """Only one process pushes a round at a time: a conditional UPDATE is the lock."""
+    now = utcnow()
+    with services.database.unit_of_work() as session:
+        result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+            update(RoundRow)
+            .where(
+                col(RoundRow.id) == round_id,
+                or_(col(RoundRow.push_lease_until).is_(None), col(RoundRow.push_lease_until) < now),
+            )
+            .values(push_lease_until=now + PUSH_LEASE)
+        )
+        session.commit()
+        return bool(result.rowcount == 1)
+
+
+def _release_push_lease(services: Services, round_id: int) -> None:
+    with services.database.unit_of_work() as session:
+        session.execute(update(RoundRow).where(col(RoundRow.id) == round_id).values(push_lease_until=None))
+        session.commit()
+
+
+def push_pending(services: Services, round_id: int, *, progress: Callable[[int], None] | None = None) -> int:
+    """Import the round's queued candidates into its Label Studio project. Returns how many.
+
+    Each candidate is marked ``push_attempted_at`` (committed) before the import. A candidate
+    already marked is looked up in Label Studio by its candidate id first, so a retry after a
+    failure or a crash adopts the task that was created instead of importing it again.
+    """
+    if not _take_push_lease(services, round_id):
+        return 0
+    try:
+        return _push_under_lease(services, round_id, progress)
+    finally:
+        _release_push_lease(services, round_id)
+
+
+def _push_under_lease(services: Services, round_id: int, progress: Callable[[int], None] | None) -> int:
+    pushed = 0
+    with services.database.unit_of_work() as session:
+        round_row = session.get(RoundRow, round_id)
+        if round_row is None or round_row.label_studio_project_id is None:
+            return 0
+        project_id = round_row.label_studio_project_id
+        task_type = services.catalog.get(round_row.task_type)
+        overlap = int(round_row.policy["min_votes"])
+    while True:
+        with services.database.unit_of_work() as session:
+            batch = session.exec(
+                select(CandidateRow)
+                .where(CandidateRow.round_id == round_id, CandidateRow.status == "queued")
+                .order_by(col(CandidateRow.submitted_at))
+                .limit(services.settings.push_batch_size)
+            ).all()
+            if not batch:
+                return pushed
+            retried = [c for c in batch if c.push_attempted_at is not None]
+            if retried:
+                existing = {
+                    t.candidate_id: t.task_id
+                    for t in services.label_studio.export_tasks(project_id=project_id, task_type=task_type)
+                    if t.candidate_id
+                }
+            else:
+                existing = {}
+            now = utcnow()
+            fresh: list[CandidateRow] = []
+            for candidate in batch:
+                task_id = existing.get(candidate.id)
+                if task_id is not None:
+                    _mark_in_validation(candidate, task_id, overlap, now)
+                else:
+                    candidate.push_attempted_at = now
+                    fresh.append(candidate)
+                session.add(candidate)
+            session.commit()
+            if fresh:
+                task_ids = services.label_studio.import_tasks(
+                    project_id=project_id,
+                    tasks=[{"candidate_id": c.id, **c.inputs} for c in fresh],
+                )
+                now = utcnow()
+                for candidate, task_id in zip(fresh, task_ids, strict=True):
+                    _mark_in_validation(candidate, task_id, overlap, now)
+                    session.add(candidate)
+                session.commit()
+            pushed += len(batch)
+            if progress:
+                progress(len(batch))
+
+
+def _mark_in_validation(candidate: CandidateRow, task_id: int, overlap: int, now: object) -> None:
+    candidate.label_studio_task_id = task_id
+    candidate.pushed_at = now  # type: ignore[assignment]
+    candidate.status = "in_validation"
+    candidate.wanted_votes = overlap
+    candidate.label_studio_overlap = overlap
+
+
+def apply_escalations(services: Services, round_id: int) -> int:
+    """Raise the task overlap in Label Studio where a decision wants more votes."""
+    with services.database.unit_of_work() as session:
+        rows = session.exec(
+            select(CandidateRow).where(
+                CandidateRow.round_id == round_id,
+                col(CandidateRow.label_studio_task_id).is_not(None),
+                col(CandidateRow.wanted_votes) > col(CandidateRow.label_studio_overlap),
+            )
+        ).all()
+        work = []
+        for c in rows:
+            voters = session.exec(
+                select(AnnotationRow.annotator_id)
+                .where(AnnotationRow.candidate_id == c.id, col(AnnotationRow.was_cancelled).is_(False))
+                .distinct()
+            ).all()
+            work.append((c.id, c.label_studio_task_id, c.wanted_votes, len(voters)))
+    done = 0
+    for candidate_id, task_id, wanted, voter_count in work:
+        assert task_id is not None
+        # Label Studio's queue skips a task marked labelled even after its overlap rises.
+        services.label_studio.set_task_overlap(
+            task_id=task_id, overlap=wanted, is_labeled=voter_count >= wanted
+        )
+        with services.database.unit_of_work() as session:
+            candidate = session.get(CandidateRow, candidate_id)
+            if candidate is not None:
+                candidate.label_studio_overlap = max(candidate.label_studio_overlap, wanted)
+                session.add(candidate)
+                session.commit()
+        done += 1
+    return done
+
+
+def background_pass(services: Services) -> None:
+    """One pass of the background loop: score leftovers, push, escalate, for every live round."""
+    from dynaval.service_layer.candidates import score_pending
+
+    score_pending(services)
+    with services.database.unit_of_work() as session:
+        round_ids = [r for r in session.exec(select(RoundRow.id).where(RoundRow.state != "frozen")).all()]
+    for round_id in round_ids:
+        assert round_id is not None
+        try:
+            push_pending(services, round_id)
+            apply_escalations(services, round_id)
+        except Unavailable as exc:
+            log.warning("round %s: Label Studio work postponed: %s", round_id, exc.message)

@@ -1,0 +1,172 @@
+"""Round use cases: create, close, summarise."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func
+from sqlmodel import Session, col, select
+
+from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow, utcnow
+from dynaval.domain.agreement import nominal_alpha
+from dynaval.domain.errors import Conflict, InvalidInput, NotFound
+from dynaval.domain.metrics import round_counts
+from dynaval.domain.policy import RULE_VERSION, DecisionPolicy
+from dynaval.domain.votes import current_votes
+from dynaval.service_layer.decisions import annotation_records_of
+from dynaval.service_layer.services import Services
+
+MAX_NAME_CHARS = 200
+
+
+def resolve_model_folder(services: Services, model: str) -> Path:
+    if model == "default":
+        folder = services.settings.resolved_default_model_dir
+        if not (folder / "config.json").is_file():
+            raise InvalidInput(
+                "the default model is not built yet; run `dynaval model build-default` "
+                f"(expected in {folder})",
+                field="model",
+            )
+        return folder
+    folder = Path(model).expanduser()
+    if not folder.is_absolute() or not folder.is_dir():
+        raise InvalidInput(
+            'model must be "default" or the absolute path of a local model folder', field="model"
+        )
+    if not (folder / "config.json").is_file():
+        raise InvalidInput(f"no transformers model in {folder} (config.json missing)", field="model")
+    return folder
+
+
+def get_round(session: Session, round_id: int) -> RoundRow:
+    row = session.get(RoundRow, round_id)
+    if row is None:
+        raise NotFound(f"round {round_id} does not exist", field="round_id")
+    return row
+
+
+def create_round(
+    services: Services, *, name: str, task: str, model: str, policy: dict[str, Any] | None
+) -> RoundRow:
+    """Validate everything first, then create the Label Studio project and webhook, then store."""
+    name = name.strip()
+    if not name:
+        raise InvalidInput("name must not be empty", field="name")
+    if len(name) > MAX_NAME_CHARS:
+        raise InvalidInput(f"name must be at most {MAX_NAME_CHARS} characters", field="name")
+    task_type = services.catalog.get(task)
+    decision_policy = DecisionPolicy.from_overrides(policy)
+    folder = resolve_model_folder(services, model)
+    predictor = services.models.get(folder).predictor
+    if set(predictor.labels) != set(task_type.labels):
+        raise InvalidInput(
+            f"the model predicts {sorted(predictor.labels)} "
+            f"but task {task!r} has labels {sorted(task_type.labels)}",
+            field="model",
+        )
+    project_id = services.label_studio.create_project(
+        title=f"dynaval: {name}"[:50], label_config=task_type.label_config, overlap=decision_policy.min_votes
+    )
+    webhook_id = services.label_studio.register_webhook(
+        project_id=project_id,
+        url=services.settings.public_url.rstrip("/") + "/webhooks/label-studio",
+        secret=services.settings.webhook_secret,
+    )
+    with services.database.unit_of_work() as session:
+        row = RoundRow(
+            name=name,
+            task_type=task,
+            model_dir=str(folder),
+            model_name=predictor.name,
+            model_hash=predictor.model_hash,
+            labels=list(task_type.labels),
+            policy=decision_policy.to_dict(),
+            label_studio_project_id=project_id,
+            label_studio_webhook_id=webhook_id,
+        )
+        session.add(row)
+        session.commit()
+        session.refresh(row)
+        return row
+
+
+def close_round(services: Services, round_id: int) -> RoundRow:
+    with services.database.unit_of_work() as session:
+        row = session.exec(select(RoundRow).where(RoundRow.id == round_id).with_for_update()).first()
+        if row is None:
+            raise NotFound(f"round {round_id} does not exist", field="round_id")
+        if row.state != "open":
+            raise Conflict(f"round {round_id} is already {row.state}", field="round_id")
+        row.state = "closed"
+        row.closed_at = utcnow()
+        session.add(row)
+        session.commit()
+        session.refresh(row)
+        return row
+
+
+def round_public(row: RoundRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "name": row.name,
+        "task": row.task_type,
+        "state": row.state,
+        "labels": list(row.labels),
+        "model": {"name": row.model_name, "folder": row.model_dir, "hash": row.model_hash},
+        "model_hash": row.model_hash,
+        "policy": dict(row.policy),
+        "rule_version": RULE_VERSION,
+        "label_studio_project_id": row.label_studio_project_id,
+        "created_at": row.created_at.isoformat(),
+        "closed_at": row.closed_at.isoformat() if row.closed_at else None,
+    }
+
+
+def list_rounds(services: Services) -> list[dict[str, Any]]:
+    with services.database.unit_of_work() as session:
+        rows = session.exec(select(RoundRow).order_by(col(RoundRow.id))).all()
+        return [round_public(r) for r in rows]
+
+
+def round_votes_by_item(session: Session, round_id: int) -> dict[str, list[str]]:
+    """Each candidate's current vote labels (one per annotator, latest non-cancelled)."""
+    rows = session.exec(
+        select(AnnotationRow).where(
+            AnnotationRow.round_id == round_id, col(AnnotationRow.was_cancelled).is_(False)
+        )
+    ).all()
+    grouped: dict[str, list[AnnotationRow]] = defaultdict(list)
+    for r in rows:
+        grouped[r.candidate_id].append(r)
+    return {
+        candidate_id: [v.label for v in current_votes(annotation_records_of(group)) if v.label is not None]
+        for candidate_id, group in grouped.items()
+    }
+
+
+def round_summary(services: Services, round_id: int) -> dict[str, Any]:
+    with services.database.unit_of_work() as session:
+        row = get_round(session, round_id)
+        grouped = session.exec(
+            select(CandidateRow.status, CandidateRow.fooled, func.count())
+            .where(CandidateRow.round_id == round_id)
+            .group_by(col(CandidateRow.status), col(CandidateRow.fooled))
+        ).all()
+        counts = round_counts({(status, bool(fooled)): int(n) for status, fooled, n in grouped})
+        alpha = nominal_alpha(round_votes_by_item(session, round_id), row.labels)
+        votes = session.exec(
+            select(func.count())
+            .select_from(AnnotationRow)
+            .where(AnnotationRow.round_id == round_id, col(AnnotationRow.was_cancelled).is_(False))
+        ).one()
+        return {
+            **round_public(row),
+            "counts": counts.to_dict(),
+            "mer": counts.mer,
+            "vmer": counts.vmer,
+            "annotations": int(votes),
+            "agreement": alpha.to_dict(),
+        }

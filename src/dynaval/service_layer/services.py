@@ -1,0 +1,65 @@
+"""The objects the use cases need, built once by :func:`dynaval.bootstrap.bootstrap`."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dynaval import __version__
+from dynaval.adapters.database import Database
+from dynaval.adapters.label_config import LabelConfigCatalog
+from dynaval.adapters.label_studio import LabelStudioGateway
+from dynaval.adapters.predictor import MicroBatcher, Predictor
+from dynaval.settings import Settings
+
+PredictorFactory = Callable[[Path], Predictor]
+
+
+@dataclass
+class ModelRegistry:
+    """Loaded models by folder and content hash, each behind its own micro-batcher."""
+
+    factory: PredictorFactory
+    max_batch: int = 32
+    max_wait_s: float = 0.005
+    _batchers: dict[Path, MicroBatcher] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, folder: Path) -> MicroBatcher:
+        key = folder.resolve()
+        with self._lock:
+            batcher = self._batchers.get(key)
+            if batcher is None:
+                batcher = MicroBatcher(
+                    self.factory(key), max_batch=self.max_batch, max_wait_s=self.max_wait_s
+                )
+                self._batchers[key] = batcher
+            return batcher
+
+    def get_path(self, folder: str | Path) -> MicroBatcher:
+        return self.get(Path(folder))
+
+    def close(self) -> None:
+        with self._lock:
+            for batcher in self._batchers.values():
+                batcher.close()
+            self._batchers.clear()
+
+
+@dataclass
+class Services:
+    settings: Settings
+    database: Database
+    catalog: LabelConfigCatalog
+    label_studio: LabelStudioGateway
+    models: ModelRegistry
+
+    def health(self) -> dict[str, object]:
+        """What ``GET /health`` reports: the service answers and its database does."""
+        return {"status": "ok", "database": self.database.ping(), "version": __version__}
+
+    def close(self) -> None:
+        self.models.close()
+        self.database.dispose()

@@ -1,0 +1,104 @@
+"""Settings: one class, read from ``DYNAVAL_*`` environment variables when the app is built.
+
+Nothing here is read at import time; :func:`dynaval.bootstrap.bootstrap` builds a ``Settings``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PLACEHOLDER_SECRETS = frozenset({"", "changeme", "change-me", "secret", "dev", "development", "placeholder"})
+
+
+def _default_data_dir() -> Path:
+    return Path.cwd() / ".dynaval"
+
+
+class Settings(BaseSettings):
+    """Every configurable value, with a sane default for one machine."""
+
+    model_config = SettingsConfigDict(env_prefix="DYNAVAL_", extra="ignore")
+
+    development: bool = Field(default=False, description="Allow placeholder secrets (never in production).")
+    data_dir: Path = Field(default_factory=_default_data_dir, description="SQLite file and models live here.")
+    database_url: str | None = Field(default=None, description="SQLAlchemy URL; default: SQLite in data_dir.")
+
+    label_studio_url: str = "http://127.0.0.1:8080"
+    label_studio_api_key: str = ""
+    label_studio_timeout_s: float = 30.0
+    public_url: str = Field(
+        default="http://127.0.0.1:8000", description="Base URL at which Label Studio reaches this service."
+    )
+
+    writer_tokens: list[str] = Field(default_factory=list, description="Comma-separated bearer tokens.")
+    lead_tokens: list[str] = Field(default_factory=list)
+    webhook_secret: str = ""
+    pseudonym_secret: str = ""
+    signing_secret: str = ""
+
+    default_model_dir: Path | None = Field(default=None, description="Model used for model='default'.")
+    label_config_dir: Path | None = Field(default=None, description="Folder of <task>.xml labelling configs.")
+
+    max_text_chars: int = 2000
+    max_body_bytes: int = 64 * 1024
+    batch_max_size: int = 32
+    batch_max_wait_ms: float = 5.0
+    background_interval_s: float = Field(
+        default=1.0, description="Push/escalation loop period; 0 turns it off."
+    )
+    reconcile_interval_s: float = Field(
+        default=300.0, description="Scheduled reconcile with Label Studio (lost webhooks); 0 turns it off."
+    )
+    push_batch_size: int = 500
+
+    @field_validator("writer_tokens", "lead_tokens", mode="before")
+    @classmethod
+    def _split_tokens(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [t.strip() for t in value.split(",") if t.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _refuse_placeholder_secrets(self) -> Settings:
+        if self.development:
+            return self
+        named = {
+            "DYNAVAL_WEBHOOK_SECRET": [self.webhook_secret],
+            "DYNAVAL_PSEUDONYM_SECRET": [self.pseudonym_secret],
+            "DYNAVAL_SIGNING_SECRET": [self.signing_secret],
+            "DYNAVAL_WRITER_TOKENS": self.writer_tokens or [""],
+            "DYNAVAL_LEAD_TOKENS": self.lead_tokens or [""],
+        }
+        weak = [name for name, values in named.items() if any(_is_placeholder(v) for v in values)]
+        if weak:
+            raise ValueError(
+                "set real secrets (at least 16 characters, not a placeholder) for "
+                + ", ".join(weak)
+                + ", or set DYNAVAL_DEVELOPMENT=true on a development machine"
+            )
+        return self
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.data_dir / 'dynaval.sqlite3'}"
+
+    @property
+    def resolved_default_model_dir(self) -> Path:
+        return self.default_model_dir or (self.data_dir / "models" / "sentiment-default")
+
+    @property
+    def resolved_label_config_dir(self) -> Path:
+        if self.label_config_dir:
+            return self.label_config_dir
+        # Repository checkout first (the label_config/ folder at the top), then the packaged copy.
+        repo_copy = Path(__file__).resolve().parents[2] / "label_config"
+        return repo_copy if repo_copy.is_dir() else Path(__file__).resolve().parent / "label_config"
+
+
+def _is_placeholder(value: str) -> bool:
+    return value.strip().lower() in PLACEHOLDER_SECRETS or len(value.strip()) < 16
