@@ -11,6 +11,9 @@ PYTHON="${PYTHON:-python3}"
 
 log() { printf '[dynaval] %s\n' "$*" >&2; }
 
+# pip, minus the noise of index locations that do not exist on this machine.
+_pip() { "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
+
 _hash_of() { sha256sum "$@" | sha256sum | cut -c1-16; }
 
 # The app's virtual environment at .venv, reinstalled only when pyproject.toml changes.
@@ -23,8 +26,8 @@ ensure_app_venv() {
   fi
   log "installing the app into $APP_VENV (first run: a few minutes)"
   [ -x "$APP_VENV/bin/python" ] || "$PYTHON" -m venv "$APP_VENV"
-  "$APP_VENV/bin/python" -m pip install --quiet --upgrade pip
-  "$APP_VENV/bin/python" -m pip install --quiet "torch==2.13.0" -e "$REPO_ROOT[dev]"
+  _pip "$APP_VENV/bin/python" -m pip install --quiet --upgrade pip
+  _pip "$APP_VENV/bin/python" -m pip install --quiet "torch==2.13.0" -e "$REPO_ROOT[dev]"
   echo "$want" > "$stamp"
 }
 
@@ -42,7 +45,22 @@ ensure_label_studio_venv() {
   rm -rf "$venv"
   mkdir -p "$LABEL_STUDIO_HOME"
   "$PYTHON" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --upgrade pip
-  "$venv/bin/python" -m pip install --quiet "label-studio==$LABEL_STUDIO_VERSION"
+  _pip "$venv/bin/python" -m pip install --quiet --upgrade pip
+  _pip "$venv/bin/python" -m pip install --quiet "label-studio==$LABEL_STUDIO_VERSION"
   touch "$venv/.dynaval-installed"
+}
+
+# The machine's PostgreSQL on 127.0.0.1:5432 (trust auth); started if it does not answer.
+ensure_postgres() {
+  if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+    return 0
+  fi
+  log "starting PostgreSQL on 127.0.0.1:5432"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n 1)" main start
+  for _ in $(seq 1 30); do
+    pg_isready -q -h 127.0.0.1 -p 5432 && return 0
+    sleep 1
+  done
+  log "PostgreSQL did not start on 127.0.0.1:5432"
+  return 1
 }

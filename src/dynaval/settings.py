@@ -6,9 +6,10 @@ Nothing here is read at import time; :func:`dynaval.bootstrap.bootstrap` builds 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 PLACEHOLDER_SECRETS = frozenset({"", "changeme", "change-me", "secret", "dev", "development", "placeholder"})
 
@@ -33,8 +34,12 @@ class Settings(BaseSettings):
         default="http://127.0.0.1:8000", description="Base URL at which Label Studio reaches this service."
     )
 
-    writer_tokens: list[str] = Field(default_factory=list, description="Comma-separated bearer tokens.")
-    lead_tokens: list[str] = Field(default_factory=list)
+    writer_tokens: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Comma-separated bearer tokens of writers."
+    )
+    lead_tokens: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Comma-separated bearer tokens of leads."
+    )
     webhook_secret: str = ""
     pseudonym_secret: str = ""
     signing_secret: str = ""
