@@ -63,7 +63,6 @@ def _push_under_lease(services: Services, round_id: int, progress: Callable[[int
         if round_row is None or round_row.label_studio_project_id is None:
             return 0
         project_id = round_row.label_studio_project_id
-        task_type = services.catalog.get(round_row.task_type)
         overlap = int(round_row.policy["min_votes"])
     while True:
         with services.database.unit_of_work() as session:
@@ -76,14 +75,12 @@ def _push_under_lease(services: Services, round_id: int, progress: Callable[[int
             if not batch:
                 return pushed
             retried = [c for c in batch if c.push_attempted_at is not None]
-            if retried:
-                existing = {
-                    t.candidate_id: t.task_id
-                    for t in services.label_studio.export_tasks(project_id=project_id, task_type=task_type)
-                    if t.candidate_id
-                }
-            else:
-                existing = {}
+            # An earlier attempt may have created tasks whose ids never came back: ask first.
+            existing = (
+                services.label_studio.find_tasks(project_id=project_id, candidate_ids=[c.id for c in retried])
+                if retried
+                else {}
+            )
             now = utcnow()
             fresh: list[CandidateRow] = []
             for candidate in batch:
