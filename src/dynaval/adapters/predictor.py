@@ -68,7 +68,7 @@ class TransformersPredictor:
             self._model = AutoModelForSequenceClassification.from_pretrained(
                 str(folder), local_files_only=True
             )
-        except (OSError, ValueError) as exc:
+        except Exception as exc:  # transformers and safetensors raise many kinds for a broken folder
             raise InvalidInput(f"cannot load the model in {folder}: {exc}", field="model") from exc
         self._model.eval()
         id2label = self._model.config.id2label

@@ -1,0 +1,191 @@
+"""The model in the loop through the real loading code: TransformersPredictor and MicroBatcher on
+tiny BERT classifiers built in the test session, and the default-model builder on a small budget."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from dynaval.adapters.label_config import LabelConfigCatalog
+from dynaval.adapters.predictor import MicroBatcher, Prediction, TransformersPredictor
+from dynaval.domain.errors import InvalidInput
+from dynaval.model_builder import SEED_LABELS, build_default_model, load_seed
+from tests.support.tiny_model import WORDS, build_tiny_model
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TEXTS = [
+    "the film was good",
+    "bad bad hotel",
+    "i love this phone !",
+    "worst day",
+    "the meeting is in the hotel room",
+    "great food but the service was poor",
+    "not so happy with the battery",
+    "the train",
+    "my best book , very good",
+    "they hate the update",
+    "the weather is awful and the flight was late",
+    "an excellent movie",
+]
+
+
+def sentiment_labels() -> tuple[str, ...]:
+    for folder in (REPO_ROOT / "label_config", REPO_ROOT / "src" / "dynaval" / "label_config"):
+        if (folder / "sentiment.xml").is_file():
+            return LabelConfigCatalog(folder).get("sentiment").labels
+    pytest.fail("label_config/sentiment.xml not found")
+
+
+def test_labels_come_from_the_model_config(tmp_path: Path) -> None:
+    folder = build_tiny_model(tmp_path / "model", labels=("neutral", "negative", "positive"))
+    predictor = TransformersPredictor(folder)
+    assert predictor.labels == ("neutral", "negative", "positive")
+    assert predictor.name == "model"
+
+
+def test_fixture_model_has_the_sentiment_labels(tiny_model_dir: Path, tiny_model_dir_mixed: Path) -> None:
+    assert TransformersPredictor(tiny_model_dir).labels == sentiment_labels()
+    assert TransformersPredictor(tiny_model_dir_mixed).labels == sentiment_labels()
+
+
+def test_model_hash_is_stable_and_follows_the_files(tiny_model_dir: Path, tmp_path: Path) -> None:
+    first = TransformersPredictor(tiny_model_dir).model_hash
+    assert first.startswith("sha256:")
+    assert TransformersPredictor(tiny_model_dir).model_hash == first
+
+    copy = shutil.copytree(tiny_model_dir, tmp_path / "copy")
+    assert TransformersPredictor(copy).model_hash == first  # content, not location
+    (copy / ".lock").write_text("hidden files do not count")
+    assert TransformersPredictor(copy).model_hash == first
+
+    config = copy / "config.json"
+    config.write_text(config.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    changed = TransformersPredictor(copy).model_hash
+    assert changed != first
+    assert TransformersPredictor(copy).model_hash == changed
+
+
+@pytest.mark.parametrize("label", ["positive", "negative", "neutral"])
+def test_an_always_model_predicts_its_label(tmp_path: Path, label: str) -> None:
+    predictor = TransformersPredictor(build_tiny_model(tmp_path / "model", always=label))
+    predictions = predictor.predict(TEXTS)
+    assert len(predictions) == len(TEXTS)
+    for prediction in predictions:
+        assert prediction.label == label
+        assert set(prediction.probabilities) == {"positive", "negative", "neutral"}
+        assert math.isclose(sum(prediction.probabilities.values()), 1.0, abs_tol=1e-5)
+        assert prediction.probabilities[label] == max(prediction.probabilities.values())
+
+
+def test_the_neutral_fixture_always_answers_neutral(tiny_model_dir: Path) -> None:
+    assert {p.label for p in TransformersPredictor(tiny_model_dir).predict(TEXTS)} == {"neutral"}
+
+
+def test_predict_of_nothing_is_nothing(tiny_model_dir: Path) -> None:
+    assert TransformersPredictor(tiny_model_dir).predict([]) == []
+
+
+def test_micro_batcher_matches_batch_one_and_batches(tiny_model_dir_mixed: Path) -> None:
+    predictor = TransformersPredictor(tiny_model_dir_mixed)
+    texts = [" ".join(WORDS[(i * 7 + j * 13) % len(WORDS)] for j in range(1 + i % 11)) for i in range(128)]
+    expected = [predictor.predict([text])[0] for text in texts]
+    assert len({p.label for p in expected}) > 1, "the mixed model should not answer one label only"
+
+    batcher = MicroBatcher(predictor, max_batch=32, max_wait_s=0.005)
+    threads_n = 32
+    results: dict[int, Prediction] = {}
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(threads_n)
+
+    def writer(worker: int) -> None:
+        try:
+            barrier.wait()
+            for index in range(worker, len(texts), threads_n):
+                results[index] = batcher.predict_one(texts[index])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(threads_n)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    finally:
+        batcher.close()
+    assert not errors
+    assert sorted(results) == list(range(len(texts)))
+    for index, prediction in results.items():
+        assert prediction.label == expected[index].label, texts[index]
+        for label, probability in prediction.probabilities.items():
+            assert math.isclose(probability, expected[index].probabilities[label], abs_tol=1e-4)
+    assert 0 < batcher.batches_run < len(texts)
+
+
+def test_a_folder_without_config_is_invalid_input(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InvalidInput) as info:
+        TransformersPredictor(tmp_path / "empty")
+    assert info.value.field == "model"
+
+
+def test_a_folder_with_a_broken_model_is_invalid_input(tiny_model_dir: Path, tmp_path: Path) -> None:
+    broken = shutil.copytree(tiny_model_dir, tmp_path / "broken")
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(InvalidInput) as info:
+        TransformersPredictor(broken)
+    assert info.value.field == "model"
+
+
+def test_seed_data_is_balanced_and_held_out_is_separate() -> None:
+    train, heldout = load_seed("train"), load_seed("heldout")
+    assert len(train) >= 420 and len(heldout) >= 90
+    for rows, minimum in ((train, 140), (heldout, 30)):
+        counts = {label: sum(1 for r in rows if r.label == label) for label in SEED_LABELS}
+        assert set(counts) == {r.label for r in rows}
+        assert min(counts.values()) >= minimum
+    train_texts = {r.text.casefold() for r in train}
+    assert len(train_texts) == len(train)
+    assert not train_texts & {r.text.casefold() for r in heldout}
+    assert set(SEED_LABELS) == set(sentiment_labels())
+    with pytest.raises(ValueError):
+        load_seed("../secrets")
+
+
+def test_build_default_model_rejects_other_labels(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="labels"):
+        build_default_model(tmp_path / "model", labels=("yes", "no"), log=lambda _: None)
+    assert not (tmp_path / "model").exists()
+
+
+def test_build_default_model_on_a_small_budget(tmp_path: Path) -> None:
+    labels = sentiment_labels()
+    out_dir = tmp_path / "models" / "sentiment-default"
+    out_dir.mkdir(parents=True)
+    (out_dir / "stale.txt").write_text("an older model is replaced whole")
+    lines: list[str] = []
+
+    report = build_default_model(out_dir, labels=labels, epochs=1, limit=48, max_seconds=45, log=lines.append)
+
+    assert report.out_dir == out_dir
+    assert report.labels == labels
+    assert report.train_examples == 48
+    assert report.heldout_examples == len(load_seed("heldout"))
+    assert 0.0 <= report.heldout_accuracy <= 1.0
+    assert set(report.per_label_accuracy) == set(labels)
+    assert report.seconds > 0 and lines
+    assert not (out_dir / "stale.txt").exists()
+    assert sorted(p.name for p in out_dir.parent.iterdir()) == ["sentiment-default"]  # no temp leftovers
+
+    predictor = TransformersPredictor(out_dir)
+    assert predictor.labels == labels
+    (prediction,) = predictor.predict(["The staff were wonderful and the room was spotless."])
+    assert prediction.label in labels
+    assert math.isclose(sum(prediction.probabilities.values()), 1.0, abs_tol=1e-5)
