@@ -79,7 +79,7 @@ def test_pseudonym_format_holds_for_any_text(secret: str, raw_id: str) -> None:
 MODEL_HASH = "sha256:" + "ab" * 32
 INPUTS = {"text": "The food was fine, I guess."}
 PREDICTION = "positive"
-PROBS = [0.7, 0.2, 0.1]
+PROBS = {"positive": 0.7, "negative": 0.2, "neutral": 0.1}
 
 
 def signed() -> str:
@@ -99,14 +99,24 @@ def test_signature_is_deterministic_and_independent_of_input_field_order() -> No
         SECRET, MODEL_HASH, reordered, "entailment", PROBS
     )
     assert signed() == signed()
+    reordered_probs = dict(reversed(list(PROBS.items())))
+    assert sign_prediction(SECRET, MODEL_HASH, INPUTS, PREDICTION, reordered_probs) == signed()
 
 
 def test_tampered_prediction_fails() -> None:
     assert not verify_prediction(SECRET, signed(), MODEL_HASH, INPUTS, "negative", PROBS)
 
 
-@pytest.mark.parametrize("probs", [[0.2, 0.7, 0.1], [0.7, 0.2], [0.7, 0.2, 0.1, 0.0], [0.71, 0.19, 0.1]])
-def test_tampered_probabilities_fail(probs: list[float]) -> None:
+@pytest.mark.parametrize(
+    "probs",
+    [
+        {"positive": 0.2, "negative": 0.7, "neutral": 0.1},
+        {"positive": 0.7, "negative": 0.2},
+        {"positive": 0.7, "negative": 0.2, "neutral": 0.1, "mixed": 0.0},
+        {"positive": 0.71, "negative": 0.19, "neutral": 0.1},
+    ],
+)
+def test_tampered_probabilities_fail(probs: dict[str, float]) -> None:
     assert not verify_prediction(SECRET, signed(), MODEL_HASH, INPUTS, PREDICTION, probs)
 
 
@@ -159,11 +169,11 @@ def test_non_ascii_secret_works() -> None:
 @given(
     text=st.text(),
     prediction=st.sampled_from(["positive", "negative", "neutral"]),
-    probs=st.lists(st.floats(0, 1), min_size=1, max_size=4),
+    probs=st.dictionaries(st.sampled_from(["positive", "negative", "neutral"]), st.floats(0, 1), min_size=1),
     other_text=st.text(),
 )
 def test_sign_verify_round_trip_and_text_tampering(
-    text: str, prediction: str, probs: list[float], other_text: str
+    text: str, prediction: str, probs: dict[str, float], other_text: str
 ) -> None:
     signature = sign_prediction(SECRET, MODEL_HASH, {"text": text}, prediction, probs)
     assert verify_prediction(SECRET, signature, MODEL_HASH, {"text": text}, prediction, probs)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 
 def pseudonym(secret: str, kind: str, raw_id: str) -> str:
@@ -19,21 +19,28 @@ def pseudonym(secret: str, kind: str, raw_id: str) -> str:
 
 
 def _prediction_message(
-    model_hash: str, inputs: Mapping[str, str], prediction: str, probabilities: Sequence[float]
+    model_hash: str, inputs: Mapping[str, str], prediction: str, probabilities: Mapping[str, float]
 ) -> bytes:
     payload = {
         "model_hash": model_hash,
         "inputs": dict(sorted(inputs.items())),
         "prediction": prediction,
-        "probabilities": [round(p, 6) for p in probabilities],
+        "probabilities": {label: round(p, 6) for label, p in sorted(probabilities.items())},
     }
     return json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def sign_prediction(
-    secret: str, model_hash: str, inputs: Mapping[str, str], prediction: str, probabilities: Sequence[float]
+    secret: str,
+    model_hash: str,
+    inputs: Mapping[str, str],
+    prediction: str,
+    probabilities: Mapping[str, float],
 ) -> str:
-    """HMAC over the model hash, the input fields and the model's answer."""
+    """HMAC over the model hash, the input fields and the model's answer (label and probabilities).
+
+    Keys are sorted before signing, so the order of ``inputs`` or ``probabilities`` never matters.
+    """
     message = _prediction_message(model_hash, inputs, prediction, probabilities)
     return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
@@ -44,7 +51,7 @@ def verify_prediction(
     model_hash: str,
     inputs: Mapping[str, str],
     prediction: str,
-    probabilities: Sequence[float],
+    probabilities: Mapping[str, float],
 ) -> bool:
     expected = sign_prediction(secret, model_hash, inputs, prediction, probabilities)
     return hmac.compare_digest(expected, signature)

@@ -99,7 +99,7 @@ def _store_score(
             model_hash,
             candidate.inputs,
             prediction.label,
-            list(prediction.probabilities.values()),
+            prediction.probabilities,
         )
         candidate.fooled = fooled
         candidate.scored_at = utcnow()
