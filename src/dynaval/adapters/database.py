@@ -53,7 +53,8 @@ class Database:
         try:
             yield session
         finally:
-            session.rollback()
+            # close() rolls back whatever was not committed; unlike rollback() it leaves the loaded
+            # objects readable (detached), so use cases can return them.
             session.close()
 
     def ping(self) -> str:
