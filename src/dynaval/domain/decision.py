@@ -170,5 +170,7 @@ def decide(
             Outcome.REJECTED, n, f"{writer_votes} of {n} votes for the writer's label; it can no longer win"
         )
     return make(
-        Outcome.ESCALATED, n + 1 + uncounted, f"votes disagree ({writer_votes} of {n} for the writer); one more asked"
+        Outcome.ESCALATED,
+        n + 1 + uncounted,
+        f"votes disagree ({writer_votes} of {n} for the writer); one more asked",
     )

@@ -21,11 +21,12 @@ class CommandError(Exception):
     """A failure the user can fix; the message says how."""
 
 
-def _settings() -> Any:
+def _settings(*, uses_secrets: bool = True) -> Any:
+    """The settings from the environment. A command that uses no secret does not require them."""
     from dynaval.settings import Settings
 
     try:
-        return Settings()
+        return Settings() if uses_secrets else Settings(development=True)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg'].removeprefix('Value error, ')}"
@@ -70,7 +71,7 @@ def cmd_build_default_model(args: argparse.Namespace) -> int:
     from dynaval.adapters.label_config import LabelConfigCatalog
     from dynaval.model_builder.default_model import build_default_model
 
-    settings = _settings()
+    settings = _settings(uses_secrets=False)
     out = Path(args.out) if args.out else settings.resolved_default_model_dir
     if out.exists() and not args.force:
         print(f"the default model is already built in {out} (use --force to rebuild)")

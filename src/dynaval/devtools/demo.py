@@ -1,0 +1,306 @@
+"""One simulated round against a real Label Studio and the real service (``scripts/demo``).
+
+Writers post candidates concurrently, four annotator users vote in Label Studio (most agree with
+the writers, some do not, two flag a spam text), disagreements are escalated and settled, and the
+round dataset is exported. Both servers then stay up, with their URLs and credentials printed,
+until Ctrl-C (or stop at once with ``--exit``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from dynaval.devtools.label_studio_server import (
+    DEFAULT_ANNOTATOR_PASSWORD,
+    LabelStudioServer,
+    free_port,
+    port_is_free,
+    repo_root,
+)
+
+ANNOTATOR_ACCURACY = (0.95, 0.85, 0.8, 0.75)
+"""How often each simulated annotator picks the writer's label (seeded, so runs repeat)."""
+
+SPAM = "Buy cheap watches now at my shop, best prices, click the link!!!"
+
+CANDIDATES: list[tuple[str, str]] = [
+    ("I expected to hate it, and yet I loved every minute.", "positive"),
+    ("Not bad at all, honestly better than the original.", "positive"),
+    ("The food was so good I forgot to complain about the wait.", "positive"),
+    ("I can't say I didn't enjoy it.", "positive"),
+    ("Hard to find anything wrong with this phone.", "positive"),
+    ("The reviews said awful, but they were wrong.", "positive"),
+    ("Crème brûlée to die for, merci! 😍", "positive"),
+    ("这部电影比我想象的好多了。", "positive"),
+    ("Great, another update that breaks everything.", "negative"),
+    ("What a wonderful way to waste two hours.", "negative"),
+    ("The hotel was lovely, if you like cockroaches.", "negative"),
+    ("Oh sure, the delivery was only three weeks late.", "negative"),
+    ("I wanted to like it, I really did.", "negative"),
+    ("The best thing about the film was the ending, because it ended.", "negative"),
+    ("Five stars for the packaging, zero for what was inside.", "negative"),
+    ("Nothing works, but the logo is pretty.", "negative"),
+    ("The meeting was moved from Tuesday to Thursday.", "neutral"),
+    ("The package weighs two kilograms.", "neutral"),
+    ("The film is two hours long and in French.", "neutral"),
+    ("The store opens at nine on weekdays.", "neutral"),
+    ("The phone comes in black and silver.", "neutral"),
+    ("It was the third sequel in the series.", "neutral"),
+    ("Terrible weather, but the concert was amazing.", "positive"),
+    ("Amazing views, shame about the food poisoning.", "negative"),
+    (SPAM, "positive"),
+]
+WRITERS = ("writer-ana", "writer-bo", "writer-carmen", "writer-dev")
+
+
+class DemoError(Exception):
+    pass
+
+
+def _wait(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise DemoError(f"timed out waiting for {what}")
+
+
+def _pick_port(preferred: int) -> int:
+    return preferred if port_is_free(preferred) else free_port()
+
+
+class Service:
+    """The dynaval service under gunicorn (the deployable in service/), as a child process."""
+
+    def __init__(self, env: dict[str, str], port: int, log_path: Path) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self._log = log_path.open("ab")
+        gunicorn = Path(sys.executable).with_name("gunicorn")
+        self._process = subprocess.Popen(
+            [str(gunicorn), "-c", str(repo_root() / "service" / "gunicorn.conf.py")],
+            env={**env, "DYNAVAL_BIND": f"127.0.0.1:{port}"},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_healthy(self) -> None:
+        def up() -> bool:
+            if self._process.poll() is not None:
+                raise DemoError("the dynaval service exited at start; see .dynaval/demo/service.log")
+            try:
+                return httpx.get(self.url + "/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        _wait("the dynaval service", up, timeout_s=120)
+
+    def stop(self) -> None:
+        if self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+        self._log.close()
+
+
+def run_round(service_url: str, lead: str, writer: str, server: LabelStudioServer) -> dict[str, Any]:
+    annotators = server.create_annotators(4)
+    rng = random.Random(7)
+    api = httpx.Client(base_url=service_url, timeout=60)
+
+    def call(method: str, path: str, token: str, **kwargs: Any) -> Any:
+        response = api.request(method, path, headers={"Authorization": f"Bearer {token}"}, **kwargs)
+        if response.status_code >= 400:
+            raise DemoError(f"{method} {path} answered {response.status_code}: {response.text}")
+        return response.json()
+
+    round_body = call("POST", "/api/rounds", lead, json={"name": "demo round 1", "task": "sentiment"})
+    round_id = round_body["id"]
+
+    def submit(item: tuple[int, tuple[str, str]]) -> dict[str, Any]:
+        index, (text, label) = item
+        body = {"text": text, "writer_label": label, "writer_id": WRITERS[index % len(WRITERS)]}
+        result: dict[str, Any] = call("POST", f"/api/rounds/{round_id}/candidates", writer, json=body)
+        return result
+
+    with ThreadPoolExecutor(max_workers=8) as pool:  # several writers at once: micro-batched
+        submitted = list(pool.map(submit, enumerate(CANDIDATES)))
+    fooled = [c for c in submitted if c["fooled"]]
+    writer_label = {c["id"]: label for c, (_, label) in zip(submitted, CANDIDATES, strict=True)}
+    texts = {c["id"]: text for c, (text, _) in zip(submitted, CANDIDATES, strict=True)}
+
+    def candidate(cid: str) -> dict[str, Any]:
+        result: dict[str, Any] = call("GET", f"/api/candidates/{cid}", lead)
+        return result
+
+    _wait(
+        "the pushes to Label Studio", lambda: all(candidate(c["id"])["label_studio_task_id"] for c in fooled)
+    )
+
+    def vote(cid: str, who: int) -> None:
+        task_id = candidate(cid)["label_studio_task_id"]
+        truth = writer_label[cid]
+        if texts[cid] == SPAM:
+            server.annotate(task_id, annotators[who].id, None, flag_reason="spam, not a real example")
+            return
+        if rng.random() < ANNOTATOR_ACCURACY[who]:
+            label = truth
+        else:
+            label = rng.choice([lab for lab in round_body["labels"] if lab != truth])
+        server.annotate(task_id, annotators[who].id, label, lead_time_s=round(rng.uniform(3, 30), 1))
+
+    for c in fooled:
+        vote(c["id"], 0)
+        vote(c["id"], 1)
+    ever_escalated: set[str] = set()
+    for who in (2, 3):
+        waiting = [c["id"] for c in fooled if candidate(c["id"])["status"] in ("escalated", "in_validation")]
+        ever_escalated.update(cid for cid in waiting if candidate(cid)["status"] == "escalated")
+        time.sleep(2)  # let the background worker raise the tasks' overlap in Label Studio
+        for cid in waiting:
+            vote(cid, who)
+    call("POST", f"/api/rounds/{round_id}/sync", lead)
+    summary: dict[str, Any] = call("GET", f"/api/rounds/{round_id}", lead)
+    for c in fooled:
+        if any(h["outcome"] == "escalated" for h in candidate(c["id"])["history"]):
+            ever_escalated.add(c["id"])
+    summary["ever_escalated"] = len(ever_escalated)
+    summary["annotators"] = [{"email": a.email, "id": a.id} for a in annotators]
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/demo", description=__doc__)
+    parser.add_argument("--exit", action="store_true", help="stop both servers after the round")
+    parser.add_argument("--port", type=int, default=8000, help="the service's port (default 8000, else free)")
+    parser.add_argument("--label-studio-port", type=int, default=8080)
+    args = parser.parse_args(argv)
+
+    demo_dir = repo_root() / ".dynaval" / "demo"
+    shutil.rmtree(demo_dir, ignore_errors=True)  # every demo starts from a clean round
+    demo_dir.mkdir(parents=True)
+    lead, writer = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+    service_port = _pick_port(args.port)
+    env = {
+        **os.environ,
+        "DYNAVAL_DATA_DIR": str(repo_root() / ".dynaval"),
+        "DYNAVAL_DATABASE_URL": f"sqlite:///{demo_dir / 'dynaval.sqlite3'}",
+        "DYNAVAL_LEAD_TOKENS": lead,
+        "DYNAVAL_WRITER_TOKENS": writer,
+        "DYNAVAL_WEBHOOK_SECRET": secrets.token_urlsafe(24),
+        "DYNAVAL_PSEUDONYM_SECRET": secrets.token_urlsafe(24),
+        "DYNAVAL_SIGNING_SECRET": secrets.token_urlsafe(24),
+        "DYNAVAL_PUBLIC_URL": f"http://127.0.0.1:{service_port}",
+        "HF_HUB_OFFLINE": "1",
+    }
+    server = LabelStudioServer(data_dir=demo_dir / "label-studio", port=_pick_port(args.label_studio_port))
+    service: Service | None = None
+    try:
+        print("starting Label Studio ...", flush=True)
+        server.start()
+        env["DYNAVAL_LABEL_STUDIO_URL"] = server.url
+        env["DYNAVAL_LABEL_STUDIO_API_KEY"] = server.api_key
+        print("starting the dynaval service ...", flush=True)
+        service = Service(env, service_port, demo_dir / "service.log")
+        service.wait_healthy()
+        print("running one simulated round ...", flush=True)
+        summary = run_round(service.url, lead, writer, server)
+        out = demo_dir / f"round-{summary['id']}.jsonl"
+        exported = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dynaval.entrypoints.cli",
+                "export",
+                "--round",
+                str(summary["id"]),
+                "--format",
+                "jsonl",
+                "--out",
+                str(out),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if exported.returncode != 0:
+            raise DemoError(f"export failed: {exported.stderr.strip()}")
+        print_summary(summary, out)
+        print_access(service.url, server, summary, lead, writer)
+        if not args.exit:
+            print("\nBoth servers keep running; press Ctrl-C to stop them.", flush=True)
+            signal.signal(signal.SIGTERM, _interrupt)
+            while True:
+                time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    except DemoError as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if service is not None:
+            service.stop()
+        server.stop()
+    return 0
+
+
+def print_summary(summary: dict[str, Any], out: Path) -> None:
+    counts = summary["counts"]
+    by_status = counts["by_status"]
+    agreement = summary["agreement"]
+    alpha = agreement["alpha"]
+    alpha_text = f"{alpha:.3f}" if alpha is not None else f"undefined ({agreement['undefined_reason']})"
+    print("\n=== round summary ===")
+    rows = [
+        ("candidates", counts["collected"]),
+        ("fooled the model", counts["fooled"]),
+        ("accepted", by_status.get("accepted", 0)),
+        ("rejected", by_status.get("rejected", 0)),
+        ("escalated (needed a third vote)", summary["ever_escalated"]),
+        ("flagged for a lead", by_status.get("flagged", 0)),
+        ("still in validation", counts["still_in_validation"]),
+        ("MER / VMER", f"{summary['mer']:.2f} / {summary['vmer']:.2f}"),
+        ("round alpha (nominal)", alpha_text),
+    ]
+    for name, value in rows:
+        print(f"  {name:<34} {value}")
+    print(f"\nround dataset: {out}")
+
+
+def print_access(
+    service_url: str, server: LabelStudioServer, summary: dict[str, Any], lead: str, writer: str
+) -> None:
+    print("\n=== running ===")
+    print(f"  dynaval service   {service_url}   (API: {service_url}/openapi.json)")
+    print(f"    lead token      {lead}")
+    print(f"    writer token    {writer}")
+    print(f"  Label Studio      {server.url}")
+    print(f"    admin           {server.admin_email} / {server.admin_password}")
+    for annotator in summary["annotators"]:
+        print(f"    annotator       {annotator['email']} / {DEFAULT_ANNOTATOR_PASSWORD}")
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    sys.exit(main())
