@@ -32,37 +32,40 @@ from dynaval.devtools.label_studio_server import (
     repo_root,
 )
 
-ANNOTATOR_ACCURACY = (0.95, 0.85, 0.8, 0.75)
+ANNOTATOR_ACCURACY = (0.9, 0.8, 0.8, 0.75)
 """How often each simulated annotator picks the writer's label (seeded, so runs repeat)."""
 
 SPAM = "Buy cheap watches now at my shop, best prices, click the link!!!"
 
-CANDIDATES: list[tuple[str, str]] = [
-    ("I expected to hate it, and yet I loved every minute.", "positive"),
-    ("Not bad at all, honestly better than the original.", "positive"),
-    ("The food was so good I forgot to complain about the wait.", "positive"),
-    ("I can't say I didn't enjoy it.", "positive"),
-    ("Hard to find anything wrong with this phone.", "positive"),
-    ("The reviews said awful, but they were wrong.", "positive"),
-    ("Crème brûlée to die for, merci! 😍", "positive"),
-    ("这部电影比我想象的好多了。", "positive"),
-    ("Great, another update that breaks everything.", "negative"),
-    ("What a wonderful way to waste two hours.", "negative"),
-    ("The hotel was lovely, if you like cockroaches.", "negative"),
-    ("Oh sure, the delivery was only three weeks late.", "negative"),
-    ("I wanted to like it, I really did.", "negative"),
-    ("The best thing about the film was the ending, because it ended.", "negative"),
-    ("Five stars for the packaging, zero for what was inside.", "negative"),
-    ("Nothing works, but the logo is pretty.", "negative"),
-    ("The meeting was moved from Tuesday to Thursday.", "neutral"),
-    ("The package weighs two kilograms.", "neutral"),
-    ("The film is two hours long and in French.", "neutral"),
-    ("The store opens at nine on weekdays.", "neutral"),
-    ("The phone comes in black and silver.", "neutral"),
-    ("It was the third sequel in the series.", "neutral"),
-    ("Terrible weather, but the concert was amazing.", "positive"),
-    ("Amazing views, shame about the food poisoning.", "negative"),
-    (SPAM, "positive"),
+# (text, the writer's label, the label careful annotators would give; None: not a real example)
+CANDIDATES: list[tuple[str, str, str | None]] = [
+    ("I expected to hate it, and yet I loved every minute.", "positive", "positive"),
+    ("Not bad at all, honestly better than the original.", "positive", "positive"),
+    ("The food was so good I forgot to complain about the wait.", "positive", "positive"),
+    ("I can't say I didn't enjoy it.", "positive", "positive"),
+    ("Hard to find anything wrong with this phone.", "positive", "positive"),
+    ("The reviews said awful, but they were wrong.", "positive", "positive"),
+    ("Crème brûlée to die for, merci! 😍", "positive", "positive"),
+    ("这部电影比我想象的好多了。", "positive", "positive"),
+    ("Great, another update that breaks everything.", "negative", "negative"),
+    ("What a wonderful way to waste two hours.", "negative", "negative"),
+    ("The hotel was lovely, if you like cockroaches.", "negative", "negative"),
+    ("Oh sure, the delivery was only three weeks late.", "negative", "negative"),
+    ("I wanted to like it, I really did.", "negative", "negative"),
+    ("The best thing about the film was the ending, because it ended.", "negative", "negative"),
+    ("Five stars for the packaging, zero for what was inside.", "negative", "negative"),
+    ("Nothing works, but the logo is pretty.", "negative", "negative"),
+    ("The meeting was moved from Tuesday to Thursday.", "neutral", "neutral"),
+    ("The film is two hours long and in French.", "neutral", "neutral"),
+    ("The store opens at nine on weekdays.", "neutral", "neutral"),
+    ("Terrible weather, but the concert was amazing.", "positive", "positive"),
+    ("Amazing views, shame about the food poisoning.", "negative", "negative"),
+    # Writers who are wrong about their own example: validators should reject these.
+    ("The package weighs two kilograms.", "negative", "neutral"),
+    ("The phone comes in black and silver.", "positive", "neutral"),
+    ("It was the third sequel in the series.", "negative", "neutral"),
+    ("The staff were friendly and the room was spotless.", "negative", "positive"),
+    (SPAM, "negative", None),
 ]
 WRITERS = ("writer-ana", "writer-bo", "writer-carmen", "writer-dev")
 
@@ -134,8 +137,8 @@ def run_round(service_url: str, lead: str, writer: str, server: LabelStudioServe
     round_body = call("POST", "/api/rounds", lead, json={"name": "demo round 1", "task": "sentiment"})
     round_id = round_body["id"]
 
-    def submit(item: tuple[int, tuple[str, str]]) -> dict[str, Any]:
-        index, (text, label) = item
+    def submit(item: tuple[int, tuple[str, str, str | None]]) -> dict[str, Any]:
+        index, (text, label, _) = item
         body = {"text": text, "writer_label": label, "writer_id": WRITERS[index % len(WRITERS)]}
         result: dict[str, Any] = call("POST", f"/api/rounds/{round_id}/candidates", writer, json=body)
         return result
@@ -143,8 +146,7 @@ def run_round(service_url: str, lead: str, writer: str, server: LabelStudioServe
     with ThreadPoolExecutor(max_workers=8) as pool:  # several writers at once: micro-batched
         submitted = list(pool.map(submit, enumerate(CANDIDATES)))
     fooled = [c for c in submitted if c["fooled"]]
-    writer_label = {c["id"]: label for c, (_, label) in zip(submitted, CANDIDATES, strict=True)}
-    texts = {c["id"]: text for c, (text, _) in zip(submitted, CANDIDATES, strict=True)}
+    truth = {c["id"]: item[2] for c, item in zip(submitted, CANDIDATES, strict=True)}
 
     def candidate(cid: str) -> dict[str, Any]:
         result: dict[str, Any] = call("GET", f"/api/candidates/{cid}", lead)
@@ -156,14 +158,14 @@ def run_round(service_url: str, lead: str, writer: str, server: LabelStudioServe
 
     def vote(cid: str, who: int) -> None:
         task_id = candidate(cid)["label_studio_task_id"]
-        truth = writer_label[cid]
-        if texts[cid] == SPAM:
+        right = truth[cid]
+        if right is None:
             server.annotate(task_id, annotators[who].id, None, flag_reason="spam, not a real example")
             return
         if rng.random() < ANNOTATOR_ACCURACY[who]:
-            label = truth
+            label = right
         else:
-            label = rng.choice([lab for lab in round_body["labels"] if lab != truth])
+            label = rng.choice([lab for lab in round_body["labels"] if lab != right])
         server.annotate(task_id, annotators[who].id, label, lead_time_s=round(rng.uniform(3, 30), 1))
 
     for c in fooled:
@@ -247,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         print_access(service.url, server, summary, lead, writer)
         if not args.exit:
             print("\nBoth servers keep running; press Ctrl-C to stop them.", flush=True)
+            # Explicit handlers: a shell starting us in the background would leave SIGINT ignored.
+            signal.signal(signal.SIGINT, _interrupt)
             signal.signal(signal.SIGTERM, _interrupt)
             while True:
                 time.sleep(3600)
