@@ -45,6 +45,9 @@ def test_all_fields_can_be_overridden_and_round_trip_through_to_dict() -> None:
         "accept_share": 0.75,
         "flag_votes": 3,
         "validate_non_fooling": True,
+        "gold_rate": 0.2,
+        "gold_min_items": 3,
+        "gold_min_accuracy": 0.8,
     }
     policy = DecisionPolicy.from_overrides(overrides)
     assert policy.to_dict() == overrides
@@ -61,6 +64,13 @@ def test_integer_accept_share_is_taken_as_a_number() -> None:
     ("overrides", "field"),
     [
         ({"min_votes": 0}, "policy.min_votes"),
+        ({"gold_rate": 0.6}, "policy.gold_rate"),
+        ({"gold_rate": -0.1}, "policy.gold_rate"),
+        ({"gold_rate": "often"}, "policy.gold_rate"),
+        ({"gold_min_items": 0}, "policy.gold_min_items"),
+        ({"gold_min_items": 2.5}, "policy.gold_min_items"),
+        ({"gold_min_accuracy": 1.5}, "policy.gold_min_accuracy"),
+        ({"gold_min_accuracy": True}, "policy.gold_min_accuracy"),
         ({"min_votes": -1}, "policy.min_votes"),
         ({"min_votes": MAX_VOTES_LIMIT + 1, "max_votes": MAX_VOTES_LIMIT + 1}, "policy.min_votes"),
         ({"min_votes": "2"}, "policy.min_votes"),

@@ -13,6 +13,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def as_utc(value: datetime) -> datetime:
+    """SQLite hands datetimes back without a zone; they were stored as UTC."""
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
 class RoundRow(SQLModel, table=True):
     __tablename__ = "round"
 
@@ -94,4 +99,70 @@ class DecisionRow(SQLModel, table=True):
     ballots: list[dict[str, Any]] = Field(sa_column=Column(JSON, nullable=False))
     figures: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
     cause: str = Field(max_length=20)
+    made_at: datetime = Field(default_factory=utcnow)
+
+
+class GoldItemRow(SQLModel, table=True):
+    """An item with a known label, mixed into a round's Label Studio project to check annotators.
+
+    Its task looks exactly like a candidate's (``candidate_id`` and the text), so annotators cannot
+    tell them apart.
+    """
+
+    __tablename__ = "gold_item"
+    __table_args__ = (UniqueConstraint("label_studio_task_id", name="uq_gold_item_ls_task"),)
+
+    id: str = Field(primary_key=True, max_length=36)
+    round_id: int = Field(foreign_key="round.id", index=True)
+    inputs: dict[str, str] = Field(sa_column=Column(JSON, nullable=False))
+    label: str = Field(max_length=100)
+    created_at: datetime = Field(default_factory=utcnow)
+    push_attempted_at: datetime | None = None
+    pushed_at: datetime | None = None
+    label_studio_task_id: int | None = Field(default=None, sa_type=BigInteger)
+
+
+class GoldAnswerRow(SQLModel, table=True):
+    """One Label Studio annotation of a gold item (kept apart from candidate annotations)."""
+
+    __tablename__ = "gold_answer"
+
+    id: int = Field(primary_key=True, sa_type=BigInteger)
+    gold_item_id: str = Field(foreign_key="gold_item.id", index=True, max_length=36)
+    round_id: int = Field(foreign_key="round.id", index=True)
+    annotator_id: str = Field(max_length=64)
+    label: str | None = Field(default=None, max_length=100)
+    was_cancelled: bool = False
+    updated_at: datetime
+    received_at: datetime = Field(default_factory=utcnow)
+
+
+class AnnotatorStatusRow(SQLModel, table=True):
+    """Whether an annotator's votes count in a round; changed by the gold rule or by a lead."""
+
+    __tablename__ = "annotator_status"
+
+    round_id: int = Field(foreign_key="round.id", primary_key=True)
+    annotator_id: str = Field(primary_key=True, max_length=64)
+    excluded: bool = False
+    decided_by: str = Field(max_length=16)
+    """``gold`` (the automatic rule) or ``lead`` (a lead's decision, which the rule then leaves alone)."""
+    reason: str = Field(sa_column=Column(Text, nullable=False))
+    changed_at: datetime = Field(default_factory=utcnow)
+
+
+class ExclusionEventRow(SQLModel, table=True):
+    """The log of every exclusion and reinstatement: who, when, why, and the gold figures then."""
+
+    __tablename__ = "exclusion_event"
+
+    id: int | None = Field(default=None, primary_key=True)
+    round_id: int = Field(foreign_key="round.id", index=True)
+    annotator_id: str = Field(max_length=64)
+    excluded: bool
+    decided_by: str = Field(max_length=16)
+    reason: str = Field(sa_column=Column(Text, nullable=False))
+    gold_correct: int
+    gold_total: int
+    decisions_changed: int = 0
     made_at: datetime = Field(default_factory=utcnow)

@@ -12,6 +12,7 @@ RULE_VERSION = "dynaval-majority/1"
 """Version of the decision rule in :mod:`dynaval.domain.decision`; bump on any change of behaviour."""
 
 MAX_VOTES_LIMIT = 15
+_FLOAT_FIELDS = frozenset({"accept_share", "gold_rate", "gold_min_accuracy"})
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,9 @@ class DecisionPolicy:
     - ``accept_share``: share of the votes the writer's label needs once votes are complete.
     - ``flag_votes``: this many flags send the candidate to a lead.
     - ``validate_non_fooling``: also validate candidates that did not fool the model.
+    - ``gold_rate``: share of the tasks pushed to Label Studio that are gold items (0 turns gold off).
+    - ``gold_min_items``: gold answers an annotator gives before the gold rule may exclude them.
+    - ``gold_min_accuracy``: below this gold accuracy an annotator's votes stop counting.
     """
 
     min_votes: int = 2
@@ -30,6 +34,9 @@ class DecisionPolicy:
     accept_share: float = 2 / 3
     flag_votes: int = 2
     validate_non_fooling: bool = False
+    gold_rate: float = 0.1
+    gold_min_items: int = 5
+    gold_min_accuracy: float = 0.7
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_votes <= MAX_VOTES_LIMIT:
@@ -45,6 +52,13 @@ class DecisionPolicy:
             raise InvalidInput(
                 f"flag_votes must be between 1 and {MAX_VOTES_LIMIT}", field="policy.flag_votes"
             )
+
+        if not 0 <= self.gold_rate <= 0.5:
+            raise InvalidInput("gold_rate must be between 0 and 0.5", field="policy.gold_rate")
+        if not 1 <= self.gold_min_items <= 1000:
+            raise InvalidInput("gold_min_items must be between 1 and 1000", field="policy.gold_min_items")
+        if not 0 <= self.gold_min_accuracy <= 1:
+            raise InvalidInput("gold_min_accuracy must be between 0 and 1", field="policy.gold_min_accuracy")
 
     @property
     def accept_fraction(self) -> Fraction:
@@ -71,7 +85,7 @@ class DecisionPolicy:
             if key == "validate_non_fooling":
                 if not isinstance(value, bool):
                     raise InvalidInput("must be true or false", field=f"policy.{key}")
-            elif key == "accept_share":
+            elif key in _FLOAT_FIELDS:
                 if isinstance(value, bool) or not isinstance(value, int | float):
                     raise InvalidInput("must be a number", field=f"policy.{key}")
                 value = float(value)

@@ -78,7 +78,7 @@ def cmd_build_default_model(args: argparse.Namespace) -> int:
         return 0
     labels = LabelConfigCatalog(settings.resolved_label_config_dir).get("sentiment").labels
     report = build_default_model(out, labels=labels, epochs=args.epochs, seed=args.seed)
-    print(json.dumps(report.to_dict(), indent=2) if hasattr(report, "to_dict") else report)
+    print(report.summary())
     return 0
 
 
@@ -120,6 +120,39 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_jsonl(path: Path) -> list[Any]:
+    items = []
+    try:
+        with path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    items.append(json.loads(line))
+                except ValueError:
+                    raise CommandError(
+                        f"{path}:{number}: not JSON; each line must be one JSON object"
+                    ) from None
+    except UnicodeDecodeError:
+        raise CommandError(f"{path} is not UTF-8 text") from None
+    return items
+
+
+def cmd_gold_add(args: argparse.Namespace) -> int:
+    from dynaval.service_layer.gold import add_gold_items
+
+    items = _read_jsonl(Path(args.file))
+    if not items:
+        raise CommandError(f'{args.file} holds no items; write one {{"text": ..., "label": ...}} per line')
+    services = _services()
+    try:
+        ids = add_gold_items(services, round_id=args.round, items=items)
+    finally:
+        services.close()
+    print(f"added {len(ids)} gold items to round {args.round}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dynaval",
@@ -151,6 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
     sync = commands.add_parser("sync", help="push, reconcile every annotation from Label Studio, escalate")
     sync.add_argument("--round", type=int, required=True, help="round id")
     sync.set_defaults(run=cmd_sync)
+
+    gold = commands.add_parser("gold", help="gold items (known labels) that check annotators")
+    gold_commands = gold.add_subparsers(dest="gold_command", required=True, metavar="GOLD_COMMAND")
+    gold_add = gold_commands.add_parser("add", help="upload gold items from a JSONL file of {text, label}")
+    gold_add.add_argument("--round", type=int, required=True, help="round id")
+    gold_add.add_argument("file", help='JSONL file, one {"text": ..., "label": ...} object per line')
+    gold_add.set_defaults(run=cmd_gold_add)
 
     export = commands.add_parser("export", help="write a round dataset (accepted examples with provenance)")
     export.add_argument("--round", type=int, required=True, help="round id")

@@ -15,8 +15,8 @@ from dynaval.adapters.label_studio import WEBHOOK_SECRET_HEADER
 from dynaval.domain.errors import InvalidInput
 from dynaval.entrypoints.auth import Role, requires
 from dynaval.entrypoints.openapi import documented
-from dynaval.entrypoints.schemas import CandidateCreate, RoundCreate
-from dynaval.service_layer import candidates, dataset, rounds, votes
+from dynaval.entrypoints.schemas import CandidateCreate, ExclusionChange, GoldUpload, RoundCreate
+from dynaval.service_layer import annotators, candidates, dataset, gold, rounds, votes
 from dynaval.service_layer.services import Services
 
 api = Blueprint("api", __name__)
@@ -186,3 +186,51 @@ def label_studio_webhook() -> Any:
     votes.check_webhook_secret(services, request.headers.get(WEBHOOK_SECRET_HEADER))
     result = votes.ingest_webhook(services, request.get_json(silent=True))
     return jsonify(result.to_dict())
+
+
+@api.post("/api/rounds/<int:round_id>/gold")
+@documented(
+    summary="Upload gold items (known labels) to mix into the round's Label Studio project",
+    body=GoldUpload,
+    responses={201: "Created", 404: "No such round", 413: "Text too long", 422: "Invalid field"},
+)
+@requires(Role.LEAD)
+def upload_gold(round_id: int) -> Any:
+    ids = gold.add_gold_items(_services(), round_id=round_id, items=_json_body().get("items"))
+    return jsonify({"created": len(ids), "ids": ids}), 201
+
+
+@api.get("/api/rounds/<int:round_id>/annotators")
+@documented(
+    summary="Per annotator: votes, gold accuracy, exclusion", responses={200: "OK", 404: "No such round"}
+)
+@requires(Role.LEAD)
+def round_annotators(round_id: int) -> Any:
+    return jsonify({"annotators": annotators.annotators_report(_services(), round_id)})
+
+
+@api.post("/api/rounds/<int:round_id>/annotators/<annotator>/exclusion")
+@documented(
+    summary="A lead excludes or reinstates an annotator; affected decisions are recomputed",
+    body=ExclusionChange,
+    responses={200: "OK", 404: "No such round or annotator", 422: "Invalid field"},
+)
+@requires(Role.LEAD)
+def change_exclusion(round_id: int, annotator: str) -> Any:
+    body = _json_body()
+    return jsonify(
+        gold.set_exclusion_by_lead(
+            _services(),
+            round_id=round_id,
+            annotator=annotator,
+            excluded=body.get("excluded"),
+            reason=body.get("reason"),
+        )
+    )
+
+
+@api.get("/api/rounds/<int:round_id>/exclusions")
+@documented(summary="The log of exclusions and reinstatements", responses={200: "OK", 404: "No such round"})
+@requires(Role.LEAD)
+def exclusion_log(round_id: int) -> Any:
+    return jsonify({"events": gold.exclusion_log(_services(), round_id)})

@@ -20,6 +20,13 @@ class PolicyOverrides(BaseModel):
     validate_non_fooling: bool = Field(
         default=False, description="Also validate candidates that did not fool."
     )
+    gold_rate: float = Field(default=0.1, ge=0, le=0.5, description="Share of pushed tasks that are gold.")
+    gold_min_items: int = Field(
+        default=5, ge=1, le=1000, description="Gold answers before exclusion may apply."
+    )
+    gold_min_accuracy: float = Field(
+        default=0.7, ge=0, le=1, description="Below this gold accuracy an annotator's votes stop counting."
+    )
 
 
 class RoundCreate(BaseModel):
@@ -41,3 +48,23 @@ class CandidateCreate(BaseModel):
     text: str = Field(min_length=1, max_length=2000)
     writer_label: str = Field(description="The label the writer says the text truly has.")
     writer_id: str = Field(min_length=1, max_length=200)
+
+
+class GoldItem(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    text: str = Field(min_length=1, max_length=2000)
+    label: str = Field(description="The known label; one of the round's labels.")
+
+
+class GoldUpload(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[GoldItem] = Field(min_length=1, max_length=1000)
+
+
+class ExclusionChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    excluded: bool
+    reason: str = Field(min_length=1, max_length=2000)

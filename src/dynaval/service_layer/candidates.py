@@ -21,18 +21,22 @@ from dynaval.service_layer.services import Services
 MAX_WRITER_ID_CHARS = 200
 
 
-def _validated_inputs(services: Services, round_row: RoundRow, body: dict[str, Any]) -> dict[str, str]:
+def validated_inputs(
+    services: Services, round_row: RoundRow, body: dict[str, Any], *, field_prefix: str = ""
+) -> dict[str, str]:
+    """The task type's data fields (e.g. ``text``) from a request body, each checked."""
     task_type = services.catalog.get(round_row.task_type)
     inputs: dict[str, str] = {}
     for name in task_type.data_fields:
         value = body.get(name)
+        where = field_prefix + name
         if not isinstance(value, str):
-            raise InvalidInput(f"{name} is required and must be a string", field=name)
+            raise InvalidInput(f"{name} is required and must be a string", field=where)
         if not value.strip():
-            raise InvalidInput(f"{name} must not be empty", field=name)
+            raise InvalidInput(f"{name} must not be empty", field=where)
         if len(value) > services.settings.max_text_chars:
             raise TooLarge(
-                f"{name} must be at most {services.settings.max_text_chars} characters", field=name
+                f"{name} must be at most {services.settings.max_text_chars} characters", field=where
             )
         inputs[name] = value
     return inputs
@@ -52,7 +56,7 @@ def submit_candidate(services: Services, *, round_id: int, body: dict[str, Any])
         round_row = get_round(session, round_id)
         if round_row.state != "open":
             raise Conflict(f"round {round_id} is {round_row.state} and takes no candidates", field="round_id")
-        inputs = _validated_inputs(services, round_row, body)
+        inputs = validated_inputs(services, round_row, body)
         writer_label = body.get("writer_label")
         if not isinstance(writer_label, str) or writer_label not in round_row.labels:
             raise InvalidInput(

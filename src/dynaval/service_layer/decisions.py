@@ -6,7 +6,14 @@ from collections.abc import Iterable
 
 from sqlmodel import Session, col, select
 
-from dynaval.adapters.orm import AnnotationRow, CandidateRow, DecisionRow, RoundRow, utcnow
+from dynaval.adapters.orm import (
+    AnnotationRow,
+    AnnotatorStatusRow,
+    CandidateRow,
+    DecisionRow,
+    RoundRow,
+    utcnow,
+)
 from dynaval.domain.decision import Decision, Outcome, decide
 from dynaval.domain.policy import DecisionPolicy
 from dynaval.domain.votes import AnnotationRecord, current_ballots
@@ -41,6 +48,16 @@ def annotation_records_of(rows: Iterable[AnnotationRow]) -> list[AnnotationRecor
     ]
 
 
+def excluded_annotators(session: Session, round_id: int) -> frozenset[str]:
+    """Annotators whose votes do not count in the round (poor gold accuracy, or a lead said so)."""
+    rows = session.exec(
+        select(AnnotatorStatusRow.annotator_id).where(
+            AnnotatorStatusRow.round_id == round_id, col(AnnotatorStatusRow.excluded).is_(True)
+        )
+    ).all()
+    return frozenset(rows)
+
+
 def refresh_decision(session: Session, candidate: CandidateRow, round_row: RoundRow, *, cause: str) -> bool:
     """Apply the round's rule to the candidate's current votes; record it if anything changed.
 
@@ -49,7 +66,12 @@ def refresh_decision(session: Session, candidate: CandidateRow, round_row: Round
     if candidate.status not in VALIDATION_STATUSES:
         return False
     ballots = current_ballots(annotation_records(session, candidate.id))
-    decision: Decision = decide(ballots, candidate.writer_label, DecisionPolicy(**round_row.policy))
+    decision: Decision = decide(
+        ballots,
+        candidate.writer_label,
+        DecisionPolicy(**round_row.policy),
+        excluded=excluded_annotators(session, candidate.round_id),
+    )
     ballot_dicts = [
         {"annotator": b.annotator, "label": b.label, "flagged": b.flagged, "reason": b.reason}
         for b in ballots

@@ -4,15 +4,19 @@ and escalation (asking Label Studio for one more annotation on a task)."""
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import CursorResult, or_, update
-from sqlmodel import col, select
+from sqlmodel import Session, col, select
 
-from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow, utcnow
+from dynaval.adapters.orm import AnnotationRow, CandidateRow, GoldItemRow, RoundRow, utcnow
 from dynaval.domain.errors import Unavailable
+from dynaval.domain.policy import DecisionPolicy
+from dynaval.service_layer.decisions import refresh_decision
+from dynaval.service_layer.gold import gold_to_push
 from dynaval.service_layer.services import Services
 
 log = logging.getLogger(__name__)
@@ -63,7 +67,8 @@ def _push_under_lease(services: Services, round_id: int, progress: Callable[[int
         if round_row is None or round_row.label_studio_project_id is None:
             return 0
         project_id = round_row.label_studio_project_id
-        overlap = int(round_row.policy["min_votes"])
+        policy = DecisionPolicy(**round_row.policy)
+        overlap = policy.min_votes
     while True:
         with services.database.unit_of_work() as session:
             batch = session.exec(
@@ -74,45 +79,63 @@ def _push_under_lease(services: Services, round_id: int, progress: Callable[[int
             ).all()
             if not batch:
                 return pushed
-            retried = [c for c in batch if c.push_attempted_at is not None]
+            gold = gold_to_push(session, round_id, policy, len(batch))
+            rows: list[CandidateRow | GoldItemRow] = [*batch, *gold]
+            retried = [r.id for r in rows if r.push_attempted_at is not None]
             # An earlier attempt may have created tasks whose ids never came back: ask first.
             existing = (
-                services.label_studio.find_tasks(project_id=project_id, candidate_ids=[c.id for c in retried])
+                services.label_studio.find_tasks(project_id=project_id, candidate_ids=retried)
                 if retried
                 else {}
             )
             now = utcnow()
-            fresh: list[CandidateRow] = []
-            for candidate in batch:
-                task_id = existing.get(candidate.id)
+            fresh: list[CandidateRow | GoldItemRow] = []
+            adopted: list[CandidateRow | GoldItemRow] = []
+            for row in rows:
+                task_id = existing.get(row.id)
                 if task_id is not None:
-                    _mark_in_validation(candidate, task_id, overlap, now)
+                    _mark_pushed(row, task_id, overlap, now)
+                    adopted.append(row)
                 else:
-                    candidate.push_attempted_at = now
-                    fresh.append(candidate)
-                session.add(candidate)
+                    row.push_attempted_at = now
+                    fresh.append(row)
+                session.add(row)
+            _record_first_decisions(session, round_id, adopted)
             session.commit()
             if fresh:
+                # Gold items must not sit at a recognisable place among the candidates.
+                random.Random(fresh[0].id).shuffle(fresh)
                 task_ids = services.label_studio.import_tasks(
                     project_id=project_id,
-                    tasks=[{"candidate_id": c.id, **c.inputs} for c in fresh],
+                    tasks=[{"candidate_id": r.id, **r.inputs} for r in fresh],
                 )
                 now = utcnow()
-                for candidate, task_id in zip(fresh, task_ids, strict=True):
-                    _mark_in_validation(candidate, task_id, overlap, now)
-                    session.add(candidate)
+                for row, task_id in zip(fresh, task_ids, strict=True):
+                    _mark_pushed(row, task_id, overlap, now)
+                    session.add(row)
+                _record_first_decisions(session, round_id, fresh)
                 session.commit()
             pushed += len(batch)
             if progress:
                 progress(len(batch))
 
 
-def _mark_in_validation(candidate: CandidateRow, task_id: int, overlap: int, now: object) -> None:
-    candidate.label_studio_task_id = task_id
-    candidate.pushed_at = now  # type: ignore[assignment]
-    candidate.status = "in_validation"
-    candidate.wanted_votes = overlap
-    candidate.label_studio_overlap = overlap
+def _record_first_decisions(session: Session, round_id: int, rows: list[CandidateRow | GoldItemRow]) -> None:
+    """A candidate entering validation gets its first decision ("0 of N first votes") on record."""
+    round_row = session.get(RoundRow, round_id)
+    assert round_row is not None
+    for row in rows:
+        if isinstance(row, CandidateRow):
+            refresh_decision(session, row, round_row, cause="pushed")
+
+
+def _mark_pushed(row: CandidateRow | GoldItemRow, task_id: int, overlap: int, now: datetime) -> None:
+    row.label_studio_task_id = task_id
+    row.pushed_at = now
+    if isinstance(row, CandidateRow):
+        row.status = "in_validation"
+        row.wanted_votes = overlap
+        row.label_studio_overlap = overlap
 
 
 def apply_escalations(services: Services, round_id: int) -> int:

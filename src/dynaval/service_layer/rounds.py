@@ -15,7 +15,7 @@ from dynaval.domain.errors import Conflict, InvalidInput, NotFound
 from dynaval.domain.metrics import round_counts
 from dynaval.domain.policy import RULE_VERSION, DecisionPolicy
 from dynaval.domain.votes import current_votes
-from dynaval.service_layer.decisions import annotation_records_of
+from dynaval.service_layer.decisions import annotation_records_of, excluded_annotators
 from dynaval.service_layer.services import Services
 
 MAX_NAME_CHARS = 200
@@ -131,8 +131,10 @@ def list_rounds(services: Services) -> list[dict[str, Any]]:
         return [round_public(r) for r in rows]
 
 
-def round_votes_by_item(session: Session, round_id: int) -> dict[str, list[str]]:
-    """Each candidate's current vote labels (one per annotator, latest non-cancelled)."""
+def round_votes(session: Session, round_id: int) -> list[tuple[str, str, str]]:
+    """The round's counted votes as (candidate, annotator, label): each annotator's latest
+    non-cancelled labelled vote, excluded annotators left out."""
+    excluded = excluded_annotators(session, round_id)
     rows = session.exec(
         select(AnnotationRow).where(
             AnnotationRow.round_id == round_id, col(AnnotationRow.was_cancelled).is_(False)
@@ -141,9 +143,28 @@ def round_votes_by_item(session: Session, round_id: int) -> dict[str, list[str]]
     grouped: dict[str, list[AnnotationRow]] = defaultdict(list)
     for r in rows:
         grouped[r.candidate_id].append(r)
-    return {
-        candidate_id: [v.label for v in current_votes(annotation_records_of(group)) if v.label is not None]
+    return [
+        (candidate_id, v.annotator, v.label)
         for candidate_id, group in grouped.items()
+        for v in current_votes(annotation_records_of(group))
+        if v.label is not None and v.annotator not in excluded
+    ]
+
+
+def validation_cost(session: Session, round_row: RoundRow, votes: int) -> dict[str, Any]:
+    """Votes adaptive overlap spent, against asking every validated candidate for ``max_votes``."""
+    validated = session.exec(
+        select(func.count())
+        .select_from(CandidateRow)
+        .where(CandidateRow.round_id == round_row.id, col(CandidateRow.label_studio_task_id).is_not(None))
+    ).one()
+    fixed = int(validated) * int(round_row.policy["max_votes"])
+    return {
+        "validated_candidates": int(validated),
+        "votes": votes,
+        "votes_at_fixed_max_overlap": fixed,
+        "votes_saved": fixed - votes,
+        "saved_share": (fixed - votes) / fixed if fixed else None,
     }
 
 
@@ -156,8 +177,13 @@ def round_summary(services: Services, round_id: int) -> dict[str, Any]:
             .group_by(col(CandidateRow.status), col(CandidateRow.fooled))
         ).all()
         counts = round_counts({(status, bool(fooled)): int(n) for status, fooled, n in grouped})
-        alpha = nominal_alpha(round_votes_by_item(session, round_id), row.labels)
-        votes = session.exec(
+        votes = round_votes(session, round_id)
+        labels_by_item: dict[str, list[str]] = defaultdict(list)
+        for item, _annotator, label in votes:
+            labels_by_item[item].append(label)
+        alpha = nominal_alpha(labels_by_item, row.labels)
+        cost = validation_cost(session, row, len(votes))
+        annotations = session.exec(
             select(func.count())
             .select_from(AnnotationRow)
             .where(AnnotationRow.round_id == round_id, col(AnnotationRow.was_cancelled).is_(False))
@@ -167,6 +193,7 @@ def round_summary(services: Services, round_id: int) -> dict[str, Any]:
             "counts": counts.to_dict(),
             "mer": counts.mer,
             "vmer": counts.vmer,
-            "annotations": int(votes),
+            "annotations": int(annotations),
             "agreement": alpha.to_dict(),
+            "validation_cost": cost,
         }

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hmac
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlmodel import Session, col, delete, select
@@ -16,20 +15,16 @@ from dynaval.adapters.label_studio import (
     ParsedAnnotation,
     parse_annotation,
 )
-from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow
+from dynaval.adapters.orm import AnnotationRow, CandidateRow, GoldAnswerRow, GoldItemRow, RoundRow, as_utc
 from dynaval.domain.errors import DomainError, InvalidInput, NotFound
 from dynaval.service_layer.decisions import lock_candidate, refresh_decision
+from dynaval.service_layer.gold import apply_gold_rule, gold_item_for_task, store_gold_answer
 from dynaval.service_layer.rounds import get_round
 from dynaval.service_layer.services import Services
 
 
 class WebhookUnauthorized(DomainError):
     code = "unauthorized"
-
-
-def _utc(value: datetime) -> datetime:
-    """SQLite hands datetimes back without a zone; they were stored as UTC."""
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def check_webhook_secret(services: Services, presented: str | None) -> None:
@@ -45,7 +40,7 @@ def _store_annotation(
     row = session.get(AnnotationRow, parsed.annotation_id)
     if row is not None and row.candidate_id != candidate.id:
         raise InvalidInput("annotation id belongs to another candidate", field="annotation.id")
-    if row is not None and _utc(row.updated_at) > _utc(parsed.updated_at):
+    if row is not None and as_utc(row.updated_at) > as_utc(parsed.updated_at):
         return False  # a late, older delivery
     values: dict[str, Any] = {
         "annotator_id": parsed.annotator_id,
@@ -69,7 +64,7 @@ def _store_annotation(
         )
         return True
     same_content = all(getattr(row, k) == v for k, v in values.items() if not k.endswith("_at"))
-    if same_content and _utc(row.updated_at) == _utc(parsed.updated_at):
+    if same_content and as_utc(row.updated_at) == as_utc(parsed.updated_at):
         return False
     for key, value in values.items():
         setattr(row, key, value)
@@ -129,7 +124,12 @@ def _apply_annotation(session: Session, round_row: RoundRow, task_type: Any, raw
         )
     ).first()
     if candidate_id is None:
-        raise NotFound("the annotation's task is not a candidate of this round", field="annotation.task")
+        gold_item = gold_item_for_task(session, round_row.id or 0, parsed.task_id)
+        if gold_item is None:
+            raise NotFound("the annotation's task is not a candidate of this round", field="annotation.task")
+        store_gold_answer(session, gold_item, parsed)
+        session.flush()
+        return apply_gold_rule(session, round_row, [parsed.annotator_id])
     candidate = lock_candidate(session, candidate_id)
     assert candidate is not None
     _store_annotation(session, candidate, parsed, source="webhook")
@@ -158,6 +158,14 @@ def _apply_deletions(session: Session, round_row: RoundRow, raw: object) -> int:
         )
         session.flush()
         changed += int(refresh_decision(session, candidate, round_row, cause="webhook"))
+    gold_answers = session.exec(
+        select(GoldAnswerRow).where(col(GoldAnswerRow.id).in_(ids), GoldAnswerRow.round_id == round_row.id)
+    ).all()
+    if gold_answers:
+        annotators = {a.annotator_id for a in gold_answers}
+        session.execute(delete(GoldAnswerRow).where(col(GoldAnswerRow.id).in_([a.id for a in gold_answers])))
+        session.flush()
+        changed += apply_gold_rule(session, round_row, annotators)
     return changed
 
 
@@ -169,6 +177,7 @@ class ReconcileReport:
     deleted: int = 0
     decisions_changed: int = 0
     tasks_adopted: int = 0
+    gold_tasks: int = 0
     unknown_tasks: int = 0
 
     def to_dict(self) -> dict[str, int]:
@@ -188,9 +197,16 @@ def reconcile_round(
         return report
     exported = list(services.label_studio.export_tasks(project_id=project_id, task_type=task_type))
     report.tasks = len(exported)
+    gold_annotators: set[str] = set()
     for done, task in enumerate(exported, start=1):
         with services.database.unit_of_work() as session:
             round_row = get_round(session, round_id)
+            gold_item = _gold_item_of_task(session, round_id, task.task_id, task.candidate_id)
+            if gold_item is not None:
+                report.gold_tasks += 1
+                gold_annotators |= _reconcile_gold_answers(session, gold_item, task.annotations, report)
+                session.commit()
+                continue
             candidate_id = session.exec(
                 select(CandidateRow.id).where(
                     CandidateRow.label_studio_task_id == task.task_id, CandidateRow.round_id == round_id
@@ -223,7 +239,52 @@ def reconcile_round(
             session.commit()
         if progress:
             progress(done, report.tasks)
+    if gold_annotators:
+        with services.database.unit_of_work() as session:
+            report.decisions_changed += apply_gold_rule(
+                session, get_round(session, round_id), gold_annotators
+            )
+            session.commit()
     return report
+
+
+def _gold_item_of_task(
+    session: Session, round_id: int, task_id: int, data_id: str | None
+) -> GoldItemRow | None:
+    """The gold item behind a task, adopting the task if its import's answer never came back."""
+    gold_item = gold_item_for_task(session, round_id, task_id)
+    if gold_item is None and data_id:
+        orphan = session.get(GoldItemRow, data_id)
+        if orphan is not None and orphan.round_id == round_id and orphan.label_studio_task_id is None:
+            orphan.label_studio_task_id = task_id
+            orphan.pushed_at = orphan.pushed_at or orphan.push_attempted_at
+            session.add(orphan)
+            session.flush()
+            gold_item = orphan
+    return gold_item
+
+
+def _reconcile_gold_answers(
+    session: Session, gold_item: GoldItemRow, annotations: list[ParsedAnnotation], report: ReconcileReport
+) -> set[str]:
+    """Make the stored answers of one gold item equal Label Studio's; returns the annotators touched."""
+    seen = {a.annotation_id for a in annotations}
+    touched = {a.annotator_id for a in annotations}
+    for parsed in annotations:
+        report.annotations_seen += 1
+        if store_gold_answer(session, gold_item, parsed):
+            report.added_or_updated += 1
+    stale = session.exec(
+        select(GoldAnswerRow).where(
+            GoldAnswerRow.gold_item_id == gold_item.id, col(GoldAnswerRow.id).not_in(seen or {-1})
+        )
+    ).all()
+    for row in stale:
+        touched.add(row.annotator_id)
+        session.delete(row)
+        report.deleted += 1
+    session.flush()
+    return touched
 
 
 def _adopt_task(

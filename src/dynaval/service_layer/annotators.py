@@ -1,0 +1,54 @@
+"""What a lead sees of a round's annotators: votes, agreement with the others, gold accuracy, exclusion."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from sqlmodel import col, select
+
+from dynaval.adapters.orm import AnnotationRow
+from dynaval.domain.provenance import pseudonym
+from dynaval.domain.votes import current_votes
+from dynaval.service_layer.decisions import annotation_records_of
+from dynaval.service_layer.gold import annotator_statuses
+from dynaval.service_layer.rounds import get_round
+from dynaval.service_layer.services import Services
+
+
+def annotators_report(services: Services, round_id: int) -> list[dict[str, Any]]:
+    """One row per annotator who answered in the round, by pseudonymous id."""
+    secret = services.settings.pseudonym_secret
+    with services.database.unit_of_work() as session:
+        get_round(session, round_id)
+        rows = session.exec(
+            select(AnnotationRow).where(
+                AnnotationRow.round_id == round_id, col(AnnotationRow.was_cancelled).is_(False)
+            )
+        ).all()
+        by_candidate: dict[str, list[AnnotationRow]] = {}
+        for row in rows:
+            by_candidate.setdefault(row.candidate_id, []).append(row)
+        votes: Counter[str] = Counter(
+            vote.annotator
+            for group in by_candidate.values()
+            for vote in current_votes(annotation_records_of(group))
+            if vote.label is not None
+        )
+        statuses = annotator_statuses(services, session, round_id)
+    report = []
+    for annotator in sorted(set(votes) | set(statuses)):
+        status = statuses.get(annotator, {})
+        report.append(
+            {
+                "annotator": pseudonym(secret, "annotator", annotator),
+                "votes": votes.get(annotator, 0),
+                "gold_correct": status.get("gold_correct", 0),
+                "gold_total": status.get("gold_total", 0),
+                "gold_accuracy": status.get("gold_accuracy"),
+                "excluded": status.get("excluded", False),
+                "excluded_by": status.get("excluded_by"),
+                "exclusion_reason": status.get("exclusion_reason"),
+            }
+        )
+    return report
