@@ -7,8 +7,11 @@ worker pushes behind the test's back.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +181,40 @@ def test_label_studio_unreachable_keeps_candidates_queued_then_imports_once(harn
     assert {r.label_studio_task_id for r in rows.values()} == set(harness.project_tasks())
     assert push_pending(harness.services, harness.round_id) == 0
     assert len(harness.project_tasks()) == 4
+
+
+def set_lease(harness: Harness, until: datetime | None) -> None:
+    with harness.services.database.unit_of_work() as session:
+        round_row = session.get(RoundRow, harness.round_id)
+        assert round_row is not None
+        round_row.push_lease_until = until
+        session.add(round_row)
+        session.commit()
+
+
+def test_a_push_lease_held_elsewhere_blocks_the_push_until_it_expires(harness: Harness) -> None:
+    ids = harness.submit(2)
+    set_lease(harness, utcnow() + timedelta(minutes=1))  # another process is pushing this round
+    assert push_pending(harness.services, harness.round_id) == 0
+    assert harness.project_tasks() == {}
+    assert all(r.status == "queued" and r.push_attempted_at is None for r in harness.rows().values())
+
+    set_lease(harness, utcnow() - timedelta(seconds=1))  # that process died; its lease ran out
+    assert push_pending(harness.services, harness.round_id) == 2
+    assert harness.tasks_per_candidate() == Counter(dict.fromkeys(ids, 1))
+
+
+def test_concurrent_pushes_import_each_candidate_once(harness: Harness) -> None:
+    ids = harness.submit(6)
+    start = threading.Barrier(3)
+
+    def push() -> int:
+        start.wait()
+        return push_pending(harness.services, harness.round_id)
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        results = [f.result() for f in [pool.submit(push) for _ in range(3)]]
+
+    assert sum(results) == 6
+    assert harness.tasks_per_candidate() == Counter(dict.fromkeys(ids, 1))
+    assert all(r.status == "in_validation" for r in harness.rows().values())

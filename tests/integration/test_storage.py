@@ -78,8 +78,8 @@ def candidate(round_id: int, *, task_id: int | None = None) -> CandidateRow:
 
 def test_migrations_create_every_table(database: Database) -> None:
     names = set(inspect(database.engine).get_table_names())
-    assert names == TABLES | {"alembic_version"}
-    assert set(SQLModel.metadata.tables) >= TABLES
+    assert names == set(SQLModel.metadata.tables) | {"alembic_version"}
+    assert names >= TABLES
     with database.engine.connect() as connection:
         assert MigrationContext.configure(connection).get_current_revision() == head_revision()
 
@@ -96,6 +96,7 @@ def test_second_migrate_is_a_no_op(database: Database) -> None:
         database.migrate()
     finally:
         event.remove(database.engine, "before_cursor_execute", record)
+    assert statements  # it did look at the schema version
 
     writes = ("CREATE", "ALTER", "DROP", "INSERT", "UPDATE")
     assert [s for s in statements if s.lstrip().upper().startswith(writes)] == []

@@ -56,7 +56,7 @@ def create_app(
         from dynaval.bootstrap import bootstrap
 
         services = bootstrap(settings)
-    app = Flask("dynaval")
+    app = Flask("dynaval", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = services.settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["dynaval"] = services

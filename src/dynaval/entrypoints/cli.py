@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 
 from dynaval.domain.errors import DomainError
 
@@ -83,9 +84,16 @@ def cmd_build_default_model(args: argparse.Namespace) -> int:
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
+    from dynaval.service_layer.rounds import get_round
     from dynaval.service_layer.votes import sync_round
 
     services = _services()
+    try:
+        with services.database.unit_of_work() as session:
+            get_round(session, args.round)  # an unknown round fails before the progress bar shows
+    except DomainError:
+        services.close()
+        raise
     bar = _progress(None, "task", f"reconciling round {args.round}")
 
     def progress(done: int, total: int) -> None:
@@ -215,6 +223,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except OSError as exc:
         print(f"dynaval: {exc.strerror or exc} ({exc.filename or ''})", file=sys.stderr)
+    except SQLAlchemyError as exc:
+        print(
+            f"dynaval: the database could not be used ({type(exc).__name__}); "
+            "check DYNAVAL_DATABASE_URL and that the server answers",
+            file=sys.stderr,
+        )
+    except Exception as exc:  # no traceback reaches a user; the class name helps a bug report
+        print(f"dynaval: unexpected error ({type(exc).__name__}); please report it", file=sys.stderr)
+        return 1
     return EXIT_USAGE
 
 

@@ -107,7 +107,15 @@ def build_openapi(app: Flask) -> dict[str, Any]:
                     "required": True,
                     "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}},
                 }
-            for status, description in spec["responses"].items():
+            responses = dict(spec["responses"])
+            # What every route answers by construction: auth errors from @requires, 404 for unknown ids.
+            if roles:
+                responses.setdefault(401, "Missing or unknown token")
+                if "writer" not in roles:
+                    responses.setdefault(403, "The token's role may not do this")
+            if rule.arguments:
+                responses.setdefault(404, "Not found")
+            for status, description in sorted(responses.items()):
                 content_schema: dict[str, Any] = (
                     {"$ref": "#/components/schemas/Error"} if status >= 400 else {"type": "object"}
                 )

@@ -127,7 +127,10 @@ def get_candidate(candidate_id: str) -> Any:
 
 
 @api.post("/api/rounds/<int:round_id>/sync")
-@documented(summary="Push queued candidates, reconcile every annotation from Label Studio, escalate")
+@documented(
+    summary="Push queued candidates, reconcile every annotation from Label Studio, escalate",
+    responses={200: "OK", 503: "Label Studio unavailable"},
+)
 @requires(Role.LEAD)
 def sync_round(round_id: int) -> Any:
     return jsonify(votes.sync_round(_services(), round_id))

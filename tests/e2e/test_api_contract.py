@@ -1,0 +1,433 @@
+"""The HTTP contract: health, the OpenAPI document, and who may call what.
+
+The document and the refusals (401, 403) need no Label Studio: the app is built with ``bootstrap`` and
+``create_app(start_background=False)`` and pointed at a port where nothing listens, so any call that
+reached Label Studio would fail loudly. What a token is *allowed* to do runs against ``live_service``
+(the real Label Studio), on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+from jsonschema.exceptions import ValidationError  # type: ignore[import-untyped]
+
+from dynaval.bootstrap import bootstrap
+from dynaval.entrypoints.app import create_app, shutdown
+from tests.fixtures.service import (
+    LEAD_TOKEN,
+    WEBHOOK_SECRET,
+    WRITER_TOKEN,
+    LiveService,
+    free_port,
+    make_settings,
+)
+
+HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+
+def offline_app(database_url: str, folder: Path) -> Flask:
+    """The app on a real database, its Label Studio unreachable, no background worker."""
+    settings = make_settings(
+        database_url=database_url,
+        data_dir=folder / "data",
+        label_studio_url=f"http://127.0.0.1:{free_port()}",
+        label_studio_api_key="unused-in-these-tests",
+        public_url="http://127.0.0.1:8000",
+        model_dir=folder / "no-model",
+    )
+    return create_app(bootstrap(settings), start_background=False)
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Flask]:
+    """One offline app on SQLite for the tests that do not depend on the database."""
+    folder = tmp_path_factory.mktemp("api-contract")
+    application = offline_app(f"sqlite:///{folder / 'dynaval.sqlite3'}", folder)
+    try:
+        yield application
+    finally:
+        shutdown(application)
+
+
+@pytest.fixture(scope="module")
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+@pytest.fixture(scope="module")
+def document(client: FlaskClient) -> dict[str, Any]:
+    response = client.get("/openapi.json")
+    assert response.status_code == 200
+    assert response.mimetype == "application/json"
+    body = response.get_json()
+    assert isinstance(body, dict)
+    return body
+
+
+# ---------------------------------------------------------------------------------------- health
+
+
+def test_health_answers_without_a_token(database_url: str, tmp_path: Path) -> None:
+    application = offline_app(database_url, tmp_path)
+    try:
+        response = application.test_client().get("/health")
+    finally:
+        shutdown(application)
+    assert response.status_code == 200
+    body = response.get_json()
+    assert body["status"] == "ok" and body["database"] == "ok"
+    assert isinstance(body["version"], str) and body["version"]
+
+
+# ------------------------------------------------------------------------------------ OpenAPI
+
+
+def openapi_path(rule: str) -> str:
+    """Werkzeug's ``/a/<int:x>/<y>`` as OpenAPI's ``/a/{x}/{y}``."""
+    return re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", rule)
+
+
+def registered_operations(app: Flask, *, skip_endpoints: set[str]) -> set[tuple[str, str]]:
+    operations = set()
+    for rule in app.url_map.iter_rules():
+        if rule.rule == "/openapi.json" or rule.endpoint in skip_endpoints:
+            continue
+        for method in (rule.methods or set()) - {"HEAD", "OPTIONS"}:
+            operations.add((openapi_path(rule.rule), method.lower()))
+    return operations
+
+
+def documented_operations(document: dict[str, Any]) -> set[tuple[str, str]]:
+    return {
+        (path, method)
+        for path, item in document["paths"].items()
+        for method in item
+        if method in HTTP_METHODS
+    }
+
+
+def resolve(document: dict[str, Any], ref: str) -> Any:
+    assert ref.startswith("#/"), f"only local references are expected: {ref}"
+    node: Any = document
+    for part in ref[2:].split("/"):
+        node = node[part.replace("~1", "/").replace("~0", "~")]
+    return node
+
+
+def refs_in(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str):
+                yield value
+            else:
+                yield from refs_in(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from refs_in(value)
+
+
+def operations(document: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            if method in HTTP_METHODS:
+                yield path, method, operation
+
+
+def test_openapi_lists_every_route_the_app_serves(app: Flask, document: dict[str, Any]) -> None:
+    # Flask's own /static route is compared in the next test.
+    assert documented_operations(document) == registered_operations(app, skip_endpoints={"static"})
+    assert "/openapi.json" not in document["paths"]
+
+
+def test_the_app_registers_no_route_the_document_leaves_out(app: Flask, document: dict[str, Any]) -> None:
+    assert documented_operations(document) == registered_operations(app, skip_endpoints=set())
+
+
+def test_openapi_is_a_structurally_valid_3_1_document(document: dict[str, Any]) -> None:
+    # openapi-spec-validator is not a dependency; these are the rules of OpenAPI 3.1 that the
+    # generated document could break, checked by hand.
+    assert re.fullmatch(r"3\.1\.\d+", document["openapi"])
+    assert set(document) <= {"openapi", "info", "jsonSchemaDialect", "servers", "paths", "webhooks",
+                              "components", "security", "tags", "externalDocs"}  # fmt: skip
+    assert isinstance(document["info"]["title"], str) and isinstance(document["info"]["version"], str)
+    schemes = document["components"]["securitySchemes"]
+    assert schemes["bearer"] == {"type": "http", "scheme": "bearer"}
+
+    operation_ids = []
+    for path, method, operation in operations(document):
+        where = f"{method.upper()} {path}"
+        assert path.startswith("/") and "<" not in path and ">" not in path, where
+        operation_ids.append(operation["operationId"])
+        assert operation["responses"], where
+        for status, response in operation["responses"].items():
+            assert re.fullmatch(r"[1-5]\d\d", status), where
+            assert isinstance(response["description"], str) and response["description"], where
+        # Every {name} in the path is a required path parameter, and nothing else is.
+        templated = set(re.findall(r"{([^}]+)}", path))
+        path_params = {p["name"] for p in operation["parameters"] if p["in"] == "path"}
+        assert templated == path_params, where
+        seen = set()
+        for parameter in operation["parameters"]:
+            assert parameter["in"] in {"path", "query", "header", "cookie"}, where
+            assert (parameter["name"], parameter["in"]) not in seen, where
+            seen.add((parameter["name"], parameter["in"]))
+            if parameter["in"] == "path":
+                assert parameter["required"] is True, where
+            Draft202012Validator.check_schema(parameter["schema"])
+        for requirement in operation.get("security", []):
+            assert set(requirement) <= set(schemes), where
+    assert len(operation_ids) == len(set(operation_ids)), "operationId must be unique"
+
+    # Every reference resolves, and every component schema is a valid JSON Schema 2020-12.
+    for ref in refs_in(document):
+        resolve(document, ref)
+    for name, schema in document["components"]["schemas"].items():
+        try:
+            Draft202012Validator.check_schema(schema)
+        except Exception as exc:  # pragma: no cover - the message names the schema
+            pytest.fail(f"components.schemas.{name} is not a valid JSON Schema: {exc}")
+
+
+def test_every_error_response_references_the_error_schema(document: dict[str, Any]) -> None:
+    errors = 0
+    for path, method, operation in operations(document):
+        for status, response in operation["responses"].items():
+            if int(status) >= 400:
+                errors += 1
+                schema = response["content"]["application/json"]["schema"]
+                assert schema == {"$ref": "#/components/schemas/Error"}, f"{method.upper()} {path} {status}"
+    assert errors > 0
+    error = document["components"]["schemas"]["Error"]
+    validator = Draft202012Validator(error)
+    validator.validate(
+        {"error": {"code": "not_found", "message": "round 9 does not exist", "field": "round_id"}}
+    )
+    validator.validate({"error": {"code": "internal", "message": "internal error", "field": None}})
+    with pytest.raises(ValidationError):
+        validator.validate({"error": {"code": "x", "message": "no field"}})
+
+
+def test_every_secured_operation_documents_its_auth_errors(document: dict[str, Any]) -> None:
+    missing = []
+    for path, method, operation in operations(document):
+        if not operation.get("security"):
+            continue
+        wanted = ["401"] + (["403"] if operation.get("description") == "Roles: lead" else [])
+        missing += [f"{method.upper()} {path} {s}" for s in wanted if s not in operation["responses"]]
+    assert missing == []
+
+
+def body_validator(document: dict[str, Any], path: str) -> tuple[dict[str, Any], Draft202012Validator]:
+    request_body = document["paths"][path]["post"]["requestBody"]
+    assert request_body["required"] is True
+    ref = request_body["content"]["application/json"]["schema"]["$ref"]
+    schema = resolve(document, ref)
+    # Validate against the whole document so that the schema's own #/components references resolve.
+    return schema, Draft202012Validator({"$ref": ref, "components": document["components"]})
+
+
+def test_request_bodies_publish_their_required_fields(document: dict[str, Any]) -> None:
+    rounds, validate_round = body_validator(document, "/api/rounds")
+    assert set(rounds["required"]) == {"name", "task"}
+    assert {"name", "task", "model", "policy"} <= set(rounds["properties"])
+    validate_round.validate({"name": "r1", "task": "sentiment"})
+    validate_round.validate(
+        {"name": "r1", "task": "sentiment", "model": "default", "policy": {"min_votes": 3}}
+    )
+    for bad in (
+        {"task": "sentiment"},
+        {"name": "r1"},
+        {"name": "r1", "task": "sentiment", "policy": {"x": 1}},
+    ):
+        with pytest.raises(ValidationError):
+            validate_round.validate(bad)
+
+    cands, validate_candidate = body_validator(document, "/api/rounds/{round_id}/candidates")
+    assert set(cands["required"]) == {"text", "writer_label", "writer_id"}
+    validate_candidate.validate({"text": "Nice.", "writer_label": "positive", "writer_id": "w"})
+    for missing in ("text", "writer_label", "writer_id"):
+        body = {"text": "Nice.", "writer_label": "positive", "writer_id": "w"}
+        del body[missing]
+        with pytest.raises(ValidationError):
+            validate_candidate.validate(body)
+
+
+# ------------------------------------------------------------------------------ who may call what
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str  # {round} and {candidate} are filled in with real ids
+    lead_only: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.method} {self.path}"
+
+    @property
+    def openapi_path(self) -> str:
+        return self.path.replace("{round}", "{round_id}").replace("{candidate}", "{candidate_id}")
+
+
+ROUTES = [
+    Route("POST", "/api/rounds", lead_only=True),
+    Route("POST", "/api/rounds/{round}/close", lead_only=True),
+    Route("POST", "/api/rounds/{round}/sync", lead_only=True),
+    Route("GET", "/api/rounds/{round}/dataset", lead_only=True),
+    Route("GET", "/api/rounds", lead_only=False),
+    Route("GET", "/api/rounds/{round}", lead_only=False),
+    Route("POST", "/api/rounds/{round}/candidates", lead_only=False),
+    Route("GET", "/api/candidates/{candidate}", lead_only=False),
+]
+ROUND_BODY = {"name": "auth round", "task": "sentiment", "model": "default"}
+CANDIDATE_BODY = {"text": "What a lovely day.", "writer_label": "positive", "writer_id": "w1"}
+
+
+def json_body(route: Route) -> dict[str, Any] | None:
+    if route.method != "POST":
+        return None
+    return {"/api/rounds": ROUND_BODY, "/api/rounds/{round}/candidates": CANDIDATE_BODY}.get(route.path, {})
+
+
+def secured_routes(app: Flask) -> dict[tuple[str, str], tuple[str, ...]]:
+    """Every route the app guards with a role, as (OpenAPI path, method) -> its roles."""
+    return {
+        (openapi_path(rule.rule), method): tuple(roles)
+        for rule in app.url_map.iter_rules()
+        if (roles := getattr(app.view_functions[rule.endpoint], "required_roles", None))
+        for method in (rule.methods or set()) - {"HEAD", "OPTIONS"}
+    }
+
+
+def test_the_route_table_has_the_documented_roles(app: Flask) -> None:
+    secured = secured_routes(app)
+    table = {(r.openapi_path, r.method): ("lead",) if r.lead_only else ("writer", "lead") for r in ROUTES}
+    assert {key: secured.get(key) for key in table} == table
+    # Routes added later (not in the table) are covered by the refusal tests below, which walk the app.
+    assert set(secured.values()) <= {("lead",), ("writer", "lead")}
+
+
+NO_VALID_TOKEN = {
+    "none": None,
+    "empty": "",
+    "empty bearer": "Bearer ",
+    "unknown": "Bearer not-a-known-token-0123456789",
+    "wrong scheme": f"Token {LEAD_TOKEN}",
+    "no scheme": LEAD_TOKEN,
+    "webhook secret": f"Bearer {WEBHOOK_SECRET}",
+}
+
+
+def call(client: FlaskClient, method: str, path: str, authorization: str | None) -> tuple[int, Any]:
+    """Status and the error's field (real ids are not needed: the role is checked first)."""
+    headers = {} if authorization is None else {"Authorization": authorization}
+    path = re.sub(r"{round_id}", "1", path)
+    path = re.sub(r"{[^}]+}", "00000000-0000-0000-0000-000000000000", path)
+    response = client.open(path, method=method, headers=headers, json={} if method == "POST" else None)
+    body = response.get_json(silent=True)
+    field = body["error"]["field"] if isinstance(body, dict) and "error" in body else body
+    return response.status_code, field
+
+
+def test_no_valid_token_is_refused_with_401_on_every_secured_route(app: Flask, client: FlaskClient) -> None:
+    secured = secured_routes(app)
+    assert len(secured) >= len(ROUTES)
+    answers = {
+        (f"{method} {path}", kind): call(client, method, path, auth)
+        for path, method in secured
+        for kind, auth in NO_VALID_TOKEN.items()
+    }
+    assert answers == dict.fromkeys(answers, (401, "Authorization"))
+
+
+def test_a_writer_is_refused_with_403_on_every_lead_route(app: Flask, client: FlaskClient) -> None:
+    lead_only = [key for key, roles in secured_routes(app).items() if roles == ("lead",)]
+    assert {(r.openapi_path, r.method) for r in ROUTES if r.lead_only} <= set(lead_only)
+    answers = {
+        f"{method} {path}": call(client, method, path, f"Bearer {WRITER_TOKEN}") for path, method in lead_only
+    }
+    assert answers == dict.fromkeys(answers, (403, "Authorization"))
+    response = client.post(
+        "/api/rounds", json=ROUND_BODY, headers={"Authorization": f"Bearer {WRITER_TOKEN}"}
+    )
+    assert response.get_json()["error"] == {
+        "code": "forbidden",
+        "message": "this needs the lead role",
+        "field": "Authorization",
+    }
+
+
+def test_the_webhook_refuses_a_missing_or_wrong_secret(client: FlaskClient) -> None:
+    payload = {"action": "ANNOTATION_CREATED", "project": {"id": 1}, "annotation": {"id": 1, "task": 1}}
+    attempts: dict[str, dict[str, str]] = {
+        "none": {},
+        "empty": {"X-Dynaval-Webhook-Secret": ""},
+        "wrong": {"X-Dynaval-Webhook-Secret": "wrong-secret-0123456789abcdef"},
+        "longer": {"X-Dynaval-Webhook-Secret": WEBHOOK_SECRET + "x"},
+        "a lead token instead": {"Authorization": f"Bearer {LEAD_TOKEN}"},
+    }
+    answers = {}
+    for kind, headers in attempts.items():
+        response = client.post("/webhooks/label-studio", json=payload, headers=headers)
+        answers[kind] = (response.status_code, response.get_json()["error"]["field"])
+    assert answers == dict.fromkeys(attempts, (401, "X-Dynaval-Webhook-Secret"))
+
+
+@pytest.mark.labelstudio
+def test_tokens_against_the_live_service(live_service: LiveService) -> None:
+    """With real ids: a writer is refused on every lead route and changes nothing, and is served on
+    every writer route; a lead is served everywhere; no token is refused everywhere."""
+    created = live_service.call("POST", "/api/rounds", json=ROUND_BODY)
+    assert created.status_code == 201, created.text
+    round_id = created.json()["id"]
+    submitted = live_service.call(
+        "POST", f"/api/rounds/{round_id}/candidates", token=WRITER_TOKEN, json=CANDIDATE_BODY
+    )
+    assert submitted.status_code == 201, submitted.text
+    ids = {"round": round_id, "candidate": submitted.json()["id"]}
+
+    def status_of(route: Route, token: str | None) -> int:
+        path = route.path.format(**ids)
+        return live_service.call(route.method, path, token=token, json=json_body(route)).status_code
+
+    # Refusals first, so that nothing a refused call might have done goes unnoticed.
+    refused = {r.name: status_of(r, None) for r in ROUTES}
+    assert refused == {r.name: 401 for r in ROUTES}
+    as_writer = {r.name: status_of(r, WRITER_TOKEN) for r in ROUTES}
+    expected_writer = {
+        "POST /api/rounds": 403,
+        "POST /api/rounds/{round}/close": 403,
+        "POST /api/rounds/{round}/sync": 403,
+        "GET /api/rounds/{round}/dataset": 403,
+        "GET /api/rounds": 200,
+        "GET /api/rounds/{round}": 200,
+        "POST /api/rounds/{round}/candidates": 201,
+        "GET /api/candidates/{candidate}": 200,
+    }
+    assert as_writer == expected_writer
+    rounds = live_service.call("GET", "/api/rounds", token=WRITER_TOKEN).json()["rounds"]
+    assert [r["id"] for r in rounds] == [round_id]  # the writer's POST created no round
+    assert rounds[0]["state"] == "open"  # and its close did not close it
+
+    # A lead may do everything; close last, since a closed round takes no candidates.
+    close = next(r for r in ROUTES if r.path.endswith("/close"))
+    as_lead = {r.name: status_of(r, LEAD_TOKEN) for r in [*(r for r in ROUTES if r != close), close]}
+    assert as_lead == {
+        **expected_writer,
+        "POST /api/rounds": 201,
+        "POST /api/rounds/{round}/close": 200,
+        "POST /api/rounds/{round}/sync": 200,
+        "GET /api/rounds/{round}/dataset": 200,
+    }
+    state = live_service.call("GET", f"/api/rounds/{round_id}", token=WRITER_TOKEN).json()["state"]
+    assert state == "closed"
