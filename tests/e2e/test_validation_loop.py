@@ -426,6 +426,49 @@ def test_validation_loop_end_to_end(
     non_ascii = {c.text for c in accepted if not c.text.isascii()}
     assert len(non_ascii) == 2 and non_ascii <= {r["inputs"]["text"] for r in records}
 
+    # The round's agreement over HTTP, and the same alpha from Label Studio's own export.
+    agreement = live_service.call("GET", f"/api/rounds/{rnd.id}/agreement?bootstrap=200&seed=3").json()
+    assert agreement["alpha"] == pytest.approx(alpha["alpha"], abs=1e-12)
+    low, high = agreement["ci95"]
+    assert low <= agreement["alpha"] <= high
+    assert {row["annotator"] for row in agreement["per_annotator"]} == {
+        pseudonym(PSEUDONYM_SECRET, "annotator", str(a.id)) for a in rnd.annotators.values()
+    }
+    assert agreement["validation_cost"]["validated_candidates"] == len(fooled)
+    export_file = tmp_path / "label-studio-export.json"
+    export_file.write_bytes(
+        b"".join(
+            rnd.ls.projects.exports.download_sync(project_id, export_type="JSON", download_all_tasks=True)
+        )
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "dynaval.entrypoints.cli",
+        "agreement",
+        str(export_file),
+        "--bootstrap",
+        "0",
+    ]
+    ambiguous = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert ambiguous.returncode == 2 and "--from-name" in ambiguous.stderr  # label and flag are both choices
+    assert len(ambiguous.stderr.strip().splitlines()) == 1
+    done = subprocess.run(
+        [*command, "--from-name", "label", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    from_export = json.loads(done.stdout)
+    assert from_export["alpha"] == pytest.approx(alpha["alpha"], abs=1e-12)
+    assert (
+        from_export["items"] == alpha["items"] and from_export["pairable_values"] == alpha["pairable_values"]
+    )
+    assert from_export["source"]["cancelled_ignored"] == 2
+
 
 def check_dataset(
     records: list[dict[str, Any]], accepted: list[Case], rnd: Round, round_body: dict[str, Any]

@@ -161,6 +161,109 @@ def cmd_gold_add(args: argparse.Namespace) -> int:
     return 0
 
 
+LEVELS = ("nominal", "ordinal", "interval", "ratio")
+
+
+def _value_domain(level: str, labels: str | None, observed: set[str]) -> Any:
+    """The value domain the engine needs for ``level`` from --labels or the labels themselves."""
+    order = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
+    if level == "nominal":
+        return order
+    numeric = _numbers(order or sorted(observed))
+    if level == "ordinal":
+        if order:
+            return order
+        if numeric is None:
+            raise CommandError("the ordinal level needs the labels in order: pass --labels low,...,high")
+        return sorted(observed, key=lambda label: numeric[label])
+    if numeric is None:
+        raise CommandError(f"the {level} level needs numeric labels (or --labels with numbers)")
+    return numeric
+
+
+def _numbers(labels: Sequence[str]) -> dict[str, float] | None:
+    try:
+        return {label: float(label) for label in labels}
+    except ValueError:
+        return None
+
+
+def cmd_agreement(args: argparse.Namespace) -> int:
+    from dynaval.adapters.vote_files import VoteFileError, read_votes
+    from dynaval.domain.agreement_engine import agreement_report
+
+    if args.level not in LEVELS:
+        raise CommandError(f"unknown level {args.level!r}; use one of: {', '.join(LEVELS)}")
+    if args.bootstrap < 0:
+        raise CommandError("--bootstrap must be 0 (no interval) or a positive number of resamples")
+    try:
+        votes_file = read_votes(Path(args.file), from_name=args.from_name)
+    except VoteFileError as exc:
+        raise CommandError(str(exc)) from None
+    values = _value_domain(args.level, args.labels, {label for _, _, label in votes_file.votes})
+    try:
+        report = agreement_report(
+            votes_file.votes, level=args.level, values=values, bootstrap=args.bootstrap, seed=args.seed
+        )
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    data = {
+        **report.to_dict(),
+        "source": {
+            "format": votes_file.source,
+            "from_name": votes_file.from_name,
+            "votes_read": len(votes_file.votes),
+            "cancelled_ignored": votes_file.cancelled_ignored,
+            "superseded_ignored": votes_file.superseded_ignored,
+        },
+    }
+    print(json.dumps(data, ensure_ascii=False) if args.json else format_agreement(data))
+    return 0
+
+
+def _number(value: object, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def format_agreement(data: dict[str, Any]) -> str:
+    """The agreement report as a readable table."""
+    lines = []
+    if data["alpha"] is None:
+        lines.append(f"Krippendorff's alpha ({data['level']}): undefined: {data['undefined_reason']}")
+    else:
+        ci = data["ci95"]
+        interval = f"   95% CI [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+        lines.append(f"Krippendorff's alpha ({data['level']}): {data['alpha']:.3f}{interval}")
+    source = data["source"]
+    lines.append(
+        f"{data['items']} items with 2+ votes, {data['annotators']} annotators, "
+        f"{data['pairable_values']} pairable values "
+        f"({source['votes_read']} votes read from a {source['format']}"
+        + (f", {source['cancelled_ignored']} cancelled ignored" if source["cancelled_ignored"] else "")
+        + ")"
+    )
+    lines += ["", f"{'label':<20} {'pairable':>9} {'agreement':>10}"]
+    for row in data["per_label"]:
+        lines.append(f"{row['label']!s:<20} {row['pairable_values']:>9} {_number(row['agreement']):>10}")
+    lines += ["", f"{'annotator':<20} {'votes':>7} {'agreement with others':>22}"]
+    for row in data["per_annotator"]:
+        lines.append(
+            f"{row['annotator']!s:<20} {row['votes']:>7} {_number(row['agreement_with_others']):>22}"
+        )
+    pairwise = data["pairwise"]
+    names = [str(a) for a in pairwise["annotators"]]
+    if names:
+        lines += ["", "pairwise agreement (shared items)", " " * 20 + "".join(f"{n[:14]:>16}" for n in names)]
+        for name, agreements, shared in zip(
+            names, pairwise["agreement"], pairwise["shared_items"], strict=True
+        ):
+            cells = "".join(
+                f"{_number(a, 2) + f' ({n})':>16}" for a, n in zip(agreements, shared, strict=True)
+            )
+            lines.append(f"{name[:20]:<20}{cells}")
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dynaval",
@@ -199,6 +302,21 @@ def build_parser() -> argparse.ArgumentParser:
     gold_add.add_argument("--round", type=int, required=True, help="round id")
     gold_add.add_argument("file", help='JSONL file, one {"text": ..., "label": ...} object per line')
     gold_add.set_defaults(run=cmd_gold_add)
+
+    agreement = commands.add_parser(
+        "agreement",
+        help="inter-annotator agreement of a file of votes (JSONL or any Label Studio JSON export)",
+    )
+    agreement.add_argument(
+        "file", help='JSONL of {"item", "annotator", "label"}, or a Label Studio JSON export'
+    )
+    agreement.add_argument("--level", default="nominal", help="nominal (default), ordinal, interval or ratio")
+    agreement.add_argument("--labels", help="the labels, comma-separated (in order, for the ordinal level)")
+    agreement.add_argument("--bootstrap", type=int, default=1000, help="resamples for the 95%% CI (0: none)")
+    agreement.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    agreement.add_argument("--from-name", help="the choices control of a Label Studio export to read")
+    agreement.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    agreement.set_defaults(run=cmd_agreement)
 
     export = commands.add_parser("export", help="write a round dataset (accepted examples with provenance)")
     export.add_argument("--round", type=int, required=True, help="round id")

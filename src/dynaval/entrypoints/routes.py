@@ -16,7 +16,7 @@ from dynaval.domain.errors import InvalidInput
 from dynaval.entrypoints.auth import Role, requires
 from dynaval.entrypoints.openapi import documented
 from dynaval.entrypoints.schemas import CandidateCreate, ExclusionChange, GoldUpload, RoundCreate
-from dynaval.service_layer import annotators, candidates, dataset, gold, rounds, votes
+from dynaval.service_layer import agreement, annotators, candidates, dataset, gold, rounds, votes
 from dynaval.service_layer.services import Services
 
 api = Blueprint("api", __name__)
@@ -237,3 +237,29 @@ def change_exclusion(round_id: int, annotator: str) -> Any:
 @requires(Role.LEAD)
 def exclusion_log(round_id: int) -> Any:
     return jsonify({"events": gold.exclusion_log(_services(), round_id)})
+
+
+@api.get("/api/rounds/<int:round_id>/agreement")
+@documented(
+    summary="Round agreement: alpha and its 95% CI, per label, per annotator, pairwise; validation cost",
+    query={
+        "bootstrap": {"type": "integer", "minimum": 0, "maximum": 10000, "default": 1000},
+        "seed": {"type": "integer", "default": 0},
+    },
+    responses={200: "OK", 422: "Invalid query"},
+)
+@requires(*ANYONE)
+def round_agreement(round_id: int) -> Any:
+    bootstrap = _int_arg("bootstrap", 1000)
+    seed = _int_arg("seed", 0)
+    return jsonify(agreement.round_agreement(_services(), round_id, bootstrap=bootstrap, seed=seed))
+
+
+def _int_arg(name: str, default: int) -> int:
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidInput(f"{name} must be an integer", field=name) from None

@@ -10,6 +10,7 @@ from sqlmodel import col, select
 from dynaval.adapters.orm import AnnotationRow
 from dynaval.domain.provenance import pseudonym
 from dynaval.domain.votes import current_votes
+from dynaval.service_layer.agreement import round_agreement_report
 from dynaval.service_layer.decisions import annotation_records_of
 from dynaval.service_layer.gold import annotator_statuses
 from dynaval.service_layer.rounds import get_round
@@ -36,13 +37,19 @@ def annotators_report(services: Services, round_id: int) -> list[dict[str, Any]]
             if vote.label is not None
         )
         statuses = annotator_statuses(services, session, round_id)
+    agreement, _cost = round_agreement_report(services, round_id, bootstrap=0)
+    with_others = {row.annotator: row for row in agreement.per_annotator}
     report = []
     for annotator in sorted(set(votes) | set(statuses)):
         status = statuses.get(annotator, {})
+        public_id = pseudonym(secret, "annotator", annotator)
+        compared = with_others.get(public_id)
         report.append(
             {
-                "annotator": pseudonym(secret, "annotator", annotator),
+                "annotator": public_id,
                 "votes": votes.get(annotator, 0),
+                "agreement_with_others": compared.agreement_with_others if compared else None,
+                "compared_items": compared.compared if compared else 0,
                 "gold_correct": status.get("gold_correct", 0),
                 "gold_total": status.get("gold_total", 0),
                 "gold_accuracy": status.get("gold_accuracy"),

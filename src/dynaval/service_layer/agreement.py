@@ -1,0 +1,55 @@
+"""A round's agreement figures: the engine's report over the round's counted votes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlmodel import select
+
+from dynaval.adapters.orm import CandidateRow
+from dynaval.domain.agreement_engine import AgreementReport, Id, Label, agreement_report
+from dynaval.domain.errors import InvalidInput
+from dynaval.domain.provenance import pseudonym
+from dynaval.service_layer.rounds import get_round, round_votes, validation_cost
+from dynaval.service_layer.services import Services
+
+MAX_RESAMPLES = 10_000
+
+
+def round_agreement_report(
+    services: Services, round_id: int, *, bootstrap: int = 1000, seed: int = 0
+) -> tuple[AgreementReport, dict[str, Any]]:
+    """The engine's report over the round's counted votes (pseudonymous annotators), and the
+    round's validation cost. Excluded annotators' votes are left out, as in decisions."""
+    if not 0 <= bootstrap <= MAX_RESAMPLES:
+        raise InvalidInput(f"bootstrap must be between 0 and {MAX_RESAMPLES}", field="bootstrap")
+    secret = services.settings.pseudonym_secret
+    with services.database.unit_of_work() as session:
+        round_row = get_round(session, round_id)
+        votes = [
+            (item, pseudonym(secret, "annotator", a), label)
+            for item, a, label in round_votes(session, round_id)
+        ]
+        writer_labels: dict[Id, Label] = dict(
+            session.exec(
+                select(CandidateRow.id, CandidateRow.writer_label).where(CandidateRow.round_id == round_id)
+            ).all()
+        )
+        cost = validation_cost(session, round_row, len(votes))
+        labels = list(round_row.labels)
+    report = agreement_report(
+        votes,
+        level="nominal",
+        values=labels,
+        bootstrap=bootstrap,
+        seed=seed,
+        writer_labels=writer_labels,
+    )
+    return report, cost
+
+
+def round_agreement(
+    services: Services, round_id: int, *, bootstrap: int = 1000, seed: int = 0
+) -> dict[str, Any]:
+    report, cost = round_agreement_report(services, round_id, bootstrap=bootstrap, seed=seed)
+    return {"round_id": round_id, **report.to_dict(), "validation_cost": cost}
