@@ -1,0 +1,385 @@
+"""Dawid-Skene aggregation: each item's likely true label, learnt together with each annotator's confusion.
+
+Dawid and Skene (1979) model every annotator by a confusion matrix ``pi[a, t, g]``, the probability
+that annotator ``a`` gives label ``g`` to an item whose true label is ``t``, and the items' true
+labels by class priors ``p[t]``. Expectation-maximisation alternates between the items' posterior
+distributions over true labels (E-step) and the priors and confusion matrices that best explain
+the votes under those posteriors (M-step). Any pattern of missing votes is fine: an annotator's
+matrix is learnt from the items that annotator labelled.
+
+The procedure follows crowd-kit's ``DawidSkene`` (crowdkit/aggregation/classification/dawid_skene.py)
+step for step, so the two agree to rounding error on the same votes:
+
+* initialisation: the posteriors are the majority-vote shares of each item's votes, the priors
+  their mean, and the confusion matrices one M-step on those posteriors;
+* each iteration: E-step, priors (mean posterior), M-step, then the stopping quantity;
+* stopping: crowd-kit's evidence lower bound per vote, in which the log prior enters once per vote
+  rather than once per item; iteration stops as soon as it improves by less than ``tolerance``
+  (a fall counts as converged too). The first iteration never stops, so converged runs take two
+  iterations or more.
+
+Smoothing (crowd-kit's): an annotator's matrix has a cell for every label, but only the labels that
+annotator gave at least once get probability. Their expected counts (sums of posteriors) are floored
+at ``SMOOTHING`` (1e-10) before each row is divided by its total; a label the annotator never gave
+keeps probability exactly 0 (the maximum-likelihood estimate, and never looked up in a logarithm,
+since no vote of that annotator carries it). So a row with no evidence at all (a true label that
+none of the annotator's items is believed to have) becomes uniform over the labels the annotator
+gave instead of 0/0, and every row sums to 1. Priors are floored at the same value inside
+logarithms. Counts that real votes feed are orders of magnitude larger than the floor, which moves
+them by about 1e-10 at most. Reported posteriors and priors are not floored (crowd-kit's returned
+ones are, so they differ from these by up to 1e-10). A label in ``labels`` that no vote carries is
+left out of the fit altogether (posterior and prior 0): under the floor it could otherwise grow from
+nothing into a catch-all class for ambiguous items.
+
+Determinism: votes, items, annotators and labels are put in sorted order before any arithmetic,
+so the result is bit-for-bit the same whatever order the votes or ``labels`` come in; ties between
+labels with the same posterior go to the label that sorts first (as crowd-kit's ``idxmax`` over its
+sorted label columns does).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+SMOOTHING = 1e-10
+"""Floor on expected confusion counts and on priors inside logarithms (see the module docstring)."""
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class DawidSkeneResult:
+    """What Dawid-Skene learnt from one set of votes. Arrays are read-only.
+
+    Rows and axes follow ``items``, ``annotators`` and ``labels``; ``labels`` is the caller's order
+    when ``labels`` was given, otherwise the sorted set of labels seen in the votes.
+    """
+
+    labels: tuple[str, ...]
+    items: tuple[str, ...]
+    """Every item that has at least one vote, sorted."""
+    annotators: tuple[str, ...]
+    """Every annotator who cast at least one vote, sorted."""
+    aggregated: tuple[str, ...]
+    """Each item's most probable true label (aligned with ``items``)."""
+    posteriors: FloatArray
+    """``(len(items), len(labels))``: each item's distribution over true labels; rows sum to 1."""
+    confusion: FloatArray
+    """``(len(annotators), len(labels), len(labels))``: ``[a, true, given]``; rows sum to 1."""
+    priors: FloatArray
+    """``(len(labels),)``: the class priors, the mean of the posteriors (sums to 1 when any item)."""
+    iterations: int
+    """EM iterations run (E-step plus M-step); 0 for no votes or ``max_iterations=0``."""
+    converged: bool
+    """Whether the stopping rule fired (or there was nothing to fit) before ``max_iterations``."""
+
+    def aggregate_of(self, item: str) -> str:
+        """The aggregated label of ``item``; ``KeyError`` when the item has no votes."""
+        try:
+            return self.aggregated[self.items.index(item)]
+        except ValueError:
+            raise KeyError(item) from None
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-friendly copy: lists of plain floats aligned with ``labels``."""
+        return {
+            "labels": list(self.labels),
+            "priors": [float(p) for p in self.priors],
+            "items": [
+                {"item": item, "label": label, "posterior": [float(p) for p in row]}
+                for item, label, row in zip(self.items, self.aggregated, self.posteriors, strict=True)
+            ],
+            "annotators": [
+                {"annotator": annotator, "confusion": [[float(p) for p in row] for row in matrix]}
+                for annotator, matrix in zip(self.annotators, self.confusion, strict=True)
+            ],
+            "iterations": self.iterations,
+            "converged": self.converged,
+            "smoothing": SMOOTHING,
+        }
+
+
+def dawid_skene(
+    votes: Iterable[tuple[str, str, str]],
+    *,
+    labels: Sequence[str] | None = None,
+    max_iterations: int = 100,
+    tolerance: float = 1e-6,
+) -> DawidSkeneResult:
+    """Aggregate ``(item, annotator, label)`` votes with Dawid-Skene EM.
+
+    ``labels`` fixes the label set and the order of the outputs; every vote's label must be in it
+    (labels that no vote carries are allowed: they are left out of the fit and get posterior and
+    prior 0). Without it the labels are those seen in the votes, sorted. An annotator votes at most
+    once per item.
+
+    Degenerate inputs give finite results, never NaN: no votes gives empty items and annotators,
+    uniform priors over ``labels`` (``iterations=0``, ``converged=True``); a single label gives
+    posteriors and matrices of 1; a single annotator reproduces that annotator's labels.
+
+    Raises ``ValueError`` naming the problem for malformed votes, duplicate votes, labels outside
+    ``labels``, a malformed ``labels``, a negative or non-integer ``max_iterations`` or a negative or
+    non-finite ``tolerance``.
+    """
+    triples = _validated_votes(votes)
+    label_order = _validated_labels(labels, triples)
+    if isinstance(max_iterations, bool) or not isinstance(max_iterations, int) or max_iterations < 0:
+        raise ValueError(f"max_iterations must be a non-negative integer, got {max_iterations!r}")
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or not math.isfinite(tolerance):
+        raise ValueError(f"tolerance must be a finite number, got {tolerance!r}")
+    if tolerance < 0:
+        raise ValueError(f"tolerance must not be negative, got {tolerance!r}")
+
+    if not triples:
+        n_labels = len(label_order)
+        uniform: FloatArray = np.full(n_labels, 1.0 / n_labels) if n_labels else np.zeros(0)
+        empty_posteriors = np.zeros((0, n_labels))
+        empty_confusion = np.zeros((0, n_labels, n_labels))
+        return _result(
+            label_order, label_order, (), (), (), empty_posteriors, empty_confusion, uniform, 0, True
+        )
+
+    triples.sort()
+    used = tuple(sorted({t[2] for t in triples}))
+    items = tuple(sorted({t[0] for t in triples}))
+    annotators = tuple(sorted({t[1] for t in triples}))
+    item_index = {item: i for i, item in enumerate(items)}
+    annotator_index = {annotator: i for i, annotator in enumerate(annotators)}
+    label_index = {label: i for i, label in enumerate(used)}
+    item_of = np.array([item_index[t[0]] for t in triples], dtype=np.int64)
+    annotator_of = np.array([annotator_index[t[1]] for t in triples], dtype=np.int64)
+    label_of = np.array([label_index[t[2]] for t in triples], dtype=np.int64)
+
+    posteriors, priors, confusion, iterations, converged = _fit(
+        item_of, annotator_of, label_of, len(items), len(annotators), len(used), max_iterations, tolerance
+    )
+    winners = tuple(used[int(k)] for k in np.argmax(posteriors, axis=1))
+    unused = tuple(sorted(set(label_order) - set(used)))
+    posteriors, confusion, priors = _with_unused_labels(posteriors, confusion, priors, len(unused))
+    return _result(
+        label_order,
+        used + unused,
+        items,
+        annotators,
+        winners,
+        posteriors,
+        confusion,
+        priors,
+        iterations,
+        converged,
+    )
+
+
+def majority_vote_posteriors(
+    item_of: IntArray, label_of: IntArray, n_items: int, n_labels: int
+) -> FloatArray:
+    """Each item's share of votes per label, ``(n_items, n_labels)``: crowd-kit's initialisation.
+
+    Every item index in ``range(n_items)`` must occur in ``item_of`` (an item without votes has no
+    share to take).
+    """
+    counts = np.bincount(item_of * n_labels + label_of, minlength=n_items * n_labels).astype(np.float64)
+    counts = counts.reshape(n_items, n_labels)
+    totals = counts.sum(axis=1, keepdims=True)
+    if np.any(totals == 0):
+        raise ValueError("every item needs at least one vote for majority-vote posteriors")
+    shares: FloatArray = counts / totals
+    return shares
+
+
+def m_step(
+    posteriors: FloatArray, item_of: IntArray, annotator_of: IntArray, label_of: IntArray, n_annotators: int
+) -> FloatArray:
+    """Confusion matrices ``[annotator, true, given]`` from posteriors, smoothed (rows sum to 1).
+
+    The expected count of annotator ``a`` giving ``g`` when the truth is ``t`` is the sum of
+    ``posteriors[i, t]`` over the items ``i`` that ``a`` labelled ``g``. Counts of labels ``a`` gave
+    are floored at ``SMOOTHING``, those of labels ``a`` never gave stay 0, and each ``(a, t)`` row is
+    divided by its total (every annotator gave some label, so no total is 0).
+    """
+    n_labels = posteriors.shape[1]
+    cells = annotator_of * n_labels + label_of
+    counts = np.zeros((n_annotators * n_labels, n_labels))
+    np.add.at(counts, cells, posteriors[item_of])
+    given = np.bincount(cells, minlength=n_annotators * n_labels).reshape(n_annotators, 1, n_labels) > 0
+    # counts[a * K + given, true] -> [a, true, given]
+    expected: FloatArray = counts.reshape(n_annotators, n_labels, n_labels).transpose(0, 2, 1)
+    expected = np.where(given, np.maximum(expected, SMOOTHING), 0.0)
+    confusion: FloatArray = expected / expected.sum(axis=2, keepdims=True)
+    return confusion
+
+
+def e_step(
+    priors: FloatArray,
+    confusion: FloatArray,
+    item_of: IntArray,
+    annotator_of: IntArray,
+    label_of: IntArray,
+    n_items: int,
+) -> FloatArray:
+    """Items' posteriors over true labels given priors and confusion matrices, ``(n_items, K)``.
+
+    Works in logarithms and shifts each item's row so its maximum is 0 before exponentiating, so
+    long products of small probabilities neither underflow nor overflow. ``item_of`` must be sorted
+    and cover every item.
+    """
+    log_votes = np.log(confusion[annotator_of, :, label_of])
+    starts = np.flatnonzero(np.r_[True, item_of[1:] != item_of[:-1]])
+    if starts.size != n_items:
+        raise ValueError("e_step needs votes sorted by item, with every item voted on")
+    log_likelihood = np.log(np.maximum(priors, SMOOTHING)) + np.add.reduceat(log_votes, starts, axis=0)
+    scaled = np.exp(log_likelihood - log_likelihood.max(axis=1, keepdims=True))
+    posteriors: FloatArray = scaled / scaled.sum(axis=1, keepdims=True)
+    return posteriors
+
+
+def lower_bound_per_vote(
+    posteriors: FloatArray,
+    priors: FloatArray,
+    confusion: FloatArray,
+    item_of: IntArray,
+    annotator_of: IntArray,
+    label_of: IntArray,
+) -> float:
+    """crowd-kit's stopping quantity: its evidence lower bound divided by the number of votes.
+
+    ``sum over votes of sum_t q[i, t] * (log pi[a, t, g] + log p[t])`` plus the entropy of the
+    posteriors, with priors and posteriors floored at ``SMOOTHING`` inside logarithms. The log prior
+    is counted once per vote, as crowd-kit does.
+    """
+    log_terms = np.log(confusion[annotator_of, :, label_of]) + np.log(np.maximum(priors, SMOOTHING))
+    joint = float(np.sum(posteriors[item_of] * log_terms))
+    floored = np.maximum(posteriors, SMOOTHING)
+    entropy = -float(np.sum(floored * np.log(floored)))
+    return (joint + entropy) / item_of.size
+
+
+def _fit(
+    item_of: IntArray,
+    annotator_of: IntArray,
+    label_of: IntArray,
+    n_items: int,
+    n_annotators: int,
+    n_labels: int,
+    max_iterations: int,
+    tolerance: float,
+) -> tuple[FloatArray, FloatArray, FloatArray, int, bool]:
+    posteriors = majority_vote_posteriors(item_of, label_of, n_items, n_labels)
+    priors: FloatArray = posteriors.mean(axis=0)
+    confusion = m_step(posteriors, item_of, annotator_of, label_of, n_annotators)
+    bound = -math.inf
+    for iteration in range(1, max_iterations + 1):
+        posteriors = e_step(priors, confusion, item_of, annotator_of, label_of, n_items)
+        priors = posteriors.mean(axis=0)
+        confusion = m_step(posteriors, item_of, annotator_of, label_of, n_annotators)
+        new_bound = lower_bound_per_vote(posteriors, priors, confusion, item_of, annotator_of, label_of)
+        if new_bound - bound < tolerance:
+            return posteriors, priors, confusion, iteration, True
+        bound = new_bound
+    return posteriors, priors, confusion, max_iterations, False
+
+
+def _validated_votes(votes: Iterable[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    if isinstance(votes, str | bytes):
+        raise ValueError("votes must be an iterable of (item, annotator, label) triples, not a string")
+    try:
+        materialised = list(votes)
+    except TypeError:
+        raise ValueError("votes must be an iterable of (item, annotator, label) triples") from None
+    triples: list[tuple[str, str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    for position, vote in enumerate(materialised):
+        if not isinstance(vote, tuple | list) or len(vote) != 3:
+            raise ValueError(f"vote #{position} is not an (item, annotator, label) triple: {vote!r}")
+        item, annotator, label = vote
+        for name, value in (("item", item), ("annotator", annotator), ("label", label)):
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"vote #{position} has a {name} that is not a non-empty string: {value!r}")
+        if (item, annotator) in seen:
+            raise ValueError(f"duplicate vote: annotator {annotator!r} voted twice on item {item!r}")
+        seen.add((item, annotator))
+        triples.append((item, annotator, label))
+    return triples
+
+
+def _validated_labels(labels: Sequence[str] | None, triples: list[tuple[str, str, str]]) -> tuple[str, ...]:
+    used = {t[2] for t in triples}
+    if labels is None:
+        return tuple(sorted(used))
+    if isinstance(labels, str | bytes):
+        raise ValueError("labels must be a sequence of label strings, not a single string")
+    order = tuple(labels)
+    for label in order:
+        if not isinstance(label, str) or not label:
+            raise ValueError(f"labels must be non-empty strings, got {label!r}")
+    if len(set(order)) != len(order):
+        duplicated = sorted({label for label in order if order.count(label) > 1})
+        raise ValueError(f"labels must be distinct, repeated: {duplicated}")
+    unknown = used - set(order)
+    if unknown:
+        raise ValueError(f"votes carry labels outside the given label set: {sorted(unknown)}")
+    return order
+
+
+def _with_unused_labels(
+    posteriors: FloatArray, confusion: FloatArray, priors: FloatArray, n_unused: int
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Append labels that no vote carries: posterior and prior 0, confusion rows with no evidence.
+
+    EM starts from majority-vote shares, in which such a label has probability 0, and in exact
+    arithmetic it keeps 0 for ever; fitting without it avoids letting the smoothing floor grow it
+    into a catch-all class. An annotator's row for it is uniform over the labels that annotator
+    gave, like any row without evidence, and nobody ever gives it (its column is 0).
+    """
+    if n_unused == 0:
+        return posteriors, confusion, priors
+    n_items, n_used = posteriors.shape
+    n_annotators = confusion.shape[0]
+    wide_posteriors = np.hstack([posteriors, np.zeros((n_items, n_unused))])
+    wide_priors = np.concatenate([priors, np.zeros(n_unused)])
+    # Cells of labels an annotator gave are floored above 0; those of labels never given are exactly 0.
+    gave = (confusion > 0).any(axis=1).astype(np.float64)
+    no_evidence = gave / gave.sum(axis=1, keepdims=True)
+    wide_confusion = np.zeros((n_annotators, n_used + n_unused, n_used + n_unused))
+    wide_confusion[:, :n_used, :n_used] = confusion
+    wide_confusion[:, n_used:, :n_used] = no_evidence[:, np.newaxis, :]
+    return wide_posteriors, wide_confusion, wide_priors
+
+
+def _result(
+    label_order: tuple[str, ...],
+    canonical: tuple[str, ...],
+    items: tuple[str, ...],
+    annotators: tuple[str, ...],
+    winners: tuple[str, ...],
+    posteriors: FloatArray,
+    confusion: FloatArray,
+    priors: FloatArray,
+    iterations: int,
+    converged: bool,
+) -> DawidSkeneResult:
+    """Reorder arrays whose label axes follow ``canonical`` into the caller's label order, read-only."""
+    position = {label: k for k, label in enumerate(canonical)}
+    perm = np.array([position[label] for label in label_order], dtype=np.int64)
+    ordered_posteriors = np.ascontiguousarray(posteriors[:, perm])
+    ordered_confusion = np.ascontiguousarray(confusion[:, perm][:, :, perm])
+    ordered_priors = np.ascontiguousarray(priors[perm])
+    for array in (ordered_posteriors, ordered_confusion, ordered_priors):
+        array.setflags(write=False)
+    return DawidSkeneResult(
+        labels=label_order,
+        items=items,
+        annotators=annotators,
+        aggregated=winners,
+        posteriors=ordered_posteriors,
+        confusion=ordered_confusion,
+        priors=ordered_priors,
+        iterations=iterations,
+        converged=converged,
+    )
