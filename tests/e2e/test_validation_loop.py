@@ -435,6 +435,11 @@ def test_validation_loop_end_to_end(
         pseudonym(PSEUDONYM_SECRET, "annotator", str(a.id)) for a in rnd.annotators.values()
     }
     assert agreement["validation_cost"]["validated_candidates"] == len(fooled)
+    aggregate = agreement["dawid_skene"]
+    assert {row["annotator"] for row in aggregate["annotators"]} == {
+        row["annotator"] for row in agreement["per_annotator"]
+    }
+    assert aggregate["labels"] == [POS, NEG, NEU]
     export_file = tmp_path / "label-studio-export.json"
     export_file.write_bytes(
         b"".join(
@@ -468,6 +473,7 @@ def test_validation_loop_end_to_end(
         from_export["items"] == alpha["items"] and from_export["pairable_values"] == alpha["pairable_values"]
     )
     assert from_export["source"]["cancelled_ignored"] == 2
+    assert from_export["dawid_skene"]["items"] == len(fooled)  # every validated candidate got a vote
 
 
 def check_dataset(

@@ -479,3 +479,21 @@ def test_result_arrays_are_read_only_and_lookup_by_item() -> None:
 def test_rejects_malformed_input(votes: object, kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         dawid_skene(votes, **kwargs)  # type: ignore[arg-type]
+
+
+def test_beside_majority_counts_items_where_dawid_skene_differs() -> None:
+    from dynaval.domain.dawid_skene import dawid_skene_beside_majority
+
+    # Two reliable annotators and one who always says "a"; the reliable pair decides item 3,
+    # which the majority vote leaves tied.
+    votes = [
+        ("1", "r1", "a"), ("1", "r2", "a"), ("1", "s", "a"),
+        ("2", "r1", "b"), ("2", "r2", "b"), ("2", "s", "a"),
+        ("3", "r1", "b"), ("3", "s", "a"),
+        ("4", "r1", "b"), ("4", "r2", "b"), ("4", "s", "a"),
+    ]  # fmt: skip
+    summary = dawid_skene_beside_majority(votes, labels=["a", "b"])
+    assert summary["items"] == 4
+    assert summary["items_differing_from_majority"] == 1
+    assert [row["annotator"] for row in summary["annotators"]] == ["r1", "r2", "s"]  # type: ignore[union-attr]
+    assert summary["labels"] == ["a", "b"] and summary["converged"] is True

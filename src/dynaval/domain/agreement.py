@@ -1,18 +1,47 @@
 """Round-level inter-annotator agreement: Krippendorff's alpha over stored votes.
 
-The ``krippendorff`` package is the reference implementation; we hand it value counts
-(items x labels) rather than an annotators x items matrix, so memory grows with the number of
-items, not with the number of annotators. Degenerate data gets an explicit reason instead of NaN.
+The engine lives in :mod:`dynaval.domain.agreement_engine` (alpha at every level, bootstrap
+interval, per-label/annotator/item breakdowns); this module re-exports it and keeps
+:func:`nominal_alpha`, the small view the round summary uses. Degenerate data gets an explicit
+reason instead of NaN.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import krippendorff
-import numpy as np
+from dynaval.domain.agreement_engine import (
+    LEVELS,
+    AgreementReport,
+    AlphaEstimate,
+    AnnotatorAgreement,
+    ItemAgreement,
+    LabelAgreement,
+    Level,
+    PairwiseAgreement,
+    VoteColumns,
+    agreement_report,
+    round_alpha,
+)
+
+__all__ = [
+    "LEVELS",
+    "AgreementReport",
+    "AlphaEstimate",
+    "AlphaResult",
+    "AnnotatorAgreement",
+    "ItemAgreement",
+    "LabelAgreement",
+    "Level",
+    "PairwiseAgreement",
+    "VoteColumns",
+    "agreement_report",
+    "nominal_alpha",
+    "round_alpha",
+]
+
+NO_PAIRABLE_YET = "no item has two or more votes yet"
 
 
 @dataclass(frozen=True)
@@ -39,30 +68,19 @@ def nominal_alpha(labels_by_item: Mapping[str, Sequence[str]], labels: Sequence[
     """Krippendorff's alpha (nominal) over each item's list of vote labels.
 
     Items with fewer than two votes carry no pairable value and are left out, as the
-    coefficient prescribes. Returns ``alpha=None`` with a reason when alpha is undefined.
+    coefficient prescribes (their labels are not checked). Returns ``alpha=None`` with a reason
+    when alpha is undefined; a label outside ``labels`` on a pairable item raises ValueError.
+
+    >>> votes = {"c1": ["pos", "pos"], "c2": ["pos", "neg", "pos"], "c3": ["neg", "neg"], "c4": ["pos"]}
+    >>> result = nominal_alpha(votes, ["pos", "neg", "neu"])
+    >>> round(result.alpha, 3), result.items, result.pairable_values
+    (0.5, 3, 7)
     """
-    index = {label: i for i, label in enumerate(labels)}
-    rows = [votes for votes in labels_by_item.values() if len(votes) >= 2]
-    pairable = sum(len(votes) for votes in rows)
+    rows = {item: votes for item, votes in labels_by_item.items() if len(votes) >= 2}
     if not rows:
-        return AlphaResult(None, "no item has two or more votes yet", "nominal", 0, 0)
-    unknown = {label for votes in rows for label in votes if label not in index}
-    if unknown:
-        raise ValueError(f"votes carry labels outside the task's label set: {sorted(unknown)}")
-    counts = np.zeros((len(rows), len(labels)), dtype=np.int64)
-    for row, votes in enumerate(rows):
-        for label in votes:
-            counts[row, index[label]] += 1
-    used = int(np.count_nonzero(counts.sum(axis=0)))
-    if used < 2:
-        return AlphaResult(
-            None,
-            "every vote carries the same label, so there is no expected disagreement to compare with",
-            "nominal",
-            len(rows),
-            pairable,
-        )
-    value = float(krippendorff.alpha(value_counts=counts, level_of_measurement="nominal"))
-    if math.isnan(value):  # defensive: the checks above should make this unreachable
-        return AlphaResult(None, "alpha is undefined for these votes", "nominal", len(rows), pairable)
-    return AlphaResult(value, None, "nominal", len(rows), pairable)
+        return AlphaResult(None, NO_PAIRABLE_YET, "nominal", 0, 0)
+    triples = [(item, voter, label) for item, votes in rows.items() for voter, label in enumerate(votes)]
+    estimate = round_alpha(triples, level="nominal", values=list(dict.fromkeys(labels)), bootstrap=0)
+    return AlphaResult(
+        estimate.alpha, estimate.undefined_reason, "nominal", estimate.items, estimate.pairable_values
+    )

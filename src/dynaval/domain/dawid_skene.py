@@ -40,6 +40,7 @@ sorted label columns does).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -383,3 +384,30 @@ def _result(
         iterations=iterations,
         converged=converged,
     )
+
+
+def dawid_skene_beside_majority(
+    votes: Sequence[tuple[str, str, str]], *, labels: Sequence[str] | None = None
+) -> dict[str, object]:
+    """Dawid-Skene's view of the votes, for reports: priors, each annotator's confusion matrix,
+    and how many items it labels differently from the strict majority vote (items without a strict
+    majority count as differing when Dawid-Skene picks any label)."""
+    result = dawid_skene(votes, labels=labels)
+    by_item: dict[str, Counter[str]] = {}
+    for item, _annotator, label in votes:
+        by_item.setdefault(item, Counter())[label] += 1
+    differing = 0
+    for item, label in zip(result.items, result.aggregated, strict=True):
+        ranked = by_item[item].most_common(2)
+        majority = ranked[0][0] if len(ranked) == 1 or ranked[0][1] > ranked[1][1] else None
+        differing += int(majority != label)
+    full = result.to_dict()
+    return {
+        "labels": full["labels"],
+        "priors": full["priors"],
+        "annotators": full["annotators"],
+        "iterations": result.iterations,
+        "converged": result.converged,
+        "items": len(result.items),
+        "items_differing_from_majority": differing,
+    }

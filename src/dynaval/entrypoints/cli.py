@@ -191,6 +191,7 @@ def _numbers(labels: Sequence[str]) -> dict[str, float] | None:
 def cmd_agreement(args: argparse.Namespace) -> int:
     from dynaval.adapters.vote_files import VoteFileError, read_votes
     from dynaval.domain.agreement_engine import agreement_report
+    from dynaval.domain.dawid_skene import dawid_skene_beside_majority
 
     if args.level not in LEVELS:
         raise CommandError(f"unknown level {args.level!r}; use one of: {', '.join(LEVELS)}")
@@ -209,6 +210,7 @@ def cmd_agreement(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     data = {
         **report.to_dict(),
+        "dawid_skene": dawid_skene_beside_majority(votes_file.votes) if votes_file.votes else None,
         "source": {
             "format": votes_file.source,
             "from_name": votes_file.from_name,
@@ -261,6 +263,13 @@ def format_agreement(data: dict[str, Any]) -> str:
                 f"{_number(a, 2) + f' ({n})':>16}" for a, n in zip(agreements, shared, strict=True)
             )
             lines.append(f"{name[:20]:<20}{cells}")
+    aggregate = data.get("dawid_skene")
+    if aggregate:
+        lines += [
+            "",
+            f"Dawid-Skene: {aggregate['items_differing_from_majority']} of {aggregate['items']} items "
+            f"labelled differently from the majority vote ({aggregate['iterations']} iterations)",
+        ]
     return "\n".join(lines)
 
 

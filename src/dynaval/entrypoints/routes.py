@@ -252,7 +252,13 @@ def exclusion_log(round_id: int) -> Any:
 def round_agreement(round_id: int) -> Any:
     bootstrap = _int_arg("bootstrap", 1000)
     seed = _int_arg("seed", 0)
-    return jsonify(agreement.round_agreement(_services(), round_id, bootstrap=bootstrap, seed=seed))
+    services = _services()
+    return jsonify(
+        {
+            **agreement.round_agreement(services, round_id, bootstrap=bootstrap, seed=seed),
+            "dawid_skene": agreement.round_dawid_skene(services, round_id),
+        }
+    )
 
 
 def _int_arg(name: str, default: int) -> int:

@@ -8,6 +8,7 @@ from sqlmodel import select
 
 from dynaval.adapters.orm import CandidateRow
 from dynaval.domain.agreement_engine import AgreementReport, Id, Label, agreement_report
+from dynaval.domain.dawid_skene import dawid_skene_beside_majority
 from dynaval.domain.errors import InvalidInput
 from dynaval.domain.provenance import pseudonym
 from dynaval.service_layer.rounds import get_round, round_votes, validation_cost
@@ -53,3 +54,16 @@ def round_agreement(
 ) -> dict[str, Any]:
     report, cost = round_agreement_report(services, round_id, bootstrap=bootstrap, seed=seed)
     return {"round_id": round_id, **report.to_dict(), "validation_cost": cost}
+
+
+def round_dawid_skene(services: Services, round_id: int) -> dict[str, Any] | None:
+    """Dawid-Skene beside the majority vote over the round's counted votes (pseudonymous)."""
+    secret = services.settings.pseudonym_secret
+    with services.database.unit_of_work() as session:
+        round_row = get_round(session, round_id)
+        votes = [
+            (item, pseudonym(secret, "annotator", a), label)
+            for item, a, label in round_votes(session, round_id)
+        ]
+        labels = list(round_row.labels)
+    return dawid_skene_beside_majority(votes, labels=labels) if votes else None
