@@ -10,7 +10,9 @@ package's input, an annotators x items float matrix with NaN, is built beforehan
 timed), against ``round_alpha`` with a 1,000-resample bootstrap interval on the same votes as
 integer columns (``VoteColumns``, also built beforehand), the full ``agreement_report``
 (breakdowns too), and ``round_alpha`` from a list of Python ``(item, annotator, label)`` triples.
-Every call runs once untimed (warm-up), then ``--repeats`` times; medians are printed. Peak
+Every call runs once (warm-up, reported as "first"), then ``--repeats`` times; the medians of
+wall-clock and of process CPU time are printed, with the best wall-clock (CPU time and the best
+run are steadier on a shared machine). Peak
 memory is measured separately with ``tracemalloc`` (numpy's allocations are traced): the peak
 allocated during one call, above what was allocated before it. Both alphas are checked equal.
 
@@ -62,6 +64,8 @@ class Round:
 @dataclass(frozen=True)
 class Measure:
     seconds: float
+    best_seconds: float
+    cpu_seconds: float
     first_seconds: float
     peak_mib: float
 
@@ -86,17 +90,18 @@ def measure(call: Callable[[], object], repeats: int) -> Measure:
     started = time.perf_counter()
     call()
     first = time.perf_counter() - started
-    times = []
+    times, cpu = [], []
     for _ in range(repeats):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         call()
         times.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - cpu_started)
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     call()
     peak = tracemalloc.get_traced_memory()[1] - before
     tracemalloc.stop()
-    return Measure(statistics.median(times), first, peak / MiB)
+    return Measure(statistics.median(times), min(times), statistics.median(cpu), first, peak / MiB)
 
 
 def package_alpha(round_: Round) -> float:
@@ -126,28 +131,35 @@ def compare(round_: Round, repeats: int, resamples: int) -> None:
             lambda: round_alpha(triples, bootstrap=resamples), repeats
         ),
     }
-    print(f"  {'':46} {'median s':>9} {'first s':>8} {'peak MiB':>9}")
+    print(f"  {'':46} {'median s':>9} {'best s':>7} {'cpu s':>7} {'first s':>8} {'peak MiB':>9}")
     for name, row in rows.items():
-        print(f"  {name:46} {row.seconds:9.3f} {row.first_seconds:8.3f} {row.peak_mib:9.1f}")
+        figures = (
+            f"{row.seconds:9.3f} {row.best_seconds:7.3f} {row.cpu_seconds:7.3f} "
+            f"{row.first_seconds:8.3f} {row.peak_mib:9.1f}"
+        )
+        print(f"  {name:46} {figures}")
     package, ours_alpha = list(rows.values())[:2]
     print(
-        f"  package / ours (round_alpha + CI): time {package.seconds / ours_alpha.seconds:.1f}x, "
+        f"  package / ours (round_alpha + CI): time {package.seconds / ours_alpha.seconds:.1f}x "
+        f"(cpu {package.cpu_seconds / ours_alpha.cpu_seconds:.1f}x, first call "
+        f"{package.first_seconds / ours_alpha.first_seconds:.1f}x), "
         f"peak memory {package.peak_mib / ours_alpha.peak_mib:.1f}x"
     )
 
 
 def label_sweep(items: int, repeats: int, resamples: int) -> None:
     print(f"\nLabel sweep, 5 annotators x {items:,} items (package run if 3 x items x L^2 x 8 B < 2 GiB)")
-    print(f"  {'labels':>6} {'ours s':>8} {'ours MiB':>9} {'package s':>10} {'package MiB':>12}")
+    ours_header = f"{'ours s':>8} {'cpu s':>7} {'ours MiB':>9}"
+    print(f"  {'labels':>6} {ours_header} {'package s':>10} {'cpu s':>7} {'package MiB':>12}")
     for labels in (3, 20, 200, 2000):
         round_ = simulated_round(5, items, labels, accuracy=0.75, seed=labels)
         ours = measure(lambda r=round_: round_alpha(r.columns, bootstrap=resamples), repeats)  # type: ignore[misc]
         if 3 * items * labels * labels * 8 < 2 * 2**30:
             theirs = measure(lambda r=round_: package_alpha(r), repeats)  # type: ignore[misc]
-            package = f"{theirs.seconds:10.3f} {theirs.peak_mib:12.1f}"
+            package = f"{theirs.seconds:10.3f} {theirs.cpu_seconds:7.3f} {theirs.peak_mib:12.1f}"
         else:
-            package = f"{'-':>10} {'-':>12}"
-        print(f"  {labels:6d} {ours.seconds:8.3f} {ours.peak_mib:9.1f} {package}")
+            package = f"{'-':>10} {'-':>7} {'-':>12}"
+        print(f"  {labels:6d} {ours.seconds:8.3f} {ours.cpu_seconds:7.3f} {ours.peak_mib:9.1f} {package}")
 
 
 def main() -> None:
@@ -160,7 +172,10 @@ def main() -> None:
     parser.add_argument("--no-sweep", action="store_true")
     args = parser.parse_args()
     print(f"numpy {np.__version__}, krippendorff {metadata.version('krippendorff')}")
-    print("time: median of the timed runs after one warm-up; peak: tracemalloc, during one call")
+    print(
+        f"time: median (and best) wall-clock and median process CPU seconds of {args.repeats} runs after "
+        "one warm-up; first: the warm-up call; peak: tracemalloc, during one call"
+    )
     compare(
         simulated_round(3, round(1_000_000 * args.scale), 3, accuracy=0.85, seed=1),
         args.repeats,

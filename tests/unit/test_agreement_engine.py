@@ -135,9 +135,13 @@ def test_report_to_dict_is_plain_json_with_the_promised_keys() -> None:
     assert "per_item" not in data
     assert data["level"] == "nominal"
     assert data["bootstrap"] == {"resamples": 200, "defined": 200, "seed": 3}
-    assert [row["annotator"] for row in data["per_annotator"]] == ["A", "B", "C", "D"]  # type: ignore[attr-defined]
-    assert all({"votes", "agreement_with_others"} <= set(row) for row in data["per_annotator"])  # type: ignore[attr-defined]
-    assert set(data["pairwise"]) == {"annotators", "agreement", "shared_items"}  # type: ignore[arg-type]
+    annotators = data["per_annotator"]
+    assert isinstance(annotators, list)
+    assert [row["annotator"] for row in annotators] == ["A", "B", "C", "D"]
+    assert all({"votes", "agreement_with_others"} <= set(row) for row in annotators)
+    pairwise = data["pairwise"]
+    assert isinstance(pairwise, dict)
+    assert set(pairwise) == {"annotators", "agreement", "shared_items"}
 
 
 def test_per_item_rows_only_when_asked() -> None:
@@ -301,7 +305,9 @@ def test_integer_id_columns_are_encoded_by_counting() -> None:
 
 
 def test_mixed_label_types_are_distinct_nominal_labels() -> None:
-    votes = [("a", "x", 1), ("a", "y", "1"), ("b", "x", 1), ("b", "y", 1), ("c", "x", "1"), ("c", "y", "1")]
+    votes: list[tuple[str, str, str | int]] = [
+        ("a", "x", 1), ("a", "y", "1"), ("b", "x", 1), ("b", "y", 1), ("c", "x", "1"), ("c", "y", "1")
+    ]  # fmt: skip
     expected = krippendorff.alpha(value_counts=[[1, 1], [2, 0], [0, 2]], level_of_measurement="nominal")
     assert round_alpha(votes, bootstrap=0).alpha == pytest.approx(expected)
 
@@ -392,7 +398,7 @@ def test_single_label_domain_is_undefined_not_an_error() -> None:
             {"votes": VoteColumns(np.array([1.0, 2.0]), [1, 2], [1, 2])},
             "strings or integers; got dtype float64",
         ),
-        ({"votes": VoteColumns([[1, 2]], [[1, 2]], [[1, 2]])}, "one-dimensional"),
+        ({"votes": VoteColumns(np.ones((1, 2)), np.ones((1, 2)), np.ones((1, 2)))}, "one-dimensional"),
         ({"votes": VoteColumns([1, 2], [1, 1], np.array([1.0, np.nan]))}, "NaN"),
         ({"votes": VoteColumns([1, 1], [1, 1], [1, 2])}, "voted more than once on item 1"),
     ],

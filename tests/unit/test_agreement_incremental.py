@@ -38,9 +38,12 @@ def test_running_alpha_equals_alpha_from_scratch(
         else:
             votes[who] = label
         state = state.replace_item(before=before, after=list(votes.values()))
-    triples = [(item, who, label) for item, votes in ballots.items() for who, label in votes.items()]
-    if level in ("interval", "ratio"):
-        triples = [(item, who, NUMBERS[label]) for item, who, label in triples]
+    numeric = level in ("interval", "ratio")
+    triples: list[tuple[int, int, str | float]] = [
+        (item, who, NUMBERS[label] if numeric else label)
+        for item, votes in ballots.items()
+        for who, label in votes.items()
+    ]
     expected = round_alpha(
         triples, level=level, values=VALUES.get(level, list(NUMBERS.values())), bootstrap=0
     )

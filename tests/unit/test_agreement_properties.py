@@ -232,7 +232,11 @@ def test_columns_and_triples_agree_with_the_same_bootstrap(round_: Round, level:
     values = round_.domain.tolist()
     from_triples = round_alpha(round_.triples(words=False), level=level, values=values, bootstrap=50, seed=5)
     from_columns = round_alpha(round_.columns(), level=level, values=values, bootstrap=50, seed=5)
-    assert from_triples.alpha == pytest.approx(from_columns.alpha, abs=1e-12) if from_triples.alpha else True
     assert from_triples.undefined_reason == from_columns.undefined_reason
-    if from_triples.ci95 is not None:
-        assert from_columns.ci95 == pytest.approx(from_triples.ci95, abs=1e-12)
+    if from_triples.alpha is None:
+        assert from_columns.alpha is None and from_columns.ci95 is None
+        return
+    assert from_columns.alpha == pytest.approx(from_triples.alpha, abs=1e-12)
+    assert from_triples.ci95 is not None
+    assert from_columns.ci95 == pytest.approx(from_triples.ci95, abs=1e-12)
+    assert from_columns.defined_resamples == from_triples.defined_resamples

@@ -7,28 +7,35 @@ label, per annotator (against the others' majority, and pairwise) and per item. 
 ``krippendorff`` package on every input it accepts, and where it returns NaN or raises on valid
 data (no pairable value, a single label) they say why alpha is undefined instead.
 
-How it stays small. Alpha depends on the votes only through each item's count vector (votes per
-label), so votes become sparse per-item entries, O(votes), and never an annotators x items or
-items x labels x labels array (the ``krippendorff`` package builds the latter). Memory by level,
-on top of the O(votes) codes and entries: nominal needs the marginals and one observed number per
-item pattern, O(L); interval the same with per-pattern centred moments, O(L); ordinal turns
-Krippendorff's metric into squared differences of mid-ranks taken from the cumulative marginals,
-O(L) (plus one gather over the entries per evaluation); ratio has no moment form, so observed
-disagreement sums over label pairs present in each pattern and expected disagreement is an
-O(L^2)-time quadratic form computed in row blocks of O(L) memory. Bootstrap replicates are
-weightings of the distinct count patterns, drawn from a multinomial and evaluated together with
-matrix algebra, never a Python loop over items (see :mod:`.bootstrap`).
+Memory. Alpha depends on the votes only through each item's count vector (votes per label), so
+the votes become sparse per-item entries, one per (item, label) that got a vote: O(votes), and
+never an annotators x items matrix nor the items x labels x labels array the ``krippendorff``
+package builds. On top of those O(votes) codes and entries, with L the labels in use:
 
-Keeping the round's alpha current as votes arrive. Alpha is a function of a few sums over items:
-the marginals ``n_c`` (pairable votes per label) and the observed disagreement
-``sum_u c_u^T d c_u / (n_u - 1)`` (for ordinal data the coincidence matrix instead, since its
-metric moves with the marginals). A new or changed vote touches one item: subtract that item's old
-contribution (its count vector before the vote), add the new one, and alpha is
-``1 - (n - 1) * observed / expected`` with the expected part recomputed from the marginals in
-O(L) (nominal, interval), O(L^2) (ratio) or O(L^2) with the coincidence matrix (ordinal). So
-each vote costs O(labels on that item), not a pass over the round, and the state is O(L) (O(L^2)
-for ordinal and for ratio's metric). :mod:`.incremental` implements it; the bootstrap interval, which
-needs the pattern frequencies, is refreshed on demand from the same per-item counts.
+* nominal: the marginals and one observed number per count pattern, O(L + patterns);
+* interval: the same, the observed number from per-pattern centred moments, O(L + patterns);
+* ordinal: Krippendorff's metric is the squared difference of mid-ranks, taken from the
+  cumulative marginals in O(L); the observed part is one pass over the pattern entries;
+* ratio: no moment form; observed disagreement sums over the label pairs present in each pattern
+  (O(sum over patterns of distinct labels squared), in chunks) and the expected one is an O(L^2)
+  time quadratic form in the marginals, built a block of rows at a time (O(L) memory per row).
+
+The bootstrap (:mod:`.bootstrap`) draws replicates as multinomial weightings of the distinct
+count patterns and evaluates a block of them with one matrix product, never a Python loop over
+items; its temporaries are capped at :data:`.alpha.BLOCK_CELLS` elements.
+
+Keeping the round's alpha current as votes arrive (README paragraph). Alpha depends on the votes
+only through per-item count vectors, and only through two sums over items: the marginals n_c
+(pairable votes per label) and the observed disagreement, the sum over items of
+c_u^T d c_u / (n_u - 1). A new, changed or withdrawn vote touches one item, so the running state
+is updated by subtracting that item's term for its old count vector and adding the term for the
+new one: O(k) work for nominal and interval data, O(k^2) for ratio data, k being the labels on
+that item. Alpha is then 1 - (n - 1) * observed / expected, the expected part recomputed from the
+marginals in O(L) (nominal, interval) or O(L^2) (ratio). Ordinal data are the one exception: their
+metric moves with the marginals, so the state keeps the L x L coincidence matrix (updated in
+O(k^2)) and alpha is read in O(L^2). Either way no vote triggers a pass over the round;
+:class:`RunningAlpha` implements this, and the bootstrap interval is recomputed on demand by
+:func:`round_alpha`.
 """
 
 from dynaval.domain.agreement_engine.breakdown import (
@@ -37,7 +44,16 @@ from dynaval.domain.agreement_engine.breakdown import (
     LabelAgreement,
     PairwiseAgreement,
 )
-from dynaval.domain.agreement_engine.encoding import LEVELS, Id, Label, Level, Values, VoteColumns, Votes
+from dynaval.domain.agreement_engine.encoding import (
+    LEVELS,
+    Id,
+    Label,
+    Level,
+    Values,
+    VoteColumns,
+    Votes,
+    WriterLabels,
+)
 from dynaval.domain.agreement_engine.incremental import RunningAlpha
 from dynaval.domain.agreement_engine.report import (
     AgreementReport,
@@ -61,6 +77,7 @@ __all__ = [
     "Values",
     "VoteColumns",
     "Votes",
+    "WriterLabels",
     "agreement_report",
     "round_alpha",
 ]

@@ -34,8 +34,9 @@ import numpy as np
 from dynaval.domain.agreement_engine.encoding import FloatArray, IntArray, Level
 from dynaval.domain.agreement_engine.tally import Patterns, pairs_within_groups
 
-_MAX_CELLS = 1 << 18
-"""Largest temporary array (in elements) built per block."""
+BLOCK_CELLS = 1 << 21
+"""Largest temporary array (in elements: 16 MiB of floats) built per block of weightings."""
+_PAIR_CELLS = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -47,16 +48,26 @@ class AlphaKernel:
     """The patterns with labels renumbered to the used ones (0..used-1, in domain order)."""
     numbers: FloatArray | None
     """The used labels' numbers (interval and ratio)."""
-    observed: FloatArray | None
-    """Per pattern: ``c^T d c / (n_u - 1)`` (all levels but ordinal, whose metric moves)."""
-    counts: FloatArray | None
-    """Dense patterns x used-labels counts, kept when that is O(entries) in size."""
+    features: FloatArray
+    """Per pattern: its counts of the used labels (when kept dense, i.e. when that is O(entries)
+    in size), then its size, then ``c^T d c / (n_u - 1)`` (0 for ordinal data, whose metric moves
+    with the marginals). One matrix product with a block of weightings gives every linear
+    statistic alpha needs."""
+    dense: bool
     by_label: IntArray
     label_start: IntArray
 
     @property
     def used_labels(self) -> int:
         return int(self.label_start.size - 1)
+
+    @property
+    def cells_per_row(self) -> int:
+        """The largest temporary, in elements, per weighting evaluated."""
+        widest = max(self.patterns.count, self.used_labels, 1)
+        if self.level == "ordinal" or not self.dense:
+            return max(widest, self.patterns.entry_label.size)
+        return widest
 
 
 def alpha_kernel(
@@ -81,16 +92,20 @@ def alpha_kernel(
     cells = compact.count * int(used.size)
     if dense is None:
         dense = cells <= 8 * label.size + (1 << 16)
-    counts = None
+    observed = _observed_per_pattern(compact, level, used_numbers)
+    width = int(used.size) if dense else 0
+    features = np.zeros((compact.count, width + 2), dtype=np.float64)
     if dense:
-        counts = np.zeros((compact.count, int(used.size)), dtype=np.float64)
-        counts[compact.entry_pattern, label] = compact.entry_count
+        features[compact.entry_pattern, label] = compact.entry_count
+    features[:, width] = compact.size
+    if observed is not None:
+        features[:, width + 1] = observed
     return AlphaKernel(
         level=level,
         patterns=compact,
         numbers=used_numbers,
-        observed=_observed_per_pattern(compact, level, used_numbers),
-        counts=counts,
+        features=features,
+        dense=dense,
         by_label=by_label,
         label_start=label_start,
     )
@@ -104,8 +119,7 @@ def alphas(kernel: AlphaKernel, weights: FloatArray) -> FloatArray:
     """
     rows = weights.shape[0]
     result = np.empty(rows, dtype=np.float64)
-    per_row = max(kernel.patterns.count, kernel.patterns.entry_label.size, kernel.used_labels, 1)
-    block = max(1, _MAX_CELLS // per_row)
+    block = max(1, BLOCK_CELLS // kernel.cells_per_row)
     for first in range(0, rows, block):
         result[first : first + block] = _alpha_block(kernel, weights[first : first + block])
     return result
@@ -119,16 +133,16 @@ def ratio_distance(left: FloatArray, right: FloatArray) -> FloatArray:
 
 
 def _alpha_block(kernel: AlphaKernel, weights: FloatArray) -> FloatArray:
-    patterns = kernel.patterns
-    values = weights @ patterns.size.astype(np.float64)
-    marginals = _marginals(kernel, weights)
+    # numpy's own loops, not BLAS: a threaded BLAS product costs more in thread start-up and
+    # spinning than it saves here, and steals the core the next block's sampling needs.
+    linear = np.einsum("ij,jk->ik", weights, kernel.features)
+    values, observed = linear[:, -2], linear[:, -1]
+    marginals = linear[:, :-2] if kernel.dense else _sparse_marginals(kernel, weights)
     if kernel.level == "ordinal":
         ranks = np.cumsum(marginals, axis=1) - marginals / 2 - values[:, None] / 2
-        observed = _observed_on_scale(patterns, weights, ranks)
+        observed = _observed_on_scale(kernel.patterns, weights, ranks)
         expected = _expected_on_scale(marginals, values, ranks)
     else:
-        assert kernel.observed is not None
-        observed = weights @ kernel.observed
         if kernel.level == "nominal":
             expected = (marginals * (values[:, None] - marginals)).sum(axis=1)
         elif kernel.level == "interval":
@@ -143,9 +157,7 @@ def _alpha_block(kernel: AlphaKernel, weights: FloatArray) -> FloatArray:
     return np.where(defined, 1 - (values - 1) * result, np.nan)
 
 
-def _marginals(kernel: AlphaKernel, weights: FloatArray) -> FloatArray:
-    if kernel.counts is not None:
-        return np.asarray(weights @ kernel.counts, dtype=np.float64)
+def _sparse_marginals(kernel: AlphaKernel, weights: FloatArray) -> FloatArray:
     patterns = kernel.patterns
     order = kernel.by_label
     spread = weights[:, patterns.entry_pattern[order]] * patterns.entry_count[order]
@@ -166,7 +178,7 @@ def _observed_per_pattern(patterns: Patterns, level: Level, numbers: FloatArray 
     if level == "interval":
         return _interval_observed(patterns, numbers)
     total = np.zeros(patterns.count, dtype=np.float64)
-    for first, second in pairs_within_groups(patterns.start, _MAX_CELLS):
+    for first, second in pairs_within_groups(patterns.start, _PAIR_CELLS):
         product = counts[first] * counts[second]
         product *= ratio_distance(numbers[patterns.entry_label[first]], numbers[patterns.entry_label[second]])
         total += np.bincount(patterns.entry_pattern[first], weights=product, minlength=patterns.count)
@@ -204,7 +216,7 @@ def _expected_on_scale(marginals: FloatArray, values: FloatArray, scale: FloatAr
 def _ratio_expected(marginals: FloatArray, numbers: FloatArray) -> FloatArray:
     """``n^T d n`` per row, with the L x L metric built a block of rows at a time."""
     used = numbers.size
-    step = max(1, _MAX_CELLS // max(used, 1))
+    step = max(1, _PAIR_CELLS // max(used, 1))
     total = np.zeros(marginals.shape[0], dtype=np.float64)
     for first in range(0, used, step):
         distance = ratio_distance(numbers[first : first + step, None], numbers[None, :])

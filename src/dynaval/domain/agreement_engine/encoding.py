@@ -26,8 +26,17 @@ Label: TypeAlias = str | int | float
 """A vote's label: a string or a finite number (bool is refused: ``True == 1`` would merge labels)."""
 Id: TypeAlias = str | int
 """An item or annotator id: a string or an integer."""
-Values: TypeAlias = Sequence[Label] | Mapping[Label, float]
+# Mapping is invariant in its key type: spell out the key types so that ``dict[str, float]`` fits.
+Values: TypeAlias = (
+    Sequence[Label]
+    | Mapping[str, float]
+    | Mapping[int, float]
+    | Mapping[float, float]
+    | Mapping[Label, float]
+)
 """The value domain: labels in order, or (for a numeric scale) a mapping from label to its number."""
+WriterLabels: TypeAlias = Mapping[str, Label | None] | Mapping[int, Label | None] | Mapping[Id, Label | None]
+"""Each item's writer label (None: not known)."""
 
 IntArray: TypeAlias = npt.NDArray[np.intp]
 Ids: TypeAlias = tuple[Id, ...] | npt.NDArray[np.generic]

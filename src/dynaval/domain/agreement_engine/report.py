@@ -6,6 +6,7 @@ import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from dynaval.domain.agreement_engine.encoding import (
     Level,
     Values,
     Votes,
+    WriterLabels,
     check_level,
     check_values,
     encode_votes,
@@ -198,7 +200,7 @@ def agreement_report(
     values: Values | None = None,
     bootstrap: int = 1000,
     seed: int | None = 0,
-    writer_labels: Mapping[Id, Label | None] | None = None,
+    writer_labels: WriterLabels | None = None,
     include_items: bool = False,
 ) -> AgreementReport:
     """Alpha with its interval (as :func:`round_alpha`) and the breakdowns of :mod:`.breakdown`.
@@ -234,14 +236,15 @@ def agreement_report(
             f"writer_labels must be a mapping from item to label; got {type(writer_labels).__name__}"
         )
     coded = encode_votes(votes, checked_level, fixed)
-    if writer_labels is not None:
-        _check_writer_labels(writer_labels, coded, restricted=fixed is not None)
+    writers = cast(Mapping[Id, Label | None] | None, writer_labels)
+    if writers is not None:
+        _check_writer_labels(writers, coded, restricted=fixed is not None)
     tally = tally_items(coded.item, coded.label, len(coded.item_ids), max(len(coded.domain.labels), 1))
     estimate = _estimate(
         _Shape(coded.votes, len(coded.annotator_ids), coded.domain), tally, checked_level, bootstrap, seed
     )
     modes = item_modes(tally)
-    writer = writer_codes(coded, writer_labels)
+    writer = writer_codes(coded, writers)
     writer_items, writer_majority = writer_is_majority(modes, writer)
     return AgreementReport(
         estimate=estimate,
@@ -250,7 +253,7 @@ def agreement_report(
         pairwise=pairwise(coded, tally),
         writer_items=writer_items,
         writer_majority_items=writer_majority,
-        per_item=tuple(per_item(coded, tally, modes, writer_labels, writer)) if include_items else None,
+        per_item=tuple(per_item(coded, tally, modes, writers, writer)) if include_items else None,
     )
 
 

@@ -39,7 +39,8 @@ class ItemTally:
 class Patterns:
     """The distinct count vectors of the pairable items (two or more votes) and their frequencies.
 
-    Entries are sorted by pattern, then label; pattern p's are ``start[p]:start[p + 1]``.
+    Patterns come most frequent first. Entries are sorted by pattern, then label; pattern p's are
+    ``start[p]:start[p + 1]``.
     """
 
     frequency: IntArray
@@ -142,10 +143,13 @@ def pairable_patterns(tally: ItemTally, *, distinct: bool = True) -> Patterns:
     group = _group_identical(
         entry_item, entry_label, entry_count, start, lengths, int(size.max()), tally.n_labels
     )
-    frequency = np.bincount(group)
+    by_group = np.bincount(group)
     # Any member represents its pattern: all members have the same count vector.
-    representative = np.zeros(frequency.size, dtype=np.intp)
-    representative[group] = np.arange(n_items, dtype=np.intp)
+    first_member = np.zeros(by_group.size, dtype=np.intp)
+    first_member[group] = np.arange(n_items, dtype=np.intp)
+    # Most frequent first (ties by group id), so that the bootstrap's common patterns lead.
+    order = np.argsort(-by_group, kind="stable")
+    frequency, representative = by_group[order], first_member[order]
     member = ragged_arange(start[representative], lengths[representative])
     rep_lengths = lengths[representative]
     return Patterns(
@@ -265,6 +269,8 @@ def stable_order(keys: IntArray, n_keys: int) -> IntArray:
     O(n) each, where a general stable argsort is O(n log n).
     """
     order: IntArray = np.arange(keys.size, dtype=np.intp)
+    if bool(np.all(keys[1:] >= keys[:-1])):  # already in order, as votes read item by item are
+        return order
     for shift in range(0, max(n_keys - 1, 1).bit_length(), 16):
         digit = ((keys[order] >> shift) & 0xFFFF).astype(np.uint16)
         order = order[np.argsort(digit, kind="stable")]
