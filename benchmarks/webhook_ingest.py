@@ -19,6 +19,9 @@ script measures both in one run, on this machine:
    task its 3 annotators and lets the background worker finish the escalations that follow. Each
    measurement runs ``--repeats`` times; the medians of requests/s, p50 and p99 are reported, with
    the ratio service rate / Label Studio annotation rate. Goal: >= 30x and p99 <= 25 ms, no errors.
+   A last run with one client (``--single-requests``) gives the latency without queueing, which is
+   what an annotation request waits for at Label Studio's real pace. The gunicorn processes' CPU
+   time per webhook is printed too: unlike the rates, it hardly depends on what else the machine runs.
 4. Everything is stopped and removed at the end, also on error or Ctrl-C: gunicorn, Label Studio,
    the temporary folder and the PostgreSQL database the script created.
 
@@ -76,37 +79,11 @@ DISAGREE_SHARE = 0.2
 ANNOTATORS_PER_TASK = 3
 # Synthetic annotation ids start far above anything this Label Studio hands out.
 SYNTHETIC_ID_BASE = 10_000_000
-WORDS = (
-    "the",
-    "film",
-    "was",
-    "good",
-    "bad",
-    "great",
-    "awful",
-    "boring",
-    "wonderful",
-    "service",
-    "staff",
-    "food",
-    "hotel",
-    "room",
-    "phone",
-    "battery",
-    "screen",
-    "price",
-    "day",
-    "time",
-    "book",
-    "app",
-    "update",
-    "train",
-    "flight",
-    "meeting",
-    "game",
-    "weather",
-    "team",
+_WORD_LINES = (
+    "the film was good bad great awful boring wonderful service staff food hotel room phone",
+    "battery screen price day time book app update train flight meeting game weather team",
 )
+WORDS = tuple(" ".join(_WORD_LINES).split())
 
 
 class BenchmarkError(RuntimeError):
@@ -129,6 +106,12 @@ class LoadRun:
     errors: int
     error_samples: list[str]
     sent: int
+    server_cpu_s: float = 0.0
+    load_average: float = 0.0
+
+    @property
+    def cpu_ms_per_request(self) -> float:
+        return self.server_cpu_s / self.sent * 1000 if self.sent else float("nan")
 
     @property
     def rate(self) -> float:
@@ -196,6 +179,10 @@ class Gunicorn:
             time.sleep(0.25)
         raise BenchmarkError(f"gunicorn did not answer /health within {timeout_s:.0f} s:\n{self.log_tail()}")
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) of the gunicorn master and its workers so far (Linux /proc)."""
+        return sum(_process_cpu_seconds(pid) for pid in _process_tree(self._process.pid))
+
     def log_tail(self, lines: int = 30) -> str:
         try:
             text = self.log_path.read_text(encoding="utf-8", errors="replace")
@@ -212,6 +199,29 @@ class Gunicorn:
                 self._process.kill()
                 self._process.wait(timeout=timeout_s)
         self._log.close()
+
+
+def _process_tree(root: int) -> list[int]:
+    """``root`` and its descendants, from /proc (only ``root`` where /proc is missing)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _process_cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 @contextlib.contextmanager
@@ -290,7 +300,8 @@ def set_up_round(
         # The tiny model always answers "neutral": positive and negative writers fool it.
         body = {"text": make_text(rng, index), "writer_label": rng.choice(["positive", "negative"])}
         body["writer_id"] = f"writer-{index % 7}"
-        candidate_ids.append(str(client.call("POST", f"/api/rounds/{round_id}/candidates", json=body)["id"]))
+        path = f"/api/rounds/{round_id}/candidates"
+        candidate_ids.append(str(client.call("POST", path, token=client.writer, json=body)["id"]))
     deadline = time.monotonic() + timeout_s
     while True:
         summary = client.call("GET", f"/api/rounds/{round_id}")
@@ -371,8 +382,7 @@ def capture_payloads(server: LabelStudioServer, label_config: str, annotator: An
         pass
 
     Catcher.bodies = bodies
-    handler = Catcher
-    receiver = ThreadingHTTPServer((HOST, 0), handler)
+    receiver = ThreadingHTTPServer((HOST, 0), Catcher)
     thread = threading.Thread(target=receiver.serve_forever, daemon=True)
     thread.start()
     try:
@@ -502,6 +512,8 @@ class PayloadFactory:
         annotation["updated_at"] = updated_at
         annotation["lead_time"] = round(rng.uniform(2.0, 60.0), 3)
         annotation["was_cancelled"] = False
+        if "unique_id" in annotation:
+            annotation["unique_id"] = str(uuid.uuid4())
         for region in annotation.get("result") or []:
             if region.get("from_name") == "label":
                 region["id"] = secrets.token_urlsafe(7)[:10]
@@ -709,23 +721,36 @@ def run(args: argparse.Namespace) -> int:
         runs: list[LoadRun] = []
         for repeat in range(1, args.repeats + 1):
             bodies = factory.mix(args.requests, rng)
+            cpu_before = service.cpu_seconds()
             result = send_load(url, webhook_secret, bodies, args.clients, args.time_cap)
+            result.server_cpu_s = service.cpu_seconds() - cpu_before
+            result.load_average = os.getloadavg()[0]
             runs.append(result)
             capped = " (time cap)" if result.sent < len(bodies) else ""
             print(
                 f"run {repeat}: {result.sent} requests in {result.seconds:.2f} s{capped}: "
                 f"{result.rate:.0f} req/s, "
-                f"p50 {result.p50_ms:.1f} ms, p99 {result.p99_ms:.1f} ms, errors {result.errors}",
+                f"p50 {result.p50_ms:.1f} ms, p99 {result.p99_ms:.1f} ms, errors {result.errors}; "
+                f"gunicorn CPU {result.cpu_ms_per_request:.1f} ms/webhook, "
+                f"load average {result.load_average:.1f}",
                 flush=True,
             )
             for sample in result.error_samples:
                 print(f"  error: {sample}")
 
+        # At Label Studio's real pace webhooks arrive one at a time: the latency without queueing.
+        alone = send_load(url, webhook_secret, factory.mix(args.single_requests, rng), 1, args.time_cap)
+        print(
+            f"one client, {alone.sent} requests: p50 {alone.p50_ms:.1f} ms, p99 {alone.p99_ms:.1f} ms, "
+            f"errors {alone.errors}",
+            flush=True,
+        )
+
         summary = client.call("GET", f"/api/rounds/{round_id}")
         rate = statistics.median(r.rate for r in runs)
         p50 = statistics.median(r.p50_ms for r in runs)
         p99 = statistics.median(r.p99_ms for r in runs)
-        errors = sum(r.errors for r in runs) + warm_run.errors
+        errors = sum(r.errors for r in runs) + warm_run.errors + alone.errors
         ratio = rate / ls_rate.rate
         sizes_sent = factory.sizes
         print()
@@ -748,6 +773,16 @@ def run(args: argparse.Namespace) -> int:
             + ")"
         )
         print(f"  latency                p50 {p50:.1f} ms, p99 {p99:.1f} ms (medians)")
+        cpu_ms = statistics.median(r.cpu_ms_per_request for r in runs)
+        load = statistics.median(r.load_average for r in runs)
+        print(
+            f"  gunicorn CPU           {cpu_ms:.1f} ms per webhook (all workers; database server not "
+            f"included); 1-min load average {load:.1f} on {os.cpu_count()} CPUs"
+        )
+        print(
+            f"  one client at a time   p50 {alone.p50_ms:.1f} ms, p99 {alone.p99_ms:.1f} ms "
+            f"(no queueing: the latency Label Studio's annotation request waits for)"
+        )
         print(f"  errors                 {errors} (all answers must be 200)")
         print(
             f"  round after the load   {summary['annotations']} annotations stored, "
@@ -787,9 +822,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="default: SQLite in a temporary folder; a PostgreSQL URL: a fresh database on that server, "
         "dropped at the end (e.g. postgresql://postgres@127.0.0.1:5432)",
     )
+    parser.add_argument(
+        "--single-requests", type=int, default=300, help="webhooks of the one-client latency run"
+    )
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
-    if min(args.candidates, args.ls_annotations, args.requests, args.clients, args.repeats) < 1:
+    counts = (args.candidates, args.ls_annotations, args.requests, args.single_requests, args.clients)
+    if min(*counts, args.repeats) < 1:
         parser.error("counts must be at least 1")
     signal.signal(signal.SIGTERM, _interrupt)
     try:
