@@ -5,6 +5,10 @@ Nothing here is read at import time; :func:`dynaval.bootstrap.bootstrap` builds 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +16,29 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 PLACEHOLDER_SECRETS = frozenset({"", "changeme", "change-me", "secret", "dev", "development", "placeholder"})
+LEAD_NAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
+
+
+@dataclass(frozen=True)
+class LeadCredential:
+    """A lead's bearer token and the name their actions are recorded under."""
+
+    name: str
+    token: str
+
+
+def lead_credential(entry: str) -> LeadCredential:
+    """One ``DYNAVAL_LEAD_TOKENS`` entry: ``name=token``, or a plain ``token``.
+
+    A plain token's name is ``lead-`` and the first 8 hex digits of its SHA-256. An entry is read
+    as ``name=token`` only when the part before the first ``=`` is a name (letters, digits,
+    ``._@-``, at most 64) and the part after it is more than ``=`` padding, so a base64 token that
+    ends in ``=`` stays a plain token.
+    """
+    name, sep, token = entry.partition("=")
+    if sep and LEAD_NAME.fullmatch(name) and token.strip("="):
+        return LeadCredential(name=name, token=token)
+    return LeadCredential(name="lead-" + hashlib.sha256(entry.encode()).hexdigest()[:8], token=entry)
 
 
 def _default_data_dir() -> Path:
@@ -38,11 +65,15 @@ class Settings(BaseSettings):
         default_factory=list, description="Comma-separated bearer tokens of writers."
     )
     lead_tokens: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="Comma-separated bearer tokens of leads."
+        default_factory=list,
+        description="Comma-separated bearer tokens of leads, each `token` or `name=token`.",
     )
     webhook_secret: str = ""
     pseudonym_secret: str = ""
     signing_secret: str = ""
+    session_secret: str = Field(
+        default="", description="Key of the dashboard's session cookie; derived from signing_secret if unset."
+    )
 
     default_model_dir: Path | None = Field(default=None, description="Model used for model='default'.")
     label_config_dir: Path | None = Field(default=None, description="Folder of <task>.xml labelling configs.")
@@ -75,8 +106,10 @@ class Settings(BaseSettings):
             "DYNAVAL_PSEUDONYM_SECRET": [self.pseudonym_secret],
             "DYNAVAL_SIGNING_SECRET": [self.signing_secret],
             "DYNAVAL_WRITER_TOKENS": self.writer_tokens or [""],
-            "DYNAVAL_LEAD_TOKENS": self.lead_tokens or [""],
+            "DYNAVAL_LEAD_TOKENS": [c.token for c in self.lead_credentials] or [""],
         }
+        if self.session_secret:
+            named["DYNAVAL_SESSION_SECRET"] = [self.session_secret]
         weak = [name for name, values in named.items() if any(_is_placeholder(v) for v in values)]
         if weak:
             raise ValueError(
@@ -85,6 +118,19 @@ class Settings(BaseSettings):
                 + ", or set DYNAVAL_DEVELOPMENT=true on a development machine"
             )
         return self
+
+    @property
+    def lead_credentials(self) -> list[LeadCredential]:
+        """Every lead's token and name (see :func:`lead_credential`)."""
+        return [lead_credential(entry) for entry in self.lead_tokens]
+
+    @property
+    def resolved_session_secret(self) -> str:
+        """The session cookie's key: ``session_secret``, or one derived from the signing secret
+        (HMAC, so the cookie key never equals a secret used elsewhere)."""
+        if self.session_secret:
+            return self.session_secret
+        return hmac.new(self.signing_secret.encode(), b"dynaval:session-cookie", hashlib.sha256).hexdigest()
 
     @property
     def resolved_database_url(self) -> str:

@@ -97,9 +97,13 @@ def openapi_path(rule: str) -> str:
 
 
 def registered_operations(app: Flask, *, skip_endpoints: set[str]) -> set[tuple[str, str]]:
+    """Every JSON operation the app serves. The dashboard's HTML pages (blueprint ``dashboard``) are
+    not part of the API document; tests/e2e/test_dashboard_pages.py covers them."""
     operations = set()
     for rule in app.url_map.iter_rules():
         if rule.rule == "/openapi.json" or rule.endpoint in skip_endpoints:
+            continue
+        if rule.endpoint.startswith("dashboard."):
             continue
         for method in (rule.methods or set()) - {"HEAD", "OPTIONS"}:
             operations.add((openapi_path(rule.rule), method.lower()))

@@ -40,7 +40,12 @@ class RoundRow(SQLModel, table=True):
 class CandidateRow(SQLModel, table=True):
     __tablename__ = "candidate"
     __table_args__ = (
-        Index("ix_candidate_round_status", "round_id", "status"),
+        # The counts by status (the round's figures) read this index alone.
+        Index("ix_candidate_round_status_fooled", "round_id", "status", "fooled"),
+        # The lead's decision queue pages a round in (submitted_at, id) order, all or by status;
+        # the status in the second index lets it skip rows without reading the table.
+        Index("ix_candidate_round_status_submitted", "round_id", "status", "submitted_at", "id"),
+        Index("ix_candidate_round_submitted", "round_id", "submitted_at", "id", "status"),
         UniqueConstraint("label_studio_task_id", name="uq_candidate_ls_task"),
     )
 
@@ -64,12 +69,19 @@ class CandidateRow(SQLModel, table=True):
     decision: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
     decided_at: datetime | None = None
     version: int = 0
+    override_outcome: str | None = Field(default=None, max_length=20)
+    """A lead's outcome (``accepted`` or ``rejected``); while set, vote changes leave the status alone."""
+    override_reason: str | None = Field(default=None, sa_column=Column(Text))
+    override_by: str | None = Field(default=None, max_length=64)
+    override_at: datetime | None = None
 
 
 class AnnotationRow(SQLModel, table=True):
     """One Label Studio annotation as we keep it. Votes are derived from these rows."""
 
     __tablename__ = "annotation"
+    # The dashboard's cache of round figures is keyed by the count and the latest of these per round.
+    __table_args__ = (Index("ix_annotation_round_received", "round_id", "received_at"),)
 
     id: int = Field(primary_key=True, sa_type=BigInteger)
     candidate_id: str = Field(foreign_key="candidate.id", index=True, max_length=36)
@@ -166,3 +178,19 @@ class ExclusionEventRow(SQLModel, table=True):
     gold_total: int
     decisions_changed: int = 0
     made_at: datetime = Field(default_factory=utcnow)
+
+
+class AuditEventRow(SQLModel, table=True):
+    """The audit log of what leads did to candidates (overrides): who, when, why, status before and after."""
+
+    __tablename__ = "audit_event"
+
+    id: int | None = Field(default=None, primary_key=True)
+    round_id: int = Field(foreign_key="round.id", index=True)
+    candidate_id: str = Field(foreign_key="candidate.id", index=True, max_length=36)
+    action: str = Field(max_length=40)
+    by: str = Field(max_length=64)
+    reason: str = Field(sa_column=Column(Text, nullable=False))
+    status_before: str = Field(max_length=20)
+    status_after: str = Field(max_length=20)
+    at: datetime = Field(default_factory=utcnow)

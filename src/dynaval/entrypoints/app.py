@@ -30,7 +30,8 @@ STATUS_OF: dict[type[DomainError], int] = {
 }
 
 
-def _status_of(error: DomainError) -> int:
+def status_of(error: DomainError) -> int:
+    """The HTTP status of a domain error."""
     for kind in type(error).__mro__:
         if kind in STATUS_OF:
             return STATUS_OF[kind]
@@ -61,9 +62,11 @@ def create_app(
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["dynaval"] = services
 
+    from dynaval.entrypoints import pages
     from dynaval.entrypoints.routes import api
 
     app.register_blueprint(api)
+    pages.init_app(app)
 
     @app.get("/openapi.json")
     def openapi() -> Any:
@@ -71,7 +74,7 @@ def create_app(
 
     @app.errorhandler(DomainError)
     def domain_error(error: DomainError) -> Any:
-        return jsonify(error_body(error.code, error.message, error.field)), _status_of(error)
+        return jsonify(error_body(error.code, error.message, error.field)), status_of(error)
 
     @app.errorhandler(HTTPException)
     def http_error(error: HTTPException) -> Any:

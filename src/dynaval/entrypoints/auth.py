@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import wraps
 from typing import Any, TypeVar
@@ -29,39 +30,65 @@ class Forbidden(DomainError):
     code = "forbidden"
 
 
-def _matches(presented: str, tokens: Iterable[str]) -> bool:
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: the role, and for a lead the name their actions are recorded under."""
+
+    role: Role
+    name: str | None = None
+
+
+def _match(presented: str, tokens: Iterable[tuple[str, str]]) -> str | None:
+    """The name paired with ``presented`` among ``(name, token)`` pairs, or None."""
     # Compare against every token so timing does not tell which one nearly matched.
-    found = False
-    for token in tokens:
-        if token and hmac.compare_digest(presented.encode(), token.encode()):
-            found = True
+    found = None
+    for name, token in tokens:
+        if token and hmac.compare_digest(presented.encode(), token.encode()) and found is None:
+            found = name
     return found
+
+
+def caller_of_token(settings: Settings, presented: str) -> Caller | None:
+    """The caller a token identifies (leads first), or None for an unknown token."""
+    lead = _match(presented, ((c.name, c.token) for c in settings.lead_credentials))
+    if lead is not None:
+        return Caller(Role.LEAD, lead)
+    if _match(presented, ((Role.WRITER.value, t) for t in settings.writer_tokens)) is not None:
+        return Caller(Role.WRITER)
+    return None
+
+
+def caller_of(settings: Settings, authorization: str | None) -> Caller:
+    """The caller a bearer header identifies; raises :class:`Unauthorized` for a missing or unknown one."""
+    if not authorization or not authorization.startswith("Bearer "):
+        raise Unauthorized("send Authorization: Bearer <token>", field="Authorization")
+    caller = caller_of_token(settings, authorization.removeprefix("Bearer ").strip())
+    if caller is None:
+        raise Unauthorized("unknown token", field="Authorization")
+    return caller
 
 
 def role_of(settings: Settings, authorization: str | None) -> Role:
     """The role a bearer token grants; raises :class:`Unauthorized` for a missing or unknown one."""
-    if not authorization or not authorization.startswith("Bearer "):
-        raise Unauthorized("send Authorization: Bearer <token>", field="Authorization")
-    presented = authorization.removeprefix("Bearer ").strip()
-    if _matches(presented, settings.lead_tokens):
-        return Role.LEAD
-    if _matches(presented, settings.writer_tokens):
-        return Role.WRITER
-    raise Unauthorized("unknown token", field="Authorization")
+    return caller_of(settings, authorization).role
 
 
 def requires(*roles: Role) -> Callable[[F], F]:
-    """Let the request through only for a token of one of ``roles``; the role lands on ``g.role``."""
+    """Let the request through only for a token of one of ``roles``; the role lands on ``g.role``
+    and the caller (with a lead's name) on ``g.caller``."""
 
     def wrap(view: F) -> F:
         @wraps(view)
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            role = role_of(current_app.extensions["dynaval"].settings, request.headers.get("Authorization"))
-            if role not in roles:
+            caller = caller_of(
+                current_app.extensions["dynaval"].settings, request.headers.get("Authorization")
+            )
+            if caller.role not in roles:
                 raise Forbidden(
                     f"this needs the {' or '.join(r.value for r in roles)} role", field="Authorization"
                 )
-            g.role = role
+            g.role = caller.role
+            g.caller = caller
             return view(*args, **kwargs)
 
         guarded.required_roles = tuple(r.value for r in roles)  # type: ignore[attr-defined]

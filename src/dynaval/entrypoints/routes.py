@@ -8,15 +8,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from flask import Blueprint, Response, current_app, jsonify, request, send_file, stream_with_context
+from flask import Blueprint, Response, current_app, g, jsonify, request, send_file, stream_with_context
 
 from dynaval.adapters.dataset_files import FORMATS, jsonl_line, write_dataset
 from dynaval.adapters.label_studio import WEBHOOK_SECRET_HEADER
 from dynaval.domain.errors import InvalidInput
 from dynaval.entrypoints.auth import Role, requires
 from dynaval.entrypoints.openapi import documented
-from dynaval.entrypoints.schemas import CandidateCreate, ExclusionChange, GoldUpload, RoundCreate
-from dynaval.service_layer import agreement, annotators, candidates, dataset, gold, rounds, votes
+from dynaval.entrypoints.schemas import (
+    CandidateCreate,
+    ExclusionChange,
+    GoldUpload,
+    OverrideCreate,
+    RoundCreate,
+)
+from dynaval.service_layer import agreement, annotators, candidates, dataset, gold, overrides, rounds, votes
 from dynaval.service_layer.services import Services
 
 api = Blueprint("api", __name__)
@@ -126,6 +132,38 @@ def get_candidate(candidate_id: str) -> Any:
     return jsonify(candidates.get_candidate(_services(), candidate_id))
 
 
+@api.post("/api/candidates/<candidate_id>/override")
+@documented(
+    summary="A lead overrides a candidate's decision (accepted or rejected) with a reason",
+    body=OverrideCreate,
+    responses={
+        200: "The candidate, with the override",
+        404: "No such candidate",
+        409: "Not in validation yet, or the round is frozen",
+        422: "Invalid field",
+    },
+)
+@requires(Role.LEAD)
+def override_candidate(candidate_id: str) -> Any:
+    body = _json_body()
+    return jsonify(
+        overrides.override_decision(
+            _services(),
+            candidate_id=candidate_id,
+            outcome=body.get("outcome"),
+            reason=body.get("reason"),
+            by=g.caller.name,
+        )
+    )
+
+
+@api.get("/api/rounds/<int:round_id>/audit")
+@documented(summary="The round's audit log: every lead override", responses={200: "OK", 404: "No such round"})
+@requires(Role.LEAD)
+def audit_log(round_id: int) -> Any:
+    return jsonify({"events": overrides.round_audit_log(_services(), round_id)})
+
+
 @api.post("/api/rounds/<int:round_id>/sync")
 @documented(
     summary="Push queued candidates, reconcile every annotation from Label Studio, escalate",
@@ -144,10 +182,14 @@ def sync_round(round_id: int) -> Any:
 )
 @requires(Role.LEAD)
 def round_dataset(round_id: int) -> Any:
-    services = _services()
     fmt = request.args.get("format", "jsonl")
     if fmt not in FORMATS:
         raise InvalidInput(f"format must be one of: {', '.join(FORMATS)}", field="format")
+    return dataset_download(_services(), round_id, fmt)
+
+
+def dataset_download(services: Services, round_id: int, fmt: str) -> Response:
+    """The round dataset as a file download: JSONL streamed, Parquet written whole."""
     dataset.count_accepted(services, round_id)  # 404 before any byte is sent
     filename = f"round-{round_id}.{fmt}"
     if fmt == "jsonl":
@@ -250,15 +292,21 @@ def exclusion_log(round_id: int) -> Any:
 )
 @requires(*ANYONE)
 def round_agreement(round_id: int) -> Any:
-    bootstrap = _int_arg("bootstrap", 1000)
-    seed = _int_arg("seed", 0)
-    services = _services()
     return jsonify(
-        {
-            **agreement.round_agreement(services, round_id, bootstrap=bootstrap, seed=seed),
-            "dawid_skene": agreement.round_dawid_skene(services, round_id),
-        }
+        agreement_document(
+            _services(), round_id, bootstrap=_int_arg("bootstrap", 1000), seed=_int_arg("seed", 0)
+        )
     )
+
+
+def agreement_document(
+    services: Services, round_id: int, *, bootstrap: int = 1000, seed: int = 0
+) -> dict[str, Any]:
+    """What ``GET /api/rounds/<id>/agreement`` answers (the dashboard's agreement.json is the same)."""
+    return {
+        **agreement.round_agreement(services, round_id, bootstrap=bootstrap, seed=seed),
+        "dawid_skene": agreement.round_dawid_skene(services, round_id),
+    }
 
 
 def _int_arg(name: str, default: int) -> int:

@@ -5,6 +5,8 @@ The use cases check the same rules and name the failing field; these models only
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -68,3 +70,12 @@ class ExclusionChange(BaseModel):
 
     excluded: bool
     reason: str = Field(min_length=1, max_length=2000)
+
+
+class OverrideCreate(BaseModel):
+    """A lead's override of a candidate's decision."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    outcome: Literal["accepted", "rejected"]
+    reason: str = Field(min_length=1, max_length=2000, description="Why; recorded in the audit log.")

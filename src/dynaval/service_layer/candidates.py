@@ -14,7 +14,7 @@ from dynaval.domain.errors import Conflict, InvalidInput, NotFound, TooLarge, Un
 from dynaval.domain.policy import DecisionPolicy
 from dynaval.domain.provenance import pseudonym, sign_prediction
 from dynaval.domain.votes import current_ballots
-from dynaval.service_layer.decisions import annotation_records, decision_history
+from dynaval.service_layer.decisions import annotation_records, decision_history, override_record
 from dynaval.service_layer.rounds import get_round
 from dynaval.service_layer.services import Services
 
@@ -147,6 +147,7 @@ def candidate_public(services: Services, candidate: CandidateRow, *, session: Se
             pseudonym(secret, "annotator", a) for a in decision.get("excluded_annotators", [])
         ]
         decision["decided_at"] = candidate.decided_at.isoformat() if candidate.decided_at else None
+        decision["override"] = override_record(candidate)
     history = [
         {
             "outcome": d.outcome,
@@ -197,6 +198,7 @@ def candidate_public(services: Services, candidate: CandidateRow, *, session: Se
             else None
         ),
         "decision": decision,
+        "override": override_record(candidate),
         "history": history,
     }
 

@@ -9,9 +9,10 @@ from sqlalchemy import func
 from sqlmodel import col, select
 
 from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow
+from dynaval.domain.errors import NotFound
 from dynaval.domain.provenance import pseudonym
 from dynaval.domain.votes import current_votes
-from dynaval.service_layer.decisions import annotation_records_of
+from dynaval.service_layer.decisions import annotation_records_of, override_record
 from dynaval.service_layer.rounds import get_round
 from dynaval.service_layer.services import Services
 
@@ -60,6 +61,22 @@ def iter_round_dataset(services: Services, round_id: int) -> Iterator[dict[str, 
             for candidate in page:
                 yield _record(secret, round_row, round_info, candidate, annotations.get(candidate.id, []))
             after = (page[-1].submitted_at, page[-1].id)
+
+
+def provenance_record(services: Services, candidate_id: str) -> dict[str, Any]:
+    """Any candidate's provenance record, accepted or not: the same fields as a dataset record."""
+    with services.database.unit_of_work() as session:
+        candidate = session.get(CandidateRow, candidate_id)
+        if candidate is None:
+            raise NotFound(f"candidate {candidate_id} does not exist", field="candidate_id")
+        round_row = get_round(session, candidate.round_id)
+        annotations = session.exec(
+            select(AnnotationRow).where(AnnotationRow.candidate_id == candidate_id)
+        ).all()
+        round_info = {"id": round_row.id, "name": round_row.name, "state": round_row.state}
+        return _record(
+            services.settings.pseudonym_secret, round_row, round_info, candidate, list(annotations)
+        )
 
 
 def _record(
@@ -117,11 +134,12 @@ def _record(
             "label_counts": decision.get("label_counts"),
         },
         "decision": {
+            # The rule's; a lead's override, which decides the status, is recorded beside it.
             "outcome": decision.get("outcome"),
             "reason": decision.get("reason"),
             "rule_version": decision.get("rule_version"),
             "policy": dict(round_row.policy),
             "decided_at": candidate.decided_at.isoformat() if candidate.decided_at else None,
-            "override": None,
+            "override": override_record(candidate),
         },
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from sqlmodel import Session, col, select
 
@@ -61,9 +62,10 @@ def excluded_annotators(session: Session, round_id: int) -> frozenset[str]:
 def refresh_decision(session: Session, candidate: CandidateRow, round_row: RoundRow, *, cause: str) -> bool:
     """Apply the round's rule to the candidate's current votes; record it if anything changed.
 
-    Returns whether the decision changed. The caller commits.
+    Returns whether the decision changed. The caller commits. A candidate a lead overrode keeps
+    the lead's outcome: its votes are still stored, but the rule no longer decides it.
     """
-    if candidate.status not in VALIDATION_STATUSES:
+    if candidate.status not in VALIDATION_STATUSES or candidate.override_outcome is not None:
         return False
     ballots = current_ballots(annotation_records(session, candidate.id))
     decision: Decision = decide(
@@ -109,3 +111,15 @@ def decision_history(session: Session, candidate_id: str) -> list[DecisionRow]:
         select(DecisionRow).where(DecisionRow.candidate_id == candidate_id).order_by(col(DecisionRow.id))
     )
     return list(session.exec(statement).all())
+
+
+def override_record(candidate: CandidateRow) -> dict[str, Any] | None:
+    """A lead's override of the candidate's decision as the API and the dataset show it, or None."""
+    if candidate.override_outcome is None:
+        return None
+    return {
+        "outcome": candidate.override_outcome,
+        "reason": candidate.override_reason,
+        "by": candidate.override_by,
+        "at": candidate.override_at.isoformat() if candidate.override_at else None,
+    }

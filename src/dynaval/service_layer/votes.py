@@ -15,7 +15,15 @@ from dynaval.adapters.label_studio import (
     ParsedAnnotation,
     parse_annotation,
 )
-from dynaval.adapters.orm import AnnotationRow, CandidateRow, GoldAnswerRow, GoldItemRow, RoundRow, as_utc
+from dynaval.adapters.orm import (
+    AnnotationRow,
+    CandidateRow,
+    GoldAnswerRow,
+    GoldItemRow,
+    RoundRow,
+    as_utc,
+    utcnow,
+)
 from dynaval.domain.errors import DomainError, InvalidInput, NotFound
 from dynaval.service_layer.decisions import lock_candidate, refresh_decision
 from dynaval.service_layer.gold import apply_gold_rule, gold_item_for_task, store_gold_answer
@@ -69,6 +77,7 @@ def _store_annotation(
     for key, value in values.items():
         setattr(row, key, value)
     row.source = source
+    row.received_at = utcnow()  # when it last changed here: the dashboard's figure cache keys on it
     session.add(row)
     return True
 

@@ -1,0 +1,102 @@
+"""Lead tokens: `name=token` pairs or plain tokens, the names actions are recorded under, and the
+dashboard's session key derived from the signing secret."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+import pytest
+
+from dynaval.entrypoints.auth import Caller, Role, Unauthorized, caller_of, caller_of_token, role_of
+from dynaval.settings import LeadCredential, Settings, lead_credential
+
+WRITER = "writer-token-0123456789abcdef"
+PLAIN = "plain-lead-token-0123456789abcd"
+NAMED = "ada-lead-token-0123456789abcdef"
+
+
+def settings(**values: object) -> Settings:
+    base: dict[str, object] = {
+        "writer_tokens": [WRITER],
+        "lead_tokens": [PLAIN, f"ada={NAMED}"],
+        "webhook_secret": "webhook-secret-0123456789abcdef",
+        "pseudonym_secret": "pseudonym-secret-0123456789abcd",
+        "signing_secret": "signing-secret-0123456789abcdef",
+    }
+    base.update(values)
+    return Settings(**base)  # type: ignore[arg-type]
+
+
+def plain_name(token: str) -> str:
+    return "lead-" + hashlib.sha256(token.encode()).hexdigest()[:8]
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        (f"ada={NAMED}", LeadCredential("ada", NAMED)),
+        (f"grace.hopper@lab={NAMED}", LeadCredential("grace.hopper@lab", NAMED)),
+        (f"ada={NAMED}=", LeadCredential("ada", f"{NAMED}=")),  # only the first = splits
+        (PLAIN, LeadCredential(plain_name(PLAIN), PLAIN)),
+        # A base64 token ending in = padding stays a plain token, and so does one whose part before
+        # the first = is no name.
+        (
+            "dG9rZW4tMDEyMzQ1Njc4OWFiY2RlZg==",
+            LeadCredential(
+                plain_name("dG9rZW4tMDEyMzQ1Njc4OWFiY2RlZg=="), "dG9rZW4tMDEyMzQ1Njc4OWFiY2RlZg=="
+            ),
+        ),
+        (
+            "a+b/c=0123456789abcdef",
+            LeadCredential(plain_name("a+b/c=0123456789abcdef"), "a+b/c=0123456789abcdef"),
+        ),
+    ],
+)
+def test_an_entry_is_a_name_and_token_or_a_plain_token(entry: str, expected: LeadCredential) -> None:
+    assert lead_credential(entry) == expected
+
+
+def test_names_come_from_the_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DYNAVAL_LEAD_TOKENS", f"{PLAIN}, ada={NAMED}")
+    loaded = Settings(
+        writer_tokens=[WRITER],
+        webhook_secret="webhook-secret-0123456789abcdef",
+        pseudonym_secret="pseudonym-secret-0123456789abcd",
+        signing_secret="signing-secret-0123456789abcdef",
+    )
+    assert loaded.lead_credentials == [LeadCredential(plain_name(PLAIN), PLAIN), LeadCredential("ada", NAMED)]
+
+
+def test_a_token_identifies_its_lead_and_role_of_still_answers() -> None:
+    config = settings()
+    assert caller_of_token(config, NAMED) == Caller(Role.LEAD, "ada")
+    assert caller_of_token(config, PLAIN) == Caller(Role.LEAD, plain_name(PLAIN))
+    assert caller_of_token(config, WRITER) == Caller(Role.WRITER)
+    assert caller_of_token(config, f"ada={NAMED}") is None  # the pair itself is no token
+    assert caller_of_token(config, "unknown-token-0123456789abcdef") is None
+    assert caller_of(config, f"Bearer {NAMED}") == Caller(Role.LEAD, "ada")
+    assert role_of(config, f"Bearer {NAMED}") is Role.LEAD
+    assert role_of(config, f"Bearer {WRITER}") is Role.WRITER
+    with pytest.raises(Unauthorized):
+        role_of(config, "Bearer ada")
+
+
+def test_a_weak_token_in_a_pair_is_refused_and_named() -> None:
+    with pytest.raises(ValueError, match="DYNAVAL_LEAD_TOKENS"):
+        settings(lead_tokens=["ada=secret"])
+    with pytest.raises(ValueError, match="DYNAVAL_SESSION_SECRET"):
+        settings(session_secret="changeme")
+    assert settings(lead_tokens=["ada=secret"], development=True).lead_credentials[0].token == "secret"
+
+
+def test_the_session_key_is_derived_from_the_signing_secret_unless_set() -> None:
+    derived = settings().resolved_session_secret
+    expected = hmac.new(
+        b"signing-secret-0123456789abcdef", b"dynaval:session-cookie", hashlib.sha256
+    ).hexdigest()
+    assert derived == expected and derived != "signing-secret-0123456789abcdef"
+    assert settings(signing_secret="another-signing-secret-012345").resolved_session_secret != derived
+    assert settings(session_secret="session-secret-0123456789abcdef").resolved_session_secret == (
+        "session-secret-0123456789abcdef"
+    )
