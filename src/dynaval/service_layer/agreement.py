@@ -17,6 +17,15 @@ from dynaval.service_layer.services import Services
 MAX_RESAMPLES = 10_000
 
 
+def _pseudonymous(secret: str, votes: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """The votes with pseudonymous annotator ids (one HMAC per annotator, not per vote)."""
+    ids: dict[str, str] = {}
+    for _item, annotator, _label in votes:
+        if annotator not in ids:
+            ids[annotator] = pseudonym(secret, "annotator", annotator)
+    return [(item, ids[annotator], label) for item, annotator, label in votes]
+
+
 def round_agreement_report(
     services: Services, round_id: int, *, bootstrap: int = 1000, seed: int = 0
 ) -> tuple[AgreementReport, dict[str, Any]]:
@@ -27,10 +36,7 @@ def round_agreement_report(
     secret = services.settings.pseudonym_secret
     with services.database.unit_of_work() as session:
         round_row = get_round(session, round_id)
-        votes = [
-            (item, pseudonym(secret, "annotator", a), label)
-            for item, a, label in round_votes(session, round_id)
-        ]
+        votes = _pseudonymous(secret, round_votes(session, round_id))
         writer_labels: dict[Id, Label] = dict(
             session.exec(
                 select(CandidateRow.id, CandidateRow.writer_label).where(CandidateRow.round_id == round_id)
@@ -61,9 +67,6 @@ def round_dawid_skene(services: Services, round_id: int) -> dict[str, Any] | Non
     secret = services.settings.pseudonym_secret
     with services.database.unit_of_work() as session:
         round_row = get_round(session, round_id)
-        votes = [
-            (item, pseudonym(secret, "annotator", a), label)
-            for item, a, label in round_votes(session, round_id)
-        ]
+        votes = _pseudonymous(secret, round_votes(session, round_id))
         labels = list(round_row.labels)
     return dawid_skene_beside_majority(votes, labels=labels) if votes else None

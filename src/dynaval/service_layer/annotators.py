@@ -5,15 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from sqlmodel import col, select
-
-from dynaval.adapters.orm import AnnotationRow
 from dynaval.domain.provenance import pseudonym
-from dynaval.domain.votes import current_votes
 from dynaval.service_layer.agreement import round_agreement_report
-from dynaval.service_layer.decisions import annotation_records_of
 from dynaval.service_layer.gold import annotator_statuses
-from dynaval.service_layer.rounds import get_round
+from dynaval.service_layer.rounds import current_labelled_votes, get_round
 from dynaval.service_layer.services import Services
 
 
@@ -22,20 +17,7 @@ def annotators_report(services: Services, round_id: int) -> list[dict[str, Any]]
     secret = services.settings.pseudonym_secret
     with services.database.unit_of_work() as session:
         get_round(session, round_id)
-        rows = session.exec(
-            select(AnnotationRow).where(
-                AnnotationRow.round_id == round_id, col(AnnotationRow.was_cancelled).is_(False)
-            )
-        ).all()
-        by_candidate: dict[str, list[AnnotationRow]] = {}
-        for row in rows:
-            by_candidate.setdefault(row.candidate_id, []).append(row)
-        votes: Counter[str] = Counter(
-            vote.annotator
-            for group in by_candidate.values()
-            for vote in current_votes(annotation_records_of(group))
-            if vote.label is not None
-        )
+        votes: Counter[str] = Counter(a for _item, a, _label in current_labelled_votes(session, round_id))
         statuses = annotator_statuses(services, session, round_id)
     agreement, _cost = round_agreement_report(services, round_id, bootstrap=0)
     with_others = {row.annotator: row for row in agreement.per_annotator}

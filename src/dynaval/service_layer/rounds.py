@@ -14,8 +14,7 @@ from dynaval.domain.agreement import nominal_alpha
 from dynaval.domain.errors import Conflict, InvalidInput, NotFound
 from dynaval.domain.metrics import round_counts
 from dynaval.domain.policy import RULE_VERSION, DecisionPolicy
-from dynaval.domain.votes import current_votes
-from dynaval.service_layer.decisions import annotation_records_of, excluded_annotators
+from dynaval.service_layer.decisions import excluded_annotators
 from dynaval.service_layer.services import Services
 
 MAX_NAME_CHARS = 200
@@ -131,24 +130,40 @@ def list_rounds(services: Services) -> list[dict[str, Any]]:
         return [round_public(r) for r in rows]
 
 
+def current_labelled_votes(session: Session, round_id: int) -> list[tuple[str, str, str]]:
+    """Every annotator's current labelled vote in the round as (candidate, annotator, label),
+    excluded annotators included.
+
+    The same votes as :func:`dynaval.domain.votes.current_votes` per candidate (latest by update
+    time, then annotation id; an annotation with neither label nor flag is no vote; a flag-only
+    latest vote hides an earlier label), read as plain columns and ordered by the database: a
+    round of 250,000 annotations takes about a second, not the many that ORM rows would.
+    """
+    rows = session.exec(
+        select(AnnotationRow.candidate_id, AnnotationRow.annotator_id, AnnotationRow.label)
+        .where(
+            AnnotationRow.round_id == round_id,
+            col(AnnotationRow.was_cancelled).is_(False),
+            col(AnnotationRow.label).is_not(None) | col(AnnotationRow.flagged).is_(True),
+        )
+        .order_by(
+            col(AnnotationRow.candidate_id),
+            col(AnnotationRow.annotator_id),
+            col(AnnotationRow.updated_at),
+            col(AnnotationRow.id),
+        )
+    ).all()
+    latest: dict[tuple[str, str], str | None] = {}
+    for candidate_id, annotator, label in rows:
+        latest[(candidate_id, annotator)] = label  # ordered: the last one is the vote
+    return [(c, a, label) for (c, a), label in latest.items() if label is not None]
+
+
 def round_votes(session: Session, round_id: int) -> list[tuple[str, str, str]]:
     """The round's counted votes as (candidate, annotator, label): each annotator's latest
     non-cancelled labelled vote, excluded annotators left out."""
     excluded = excluded_annotators(session, round_id)
-    rows = session.exec(
-        select(AnnotationRow).where(
-            AnnotationRow.round_id == round_id, col(AnnotationRow.was_cancelled).is_(False)
-        )
-    ).all()
-    grouped: dict[str, list[AnnotationRow]] = defaultdict(list)
-    for r in rows:
-        grouped[r.candidate_id].append(r)
-    return [
-        (candidate_id, v.annotator, v.label)
-        for candidate_id, group in grouped.items()
-        for v in current_votes(annotation_records_of(group))
-        if v.label is not None and v.annotator not in excluded
-    ]
+    return [vote for vote in current_labelled_votes(session, round_id) if vote[1] not in excluded]
 
 
 def validation_cost(session: Session, round_row: RoundRow, votes: int) -> dict[str, Any]:

@@ -1,0 +1,476 @@
+"""What the lead's dashboard shows: round figures, the decision queue, a candidate, the annotators.
+
+Pages must stay fast on a round of 100,000 candidates: the queue pages through an index with
+LIMIT/OFFSET, and the round's agreement figures (alpha with its bootstrap interval, the pairwise
+matrix, the annotators' report), which need every vote, are cached in the process under a
+fingerprint of the round's votes, so a page view recomputes them only when a vote or an exclusion
+changed.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+from sqlalchemy import func, or_
+from sqlmodel import Session, col, select
+
+from dynaval.adapters.orm import (
+    AnnotationRow,
+    CandidateRow,
+    ExclusionEventRow,
+    GoldAnswerRow,
+    RoundRow,
+)
+from dynaval.domain.agreement import AgreementReport
+from dynaval.domain.decision import Outcome
+from dynaval.domain.metrics import RoundCounts, round_counts
+from dynaval.domain.votes import current_ballots
+from dynaval.service_layer import agreement, annotators, candidates, dataset, overrides
+from dynaval.service_layer.decisions import annotation_records_of, override_record
+from dynaval.service_layer.rounds import get_round
+from dynaval.service_layer.services import Services
+
+PAGE_SIZE = 50
+URGENT = (Outcome.ESCALATED.value, Outcome.FLAGGED.value)
+"""Statuses a lead should look at first: the queue lists them before the rest."""
+STATUSES = (
+    "scoring",
+    "queued",
+    "not_fooled",
+    *(o.value for o in Outcome),
+)
+BOOTSTRAP = 1000
+SEED = 0
+"""The agreement figures shown are the API's defaults (``GET /api/rounds/<id>/agreement``)."""
+
+T = TypeVar("T")
+
+
+# ------------------------------------------------------------------------------ the figure cache
+
+
+class FiguresCache:
+    """Per-process cache of computed round figures, one entry per (kind, round).
+
+    An entry is served while the round's fingerprint (see :func:`votes_fingerprint`) is the one
+    it was computed under; a new fingerprint recomputes it. Thread-safe, and a miss is computed
+    once: concurrent views of the same figures wait for that computation instead of repeating it.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, int], tuple[Hashable, Any]] = {}
+        self._computing: dict[tuple[str, int], threading.Lock] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def _lookup(self, key: tuple[str, int], fingerprint: Hashable) -> tuple[bool, Any]:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] == fingerprint:
+                self.hits += 1
+                return True, entry[1]
+            return False, None
+
+    def get(self, kind: str, round_id: int, fingerprint: Hashable, compute: Callable[[], T]) -> T:
+        key = (kind, round_id)
+        found, value = self._lookup(key, fingerprint)
+        if found:
+            return cast(T, value)
+        with self._lock:
+            computing = self._computing.setdefault(key, threading.Lock())
+        with computing:
+            found, value = self._lookup(key, fingerprint)  # another view may have just computed it
+            if found:
+                return cast(T, value)
+            with self._lock:
+                self.misses += 1
+            computed = compute()
+            with self._lock:
+                self._entries[key] = (fingerprint, computed)
+            return computed
+
+
+def votes_fingerprint(session: Session, round_id: int) -> tuple[Any, ...]:
+    """What the round's counted votes depend on: its annotations (how many, and the latest time one
+    was stored or changed) and its exclusion log (every exclusion or reinstatement adds an event).
+    Cheap indexed queries (a count and a max are faster apart than together)."""
+    where = AnnotationRow.round_id == round_id
+    annotations = session.exec(select(func.count()).select_from(AnnotationRow).where(where)).one()
+    latest = session.exec(select(func.max(AnnotationRow.received_at)).where(where)).one()
+    exclusions = session.exec(
+        select(func.count(), func.max(ExclusionEventRow.id)).where(ExclusionEventRow.round_id == round_id)
+    ).one()
+    return (round_id, int(annotations), latest, int(exclusions[0]), exclusions[1])
+
+
+def annotators_fingerprint(session: Session, round_id: int) -> tuple[Any, ...]:
+    """The votes' fingerprint and the round's gold answers (gold accuracy is on the annotators page)."""
+    gold = session.exec(
+        select(func.count(), func.max(GoldAnswerRow.received_at), func.max(GoldAnswerRow.updated_at)).where(
+            GoldAnswerRow.round_id == round_id
+        )
+    ).one()
+    return (*votes_fingerprint(session, round_id), int(gold[0]), gold[1], gold[2])
+
+
+def _round_agreement(services: Services, cache: FiguresCache, round_id: int) -> AgreementReport:
+    with services.database.unit_of_work() as session:
+        get_round(session, round_id)
+        fingerprint = votes_fingerprint(session, round_id)
+
+    def compute() -> AgreementReport:
+        report, _cost = agreement.round_agreement_report(services, round_id, bootstrap=BOOTSTRAP, seed=SEED)
+        return report
+
+    return cache.get("agreement", round_id, fingerprint, compute)
+
+
+# ---------------------------------------------------------------------------------- round figures
+
+
+@dataclass(frozen=True)
+class RoundFigures:
+    """One round's line on the rounds page (and the figures atop its queue)."""
+
+    id: int
+    name: str
+    state: str
+    task: str
+    model_hash: str
+    label_studio_project_id: int | None
+    counts: RoundCounts
+    alpha: float | None
+    alpha_undefined_reason: str | None
+    ci_low: float | None
+    ci_high: float | None
+
+    @property
+    def collected(self) -> int:
+        return self.counts.collected
+
+    @property
+    def fooled(self) -> int:
+        return self.counts.fooled
+
+    @property
+    def in_validation(self) -> int:
+        return self.counts.still_in_validation
+
+    def count(self, status: str) -> int:
+        return self.counts.by_status.get(status, 0)
+
+    @property
+    def mer(self) -> float | None:
+        return self.counts.mer
+
+    @property
+    def vmer(self) -> float | None:
+        return self.counts.vmer
+
+
+def _counts(session: Session, round_ids: Sequence[int]) -> dict[int, RoundCounts]:
+    """Counts by status, fooled and MER/VMER of each round, as the round summary computes them."""
+    rows = session.exec(
+        select(CandidateRow.round_id, CandidateRow.status, CandidateRow.fooled, func.count())
+        .where(col(CandidateRow.round_id).in_(round_ids))
+        .group_by(col(CandidateRow.round_id), col(CandidateRow.status), col(CandidateRow.fooled))
+    ).all()
+    grouped: dict[int, dict[tuple[str, bool], int]] = {r: {} for r in round_ids}
+    for round_id, status, fooled, n in rows:
+        key = (status, bool(fooled))
+        grouped[round_id][key] = grouped[round_id].get(key, 0) + int(n)
+    return {r: round_counts(g) for r, g in grouped.items()}
+
+
+def _figures(row: RoundRow, counts: RoundCounts, report: AgreementReport) -> RoundFigures:
+    assert row.id is not None
+    ci = report.ci95
+    return RoundFigures(
+        id=row.id,
+        name=row.name,
+        state=row.state,
+        task=row.task_type,
+        model_hash=row.model_hash,
+        label_studio_project_id=row.label_studio_project_id,
+        counts=counts,
+        alpha=report.alpha,
+        alpha_undefined_reason=report.undefined_reason,
+        ci_low=ci[0] if ci else None,
+        ci_high=ci[1] if ci else None,
+    )
+
+
+def rounds_overview(services: Services, cache: FiguresCache) -> list[RoundFigures]:
+    """Every round's figures, oldest first: counts, MER, VMER, and alpha with its 95% interval."""
+    with services.database.unit_of_work() as session:
+        rows = list(session.exec(select(RoundRow).order_by(col(RoundRow.id))).all())
+        counts = _counts(session, [r.id for r in rows if r.id is not None])
+    return [
+        _figures(r, counts[r.id], _round_agreement(services, cache, r.id)) for r in rows if r.id is not None
+    ]
+
+
+def round_figures(services: Services, cache: FiguresCache, round_id: int) -> RoundFigures:
+    with services.database.unit_of_work() as session:
+        row = get_round(session, round_id)
+        counts = _counts(session, [round_id])[round_id]
+    return _figures(row, counts, _round_agreement(services, cache, round_id))
+
+
+@dataclass(frozen=True)
+class RoundNav:
+    """What the navigation bar shows of a round."""
+
+    id: int
+    name: str
+
+
+def round_nav(services: Services, round_id: int) -> RoundNav:
+    with services.database.unit_of_work() as session:
+        row = get_round(session, round_id)
+        return RoundNav(round_id, row.name)
+
+
+def rounds_chart(figures: Sequence[RoundFigures]) -> dict[str, Any]:
+    """The rounds chart's data: alpha with its interval and VMER, one point per round."""
+    return {
+        "labels": [f"#{f.id} {f.name}" for f in figures],
+        "alpha": [f.alpha for f in figures],
+        "ci_low": [f.ci_low for f in figures],
+        "ci_high": [f.ci_high for f in figures],
+        "vmer": [f.vmer for f in figures],
+    }
+
+
+# ---------------------------------------------------------------------------------- the queue
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    id: str
+    text: str
+    writer_label: str
+    model_prediction: str | None
+    votes: list[str]
+    """One entry per current vote: its label, ``(flag)`` appended for a flag."""
+    item_agreement: float | None
+    status: str
+    rule_version: str | None
+    rule_reason: str | None
+    override: dict[str, Any] | None
+    label_studio_task_id: int | None
+
+
+@dataclass(frozen=True)
+class QueuePage:
+    round_id: int
+    rows: list[QueueRow]
+    total: int
+    page: int
+    pages: int
+    status: str
+    q: str
+    statuses: tuple[str, ...] = field(default=STATUSES)
+
+    @property
+    def has_previous(self) -> bool:
+        return self.page > 1
+
+    @property
+    def has_next(self) -> bool:
+        return self.page < self.pages
+
+
+def decision_queue(
+    services: Services,
+    round_id: int,
+    *,
+    status: str = "",
+    q: str = "",
+    page: int = 1,
+    by_status: Mapping[str, int] | None = None,
+) -> QueuePage:
+    """One page of a round's candidates: escalated and flagged first, then the rest, each by
+    submission time. ``status`` keeps one status; ``q`` keeps candidates whose text contains it
+    (case-insensitive). Unknown statuses and pages past the end give an empty page, never an error.
+    ``by_status``, the round's counts by status when the caller has them, saves counting again.
+    """
+    page = max(page, 1)
+    q = q.strip()
+    offset = (page - 1) * PAGE_SIZE
+    with services.database.unit_of_work() as session:
+        round_row = get_round(session, round_id)
+        fields = services.catalog.get(round_row.task_type).data_fields
+        conditions: list[Any] = [CandidateRow.round_id == round_id]
+        if status:
+            conditions.append(CandidateRow.status == status)
+        if q:
+            needle = q.lower()
+            matches = [func.lower(col(CandidateRow.inputs)[name].as_string()) for name in fields]
+            clauses = [m.contains(needle, autoescape=True) for m in matches]
+            conditions.append(or_(*clauses))
+
+        def count(where: list[Any]) -> int:
+            return int(session.exec(select(func.count()).select_from(CandidateRow).where(*where)).one())
+
+        known = by_status if by_status is not None and not q else None
+        if known is not None:
+            total = known.get(status, 0) if status else sum(known.values())
+        else:
+            total = count(conditions)
+        parts: list[tuple[list[Any], int]]
+        if status:
+            parts = [(conditions, total)]
+        else:
+            urgent = [*conditions, col(CandidateRow.status).in_(URGENT)]
+            n_urgent = sum(known.get(s, 0) for s in URGENT) if known is not None else count(urgent)
+            parts = [
+                (urgent, n_urgent),
+                ([*conditions, col(CandidateRow.status).not_in(URGENT)], total - n_urgent),
+            ]
+        rows: list[CandidateRow] = []
+        skip = offset
+        for where, size in parts:
+            if skip >= size:
+                skip -= size
+                continue
+            rows += session.exec(
+                select(CandidateRow)
+                .where(*where)
+                .order_by(col(CandidateRow.submitted_at), col(CandidateRow.id))
+                .offset(skip)
+                .limit(PAGE_SIZE - len(rows))
+            ).all()
+            skip = 0
+            if len(rows) >= PAGE_SIZE:
+                break
+        annotations: dict[str, list[AnnotationRow]] = {c.id: [] for c in rows}
+        if rows:
+            for a in session.exec(
+                select(AnnotationRow).where(col(AnnotationRow.candidate_id).in_(list(annotations)))
+            ).all():
+                annotations[a.candidate_id].append(a)
+        queue_rows = [_queue_row(c, fields, annotations[c.id]) for c in rows]
+    return QueuePage(
+        round_id=round_id,
+        rows=queue_rows,
+        total=total,
+        page=page,
+        pages=max(1, math.ceil(total / PAGE_SIZE)),
+        status=status,
+        q=q,
+    )
+
+
+def _queue_row(candidate: CandidateRow, fields: Sequence[str], annotations: list[AnnotationRow]) -> QueueRow:
+    ballots = current_ballots(annotation_records_of(annotations))
+    decision = candidate.decision or {}
+    return QueueRow(
+        id=candidate.id,
+        text=" / ".join(candidate.inputs.get(name, "") for name in fields),
+        writer_label=candidate.writer_label,
+        model_prediction=candidate.model_prediction,
+        votes=[(b.label or "no label") + (" (flag)" if b.flagged else "") for b in ballots],
+        item_agreement=decision.get("item_agreement"),
+        status=candidate.status,
+        rule_version=decision.get("rule_version"),
+        rule_reason=decision.get("reason"),
+        override=override_record(candidate),
+        label_studio_task_id=candidate.label_studio_task_id,
+    )
+
+
+# ------------------------------------------------------------------------------- one candidate
+
+
+@dataclass(frozen=True)
+class CandidateView:
+    candidate: dict[str, Any]
+    """As ``GET /api/candidates/<id>`` shows it."""
+    record: dict[str, Any]
+    """The provenance record, as the round dataset would hold it."""
+    audit: list[dict[str, Any]]
+    label_studio_project_id: int | None
+    outcomes: tuple[str, ...] = overrides.OVERRIDE_OUTCOMES
+
+
+def candidate_view(services: Services, candidate_id: str) -> CandidateView:
+    public = candidates.get_candidate(services, candidate_id)
+    record = dataset.provenance_record(services, candidate_id)
+    return CandidateView(
+        candidate=public,
+        record=record,
+        audit=overrides.candidate_audit_log(services, candidate_id),
+        label_studio_project_id=record["label_studio"]["project_id"],
+    )
+
+
+# ------------------------------------------------------------------------------ the annotators
+
+
+@dataclass(frozen=True)
+class PairCell:
+    agreement: float | None
+    shared: int
+
+
+@dataclass(frozen=True)
+class AnnotatorsView:
+    round_id: int
+    annotators: list[dict[str, Any]]
+    """As ``GET /api/rounds/<id>/annotators`` shows them."""
+    pair_names: list[str]
+    pairs: list[list[PairCell]]
+    labels: list[str]
+    confusion: dict[str, dict[str, int]]
+    """writer label -> validators' majority label -> candidates."""
+
+
+def annotators_view(services: Services, cache: FiguresCache, round_id: int) -> AnnotatorsView:
+    """The annotators' report, their pairwise agreement and the writer x validators confusion."""
+    with services.database.unit_of_work() as session:
+        round_row = get_round(session, round_id)
+        labels = list(round_row.labels)
+        fingerprint = annotators_fingerprint(session, round_id)
+    confusion = cache.get("confusion", round_id, fingerprint, lambda: _confusion(services, round_id, labels))
+    report = cache.get(
+        "annotators", round_id, fingerprint, lambda: annotators.annotators_report(services, round_id)
+    )
+    pairwise = _round_agreement(services, cache, round_id).pairwise
+    names = [str(a) for a in pairwise.annotators]
+    shared = pairwise.shared_items.tolist()
+    agreements = pairwise.agreement()
+    pairs = [
+        [PairCell(agreements[i][j], int(shared[i][j])) for j in range(len(names))] for i in range(len(names))
+    ]
+    return AnnotatorsView(round_id, report, names, pairs, labels, confusion)
+
+
+def _confusion(services: Services, round_id: int, labels: list[str]) -> dict[str, dict[str, int]]:
+    """Candidates by writer label and validators' majority label (from each candidate's latest rule
+    decision, over its counted votes; candidates without a majority are left out)."""
+    majority = col(CandidateRow.decision)["majority_label"].as_string()
+    with services.database.unit_of_work() as session:
+        rows = session.exec(
+            select(CandidateRow.writer_label, majority, func.count())
+            .where(CandidateRow.round_id == round_id, majority.is_not(None))
+            .group_by(col(CandidateRow.writer_label), majority)
+        ).all()
+    table = {w: dict.fromkeys(labels, 0) for w in labels}
+    for writer, validators, n in rows:
+        table.setdefault(writer, dict.fromkeys(labels, 0))[validators] = int(n)
+    return table
+
+
+def annotators_chart(view: AnnotatorsView) -> dict[str, Any]:
+    """The annotators chart's data: agreement with the others and gold accuracy, per annotator."""
+    return {
+        "labels": [a["annotator"][:18] + "…" for a in view.annotators],
+        "agreement": [a["agreement_with_others"] for a in view.annotators],
+        "gold_accuracy": [a["gold_accuracy"] for a in view.annotators],
+    }
