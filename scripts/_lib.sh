@@ -64,3 +64,23 @@ ensure_postgres() {
   log "PostgreSQL did not start on 127.0.0.1:5432"
   return 1
 }
+
+# Debian's Chromium at /usr/bin/chromium, which Playwright drives in the browser tests (Playwright
+# downloads no browser of its own here: `playwright install` is never run). Installed with apt when
+# missing; the test machines run as root, elsewhere sudo is used.
+CHROMIUM="/usr/bin/chromium"
+
+ensure_browser() {
+  if [ -x "$CHROMIUM" ]; then
+    return 0
+  fi
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  log "installing Debian's chromium for the browser tests (apt-get: a minute or two)"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  if [ ! -x "$CHROMIUM" ]; then
+    log "chromium did not install at $CHROMIUM"
+    return 1
+  fi
+}

@@ -14,4 +14,5 @@ pytest_plugins = [
     "tests.fixtures.models",
     "tests.fixtures.label_studio",
     "tests.fixtures.service",
+    "tests.fixtures.browser",
 ]
