@@ -294,6 +294,7 @@ def print_access(
 ) -> None:
     print("\n=== running ===")
     print(f"  dynaval service   {service_url}   (API: {service_url}/openapi.json)")
+    print(f"    dashboard       {service_url}/dashboard   (sign in with the lead token)")
     print(f"    lead token      {lead}")
     print(f"    writer token    {writer}")
     print(f"  Label Studio      {server.url}")
