@@ -36,9 +36,9 @@ from flask import (
 from dynaval.domain.errors import DomainError
 from dynaval.entrypoints.app import status_of
 from dynaval.entrypoints.auth import Caller, Role, Unauthorized, caller_of, caller_of_token
-from dynaval.entrypoints.routes import agreement_document, dataset_download
+from dynaval.entrypoints.routes import dataset_download
+from dynaval.service_layer import agreement, dataset, gold, overrides
 from dynaval.service_layer import dashboard as use_cases
-from dynaval.service_layer import dataset, gold, overrides
 from dynaval.service_layer.dashboard import FiguresCache
 from dynaval.service_layer.services import Services
 from dynaval.settings import Settings
@@ -346,6 +346,6 @@ def export_parquet(round_id: int) -> Response:
 @pages.get("/rounds/<int:round_id>/export/agreement.json")
 @lead_page
 def export_agreement(round_id: int) -> Response:
-    response = jsonify(agreement_document(_services(), round_id))
+    response = jsonify(agreement.round_agreement(_services(), round_id))
     response.headers["Content-Disposition"] = f'attachment; filename="round-{round_id}-agreement.json"'
     return response

@@ -292,21 +292,8 @@ def exclusion_log(round_id: int) -> Any:
 )
 @requires(*ANYONE)
 def round_agreement(round_id: int) -> Any:
-    return jsonify(
-        agreement_document(
-            _services(), round_id, bootstrap=_int_arg("bootstrap", 1000), seed=_int_arg("seed", 0)
-        )
-    )
-
-
-def agreement_document(
-    services: Services, round_id: int, *, bootstrap: int = 1000, seed: int = 0
-) -> dict[str, Any]:
-    """What ``GET /api/rounds/<id>/agreement`` answers (the dashboard's agreement.json is the same)."""
-    return {
-        **agreement.round_agreement(services, round_id, bootstrap=bootstrap, seed=seed),
-        "dawid_skene": agreement.round_dawid_skene(services, round_id),
-    }
+    bootstrap, seed = _int_arg("bootstrap", 1000), _int_arg("seed", 0)
+    return jsonify(agreement.round_agreement(_services(), round_id, bootstrap=bootstrap, seed=seed))
 
 
 def _int_arg(name: str, default: int) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlmodel import select
@@ -26,11 +27,17 @@ def _pseudonymous(secret: str, votes: list[tuple[str, str, str]]) -> list[tuple[
     return [(item, ids[annotator], label) for item, annotator, label in votes]
 
 
-def round_agreement_report(
-    services: Services, round_id: int, *, bootstrap: int = 1000, seed: int = 0
-) -> tuple[AgreementReport, dict[str, Any]]:
-    """The engine's report over the round's counted votes (pseudonymous annotators), and the
-    round's validation cost. Excluded annotators' votes are left out, as in decisions."""
+@dataclass(frozen=True)
+class _RoundVotes:
+    votes: list[tuple[str, str, str]]
+    writer_labels: dict[Id, Label]
+    labels: list[str]
+    cost: dict[str, Any]
+
+
+def _read_round_votes(services: Services, round_id: int, bootstrap: int) -> _RoundVotes:
+    """One read of the round's counted votes (pseudonymous; excluded annotators left out, as in
+    decisions), the writers' labels and the validation cost."""
     if not 0 <= bootstrap <= MAX_RESAMPLES:
         raise InvalidInput(f"bootstrap must be between 0 and {MAX_RESAMPLES}", field="bootstrap")
     secret = services.settings.pseudonym_secret
@@ -42,31 +49,39 @@ def round_agreement_report(
                 select(CandidateRow.id, CandidateRow.writer_label).where(CandidateRow.round_id == round_id)
             ).all()
         )
-        cost = validation_cost(session, round_row, len(votes))
-        labels = list(round_row.labels)
-    report = agreement_report(
-        votes,
+        return _RoundVotes(
+            votes, writer_labels, list(round_row.labels), validation_cost(session, round_row, len(votes))
+        )
+
+
+def _report(data: _RoundVotes, bootstrap: int, seed: int) -> AgreementReport:
+    return agreement_report(
+        data.votes,
         level="nominal",
-        values=labels,
+        values=data.labels,
         bootstrap=bootstrap,
         seed=seed,
-        writer_labels=writer_labels,
+        writer_labels=data.writer_labels,
     )
-    return report, cost
+
+
+def round_agreement_report(
+    services: Services, round_id: int, *, bootstrap: int = 1000, seed: int = 0
+) -> tuple[AgreementReport, dict[str, Any]]:
+    """The engine's report over the round's counted votes, and the round's validation cost."""
+    data = _read_round_votes(services, round_id, bootstrap)
+    return _report(data, bootstrap, seed), data.cost
 
 
 def round_agreement(
     services: Services, round_id: int, *, bootstrap: int = 1000, seed: int = 0
 ) -> dict[str, Any]:
-    report, cost = round_agreement_report(services, round_id, bootstrap=bootstrap, seed=seed)
-    return {"round_id": round_id, **report.to_dict(), "validation_cost": cost}
-
-
-def round_dawid_skene(services: Services, round_id: int) -> dict[str, Any] | None:
-    """Dawid-Skene beside the majority vote over the round's counted votes (pseudonymous)."""
-    secret = services.settings.pseudonym_secret
-    with services.database.unit_of_work() as session:
-        round_row = get_round(session, round_id)
-        votes = _pseudonymous(secret, round_votes(session, round_id))
-        labels = list(round_row.labels)
-    return dawid_skene_beside_majority(votes, labels=labels) if votes else None
+    """What ``GET /api/rounds/<id>/agreement`` answers: the report, the validation cost and
+    Dawid-Skene beside the majority vote, all from one read of the votes."""
+    data = _read_round_votes(services, round_id, bootstrap)
+    return {
+        "round_id": round_id,
+        **_report(data, bootstrap, seed).to_dict(),
+        "validation_cost": data.cost,
+        "dawid_skene": dawid_skene_beside_majority(data.votes, labels=data.labels) if data.votes else None,
+    }

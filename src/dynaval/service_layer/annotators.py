@@ -18,7 +18,7 @@ def annotators_report(services: Services, round_id: int) -> list[dict[str, Any]]
     with services.database.unit_of_work() as session:
         get_round(session, round_id)
         votes: Counter[str] = Counter(a for _item, a, _label in current_labelled_votes(session, round_id))
-        statuses = annotator_statuses(services, session, round_id)
+        statuses = annotator_statuses(session, round_id)
     agreement, _cost = round_agreement_report(services, round_id, bootstrap=0)
     with_others = {row.annotator: row for row in agreement.per_annotator}
     report = []

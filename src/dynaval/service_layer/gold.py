@@ -241,7 +241,7 @@ def set_exclusion_by_lead(
     return {"annotator": annotator, "excluded": excluded, "decided_by": LEAD, "decisions_changed": changed}
 
 
-def annotator_statuses(services: Services, session: Session, round_id: int) -> dict[str, dict[str, Any]]:
+def annotator_statuses(session: Session, round_id: int) -> dict[str, dict[str, Any]]:
     """Per raw annotator id: gold figures and exclusion, for the round's reports."""
     scores = gold_scores(session, round_id)
     statuses = {
