@@ -58,10 +58,11 @@ class AnnotationFormatError(ValueError):
 
 def _parse_time(value: object) -> datetime:
     if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
+        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
     if isinstance(value, str) and value:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        # Stored as UTC: SQLite keeps the wall-clock digits only, and the webhook upsert compares them.
+        return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
     return datetime.now(UTC)
 
 
@@ -84,6 +85,9 @@ def parse_annotation(
             raise AnnotationFormatError("annotation result is not a list")
     except (KeyError, TypeError, ValueError) as exc:
         raise AnnotationFormatError(f"unreadable annotation: {exc}") from exc
+    for what, number in (("id", annotation_id), ("task", task_value), ("completed_by", int(annotator_id))):
+        if not 0 < number < 2**63:
+            raise AnnotationFormatError(f"annotation {what} is out of range")
     label: str | None = None
     flagged = False
     reason: str | None = None
@@ -102,6 +106,11 @@ def parse_annotation(
             texts = value.get("text") or []
             reason = " ".join(str(t) for t in texts).strip()[:2000] or None
     lead_time = raw.get("lead_time")
+    try:
+        created_at = _parse_time(raw.get("created_at"))
+        updated_at = _parse_time(raw.get("updated_at"))
+    except ValueError as exc:
+        raise AnnotationFormatError(f"unreadable annotation time: {exc}") from exc
     return ParsedAnnotation(
         annotation_id=annotation_id,
         task_id=task_value,
@@ -111,8 +120,8 @@ def parse_annotation(
         reason=reason if flagged else None,
         was_cancelled=bool(raw.get("was_cancelled", False)),
         lead_time_s=float(lead_time) if isinstance(lead_time, int | float) else None,
-        created_at=_parse_time(raw.get("created_at")),
-        updated_at=_parse_time(raw.get("updated_at")),
+        created_at=created_at,
+        updated_at=updated_at,
     )
 
 

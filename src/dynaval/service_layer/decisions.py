@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlmodel import Session, col, select
@@ -59,50 +61,90 @@ def excluded_annotators(session: Session, round_id: int) -> frozenset[str]:
     return frozenset(rows)
 
 
-def refresh_decision(session: Session, candidate: CandidateRow, round_row: RoundRow, *, cause: str) -> bool:
-    """Apply the round's rule to the candidate's current votes; record it if anything changed.
+@dataclass(frozen=True)
+class DecisionChange:
+    """A candidate's new decision, ready to be written to the candidate and its history."""
 
-    Returns whether the decision changed. The caller commits. A candidate a lead overrode keeps
-    the lead's outcome: its votes are still stored, but the rule no longer decides it.
+    status: str
+    decision: dict[str, Any]
+    wanted_votes: int
+    decided_at: datetime | None
+    history: dict[str, Any]
+    """The :class:`DecisionRow` columns (without the candidate id)."""
+
+
+def evaluate_decision(
+    *,
+    status: str,
+    override_outcome: str | None,
+    stored_decision: dict[str, Any] | None,
+    writer_label: str,
+    records: Iterable[AnnotationRecord],
+    policy: dict[str, Any],
+    excluded: Collection[str],
+    cause: str,
+) -> DecisionChange | None:
+    """The round's rule applied to a candidate's annotations; None when nothing would change.
+
+    A candidate a lead overrode keeps the lead's outcome: its votes are still stored, but the rule
+    no longer decides it. Candidates not yet in validation are left alone too.
     """
-    if candidate.status not in VALIDATION_STATUSES or candidate.override_outcome is not None:
-        return False
-    ballots = current_ballots(annotation_records(session, candidate.id))
-    decision: Decision = decide(
-        ballots,
-        candidate.writer_label,
-        DecisionPolicy(**round_row.policy),
-        excluded=excluded_annotators(session, candidate.round_id),
-    )
+    if status not in VALIDATION_STATUSES or override_outcome is not None:
+        return None
+    ballots = current_ballots(records)
+    decision: Decision = decide(ballots, writer_label, DecisionPolicy(**policy), excluded=excluded)
     ballot_dicts = [
         {"annotator": b.annotator, "label": b.label, "flagged": b.flagged, "reason": b.reason}
         for b in ballots
     ]
     figures = decision.to_dict()
-    if (
-        candidate.decision == {**figures, "ballots": ballot_dicts}
-        and candidate.status == decision.outcome.value
-    ):
-        return False
+    stored = {**figures, "ballots": ballot_dicts}
+    if stored_decision == stored and status == decision.outcome.value:
+        return None
     now = utcnow()
-    candidate.status = decision.outcome.value
-    candidate.decision = {**figures, "ballots": ballot_dicts}
-    candidate.wanted_votes = decision.wanted_votes
-    candidate.decided_at = now if decision.outcome.is_final else None
+    return DecisionChange(
+        status=decision.outcome.value,
+        decision=stored,
+        wanted_votes=decision.wanted_votes,
+        decided_at=now if decision.outcome.is_final else None,
+        history={
+            "outcome": decision.outcome.value,
+            "rule_version": decision.rule_version,
+            "policy": dict(policy),
+            "ballots": ballot_dicts,
+            "figures": figures,
+            "cause": cause,
+            "made_at": now,
+        },
+    )
+
+
+def refresh_decision(session: Session, candidate: CandidateRow, round_row: RoundRow, *, cause: str) -> bool:
+    """Apply the round's rule to the candidate's current votes; record it if anything changed.
+
+    Returns whether the decision changed. The caller commits.
+    """
+    if candidate.status not in VALIDATION_STATUSES or candidate.override_outcome is not None:
+        return False
+    change = evaluate_decision(
+        status=candidate.status,
+        override_outcome=candidate.override_outcome,
+        stored_decision=candidate.decision,
+        writer_label=candidate.writer_label,
+        records=annotation_records(session, candidate.id),
+        policy=round_row.policy,
+        excluded=excluded_annotators(session, candidate.round_id),
+        cause=cause,
+    )
+    if change is None:
+        return False
+    candidate.status = change.status
+    candidate.decision = change.decision
+    candidate.wanted_votes = change.wanted_votes
+    candidate.decided_at = change.decided_at
     candidate.version += 1
     session.add(candidate)
-    session.add(
-        DecisionRow(
-            candidate_id=candidate.id,
-            outcome=decision.outcome.value,
-            rule_version=decision.rule_version,
-            policy=dict(round_row.policy),
-            ballots=ballot_dicts,
-            figures=figures,
-            cause=cause,
-            made_at=now,
-        )
-    )
+    session.add(DecisionRow(candidate_id=candidate.id, **change.history))
     return True
 
 

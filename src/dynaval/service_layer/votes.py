@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import hmac
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from sqlalchemy import Insert, Select, Update, and_, bindparam, or_, text
+from sqlalchemy import insert as sa_insert
+from sqlalchemy import select as sa_select
+from sqlalchemy import update as sa_update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.sql.dml import ReturningInsert
 from sqlmodel import Session, col, delete, select
 
 from dynaval.adapters.label_studio import (
@@ -17,7 +25,9 @@ from dynaval.adapters.label_studio import (
 )
 from dynaval.adapters.orm import (
     AnnotationRow,
+    AnnotatorStatusRow,
     CandidateRow,
+    DecisionRow,
     GoldAnswerRow,
     GoldItemRow,
     RoundRow,
@@ -25,7 +35,8 @@ from dynaval.adapters.orm import (
     utcnow,
 )
 from dynaval.domain.errors import DomainError, InvalidInput, NotFound
-from dynaval.service_layer.decisions import lock_candidate, refresh_decision
+from dynaval.domain.votes import AnnotationRecord
+from dynaval.service_layer.decisions import evaluate_decision, lock_candidate, refresh_decision
 from dynaval.service_layer.gold import apply_gold_rule, gold_item_for_task, store_gold_answer
 from dynaval.service_layer.rounds import get_round
 from dynaval.service_layer.services import Services
@@ -82,6 +93,11 @@ def _store_annotation(
     return True
 
 
+def _is_id(value: object) -> bool:
+    """A Label Studio id: a positive integer that fits the database's 64-bit columns."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63
+
+
 @dataclass
 class WebhookResult:
     action: str
@@ -103,54 +119,227 @@ def ingest_webhook(services: Services, payload: object) -> WebhookResult:
         return WebhookResult(action=action, handled=False)
     project = payload.get("project")
     project_id = project.get("id") if isinstance(project, Mapping) else None
-    if not isinstance(project_id, int) or isinstance(project_id, bool):
-        raise InvalidInput("webhook has no project id", field="project.id")
-    with services.database.unit_of_work() as session:
-        round_row = session.exec(
-            select(RoundRow).where(RoundRow.label_studio_project_id == project_id)
+    if not _is_id(project_id):
+        raise InvalidInput("webhook has no project id (a positive integer)", field="project.id")
+    database = services.database
+    dialect = "sqlite" if database.is_sqlite else "postgresql"
+    with database.unit_of_work() as session:
+        if not database.is_sqlite:
+            # Label Studio waits for this answer inside its annotation request; a vote lost to a
+            # PostgreSQL crash in the next fraction of a second comes back with the next reconcile.
+            session.execute(text("SET LOCAL synchronous_commit = off"))
+        found = session.execute(
+            _vote_statements(dialect).round_by_project, {"project_id": project_id}
         ).first()
-        if round_row is None:
+        if found is None:
             raise NotFound("no round uses this Label Studio project", field="project.id")
+        round_row = _RoundForVotes(id=found.id, task_type=found.task_type, policy=found.policy)
         task_type = services.catalog.get(round_row.task_type)
         if action == "ANNOTATIONS_DELETED":
-            changed = _apply_deletions(session, round_row, payload.get("annotations"))
+            changed = _apply_deletions(session, get_round(session, round_row.id), payload.get("annotations"))
         else:
-            changed = _apply_annotation(session, round_row, task_type, payload.get("annotation"))
+            changed = _apply_annotation(
+                session, round_row, task_type, payload.get("annotation"), dialect=dialect
+            )
         session.commit()
         return WebhookResult(action=action, handled=True, candidates_changed=changed)
 
 
-def _apply_annotation(session: Session, round_row: RoundRow, task_type: Any, raw: object) -> int:
+def _apply_annotation(
+    session: Session, round_row: _RoundForVotes, task_type: Any, raw: object, *, dialect: str
+) -> int:
+    """One created or updated annotation: the hot path, a handful of Core statements.
+
+    1. the candidate behind the task, row-locked (``SELECT ... FOR UPDATE`` on PostgreSQL), so
+       concurrent votes for one candidate apply one after the other;
+    2. one upsert of the annotation that only overwrites an older copy of the same candidate's
+       annotation (a late or repeated delivery changes nothing);
+    3. one select of the candidate's annotations with their annotators' exclusion;
+    4. when the decision changed: an update of the candidate and one row of decision history.
+    """
     if not isinstance(raw, Mapping):
         raise InvalidInput("webhook has no annotation object", field="annotation")
     try:
         parsed = parse_annotation(raw, task_type)
     except AnnotationFormatError as exc:
         raise InvalidInput(str(exc), field="annotation") from exc
-    candidate_id = session.exec(
-        select(CandidateRow.id).where(
-            CandidateRow.label_studio_task_id == parsed.task_id, CandidateRow.round_id == round_row.id
-        )
+    statements = _vote_statements(dialect)
+    candidate = session.execute(
+        statements.candidate_by_task, {"task_id": parsed.task_id, "round_id": round_row.id}
     ).first()
-    if candidate_id is None:
-        gold_item = gold_item_for_task(session, round_row.id or 0, parsed.task_id)
+    if candidate is None:
+        gold_item = gold_item_for_task(session, round_row.id, parsed.task_id)
         if gold_item is None:
             raise NotFound("the annotation's task is not a candidate of this round", field="annotation.task")
         store_gold_answer(session, gold_item, parsed)
         session.flush()
-        return apply_gold_rule(session, round_row, [parsed.annotator_id])
-    candidate = lock_candidate(session, candidate_id)
-    assert candidate is not None
-    _store_annotation(session, candidate, parsed, source="webhook")
-    session.flush()
-    return int(refresh_decision(session, candidate, round_row, cause="webhook"))
+        return apply_gold_rule(session, get_round(session, round_row.id), [parsed.annotator_id])
+    written = session.execute(
+        statements.upsert_annotation,
+        {
+            "id": parsed.annotation_id,
+            "candidate_id": candidate.id,
+            "round_id": round_row.id,
+            "annotator_id": parsed.annotator_id,
+            "label": parsed.label,
+            "flagged": parsed.flagged,
+            "flag_reason": parsed.reason,
+            "was_cancelled": parsed.was_cancelled,
+            "lead_time_s": parsed.lead_time_s,
+            "created_at": parsed.created_at,
+            "updated_at": parsed.updated_at,
+            "received_at": utcnow(),
+            "source": "webhook",
+        },
+    )
+    if written.first() is None:
+        owner = session.execute(statements.annotation_owner, {"id": parsed.annotation_id}).scalar()
+        if owner != candidate.id:
+            raise InvalidInput("annotation id belongs to another candidate", field="annotation.id")
+        return 0  # a repeated or older delivery: the stored votes already say this
+    records = []
+    excluded = set()
+    for vote in session.execute(statements.votes_of_candidate, {"candidate_id": candidate.id}):
+        records.append(
+            AnnotationRecord(
+                annotation_id=vote.id,
+                annotator=vote.annotator_id,
+                label=vote.label,
+                flagged=vote.flagged,
+                reason=vote.flag_reason,
+                was_cancelled=vote.was_cancelled,
+                updated_at=as_utc(vote.updated_at),
+            )
+        )
+        if vote.excluded:
+            excluded.add(vote.annotator_id)
+    change = evaluate_decision(
+        status=candidate.status,
+        override_outcome=candidate.override_outcome,
+        stored_decision=candidate.decision,
+        writer_label=candidate.writer_label,
+        records=records,
+        policy=round_row.policy,
+        excluded=excluded,
+        cause="webhook",
+    )
+    if change is None:
+        return 0
+    session.execute(
+        statements.update_candidate_decision,
+        {
+            "candidate_id": candidate.id,
+            "status": change.status,
+            "decision": change.decision,
+            "wanted_votes": change.wanted_votes,
+            "decided_at": change.decided_at,
+        },
+    )
+    session.execute(statements.insert_history, {"candidate_id": candidate.id, **change.history})
+    return 1
+
+
+@dataclass(frozen=True)
+class _RoundForVotes:
+    id: int
+    task_type: str
+    policy: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _VoteStatements:
+    round_by_project: Select[Any]
+    candidate_by_task: Select[Any]
+    upsert_annotation: ReturningInsert[Any]
+    annotation_owner: Select[Any]
+    votes_of_candidate: Select[Any]
+    update_candidate_decision: Update
+    insert_history: Insert
+
+
+@functools.cache
+def _vote_statements(dialect: str) -> _VoteStatements:
+    """The webhook path's statements, built once per SQL dialect (SQLAlchemy caches their compiled form)."""
+    round_table = RoundRow.__table__  # type: ignore[attr-defined]
+    candidate = CandidateRow.__table__  # type: ignore[attr-defined]
+    annotation = AnnotationRow.__table__  # type: ignore[attr-defined]
+    status = AnnotatorStatusRow.__table__  # type: ignore[attr-defined]
+    history = DecisionRow.__table__  # type: ignore[attr-defined]
+    insert_into = sqlite_insert if dialect == "sqlite" else postgresql_insert
+    upsert = insert_into(annotation)
+    incoming = upsert.excluded
+    newer_or_different = or_(
+        annotation.c.updated_at < incoming.updated_at,
+        and_(
+            annotation.c.updated_at == incoming.updated_at,
+            or_(
+                annotation.c.label.is_distinct_from(incoming.label),
+                annotation.c.flagged != incoming.flagged,
+                annotation.c.flag_reason.is_distinct_from(incoming.flag_reason),
+                annotation.c.was_cancelled != incoming.was_cancelled,
+            ),
+        ),
+    )
+    overwritten = (
+        "annotator_id", "label", "flagged", "flag_reason", "was_cancelled", "lead_time_s",
+        "created_at", "updated_at", "received_at", "source",
+    )  # fmt: skip
+    return _VoteStatements(
+        round_by_project=sa_select(round_table.c.id, round_table.c.task_type, round_table.c.policy).where(
+            round_table.c.label_studio_project_id == bindparam("project_id")
+        ),
+        candidate_by_task=sa_select(
+            candidate.c.id,
+            candidate.c.writer_label,
+            candidate.c.status,
+            candidate.c.decision,
+            candidate.c.override_outcome,
+        )
+        .where(
+            candidate.c.label_studio_task_id == bindparam("task_id"),
+            candidate.c.round_id == bindparam("round_id"),
+        )
+        .with_for_update(),
+        upsert_annotation=upsert.on_conflict_do_update(
+            index_elements=[annotation.c.id],
+            set_={name: incoming[name] for name in overwritten},
+            # Only a newer copy of the same candidate's annotation overwrites; a returned row then
+            # tells a change from a late or repeated delivery or a foreign annotation id (none).
+            where=and_(annotation.c.candidate_id == incoming.candidate_id, newer_or_different),
+        ).returning(annotation.c.id),
+        annotation_owner=sa_select(annotation.c.candidate_id).where(annotation.c.id == bindparam("id")),
+        votes_of_candidate=sa_select(
+            annotation.c.id,
+            annotation.c.annotator_id,
+            annotation.c.label,
+            annotation.c.flagged,
+            annotation.c.flag_reason,
+            annotation.c.was_cancelled,
+            annotation.c.updated_at,
+            status.c.excluded,
+        )
+        .select_from(
+            annotation.outerjoin(
+                status,
+                and_(
+                    status.c.round_id == annotation.c.round_id,
+                    status.c.annotator_id == annotation.c.annotator_id,
+                ),
+            )
+        )
+        .where(annotation.c.candidate_id == bindparam("candidate_id")),
+        update_candidate_decision=sa_update(candidate)
+        .where(candidate.c.id == bindparam("candidate_id"))
+        .values(version=candidate.c.version + 1),
+        insert_history=sa_insert(history),
+    )
 
 
 def _apply_deletions(session: Session, round_row: RoundRow, raw: object) -> int:
-    if not isinstance(raw, list) or not all(
-        isinstance(a, Mapping) and isinstance(a.get("id"), int) for a in raw
-    ):
-        raise InvalidInput("annotations must be a list of objects with an integer id", field="annotations")
+    if not isinstance(raw, list) or not all(isinstance(a, Mapping) and _is_id(a.get("id")) for a in raw):
+        raise InvalidInput(
+            "annotations must be a list of objects with a positive integer id", field="annotations"
+        )
     ids = [int(a["id"]) for a in raw]
     rows = session.exec(
         select(AnnotationRow).where(col(AnnotationRow.id).in_(ids), AnnotationRow.round_id == round_row.id)
