@@ -75,6 +75,15 @@ class Settings(BaseSettings):
         default="", description="Key of the dashboard's session cookie; derived from signing_secret if unset."
     )
 
+    session_cookie_secure: bool | None = Field(
+        default=None,
+        description="Send the dashboard's cookie over HTTPS only; default: when public_url is https.",
+    )
+    dashboard_wait_ms: float = Field(
+        default=500.0,
+        description="How long a page waits for figures being recomputed before showing the previous ones.",
+    )
+
     default_model_dir: Path | None = Field(default=None, description="Model used for model='default'.")
     label_config_dir: Path | None = Field(default=None, description="Folder of <task>.xml labelling configs.")
 
@@ -89,6 +98,12 @@ class Settings(BaseSettings):
         default=300.0, description="Scheduled reconcile with Label Studio (lost webhooks); 0 turns it off."
     )
     push_batch_size: int = 500
+
+    @property
+    def resolved_session_cookie_secure(self) -> bool:
+        if self.session_cookie_secure is not None:
+            return self.session_cookie_secure
+        return self.public_url.lower().startswith("https://")
 
     @field_validator("writer_tokens", "lead_tokens", mode="before")
     @classmethod

@@ -15,7 +15,6 @@ import io
 import json
 import random
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -45,6 +44,7 @@ from dynaval.domain.policy import DecisionPolicy
 from dynaval.domain.provenance import pseudonym
 from dynaval.domain.votes import current_votes
 from dynaval.entrypoints.app import create_app, shutdown
+from dynaval.service_layer import dashboard
 from dynaval.service_layer.dashboard import FiguresCache
 from dynaval.service_layer.decisions import annotation_records_of, refresh_decision
 from dynaval.service_layer.rounds import current_labelled_votes, round_votes
@@ -446,6 +446,14 @@ def test_round_figures_are_computed_once_until_a_vote_changes(
     assert cache.misses == misses and cache.hits >= 6
     before = page(client, "/dashboard/rounds").text(f"round-{rid}-alpha")
     # A fourth annotator agrees on every labelled candidate: alpha changes, and so does the page.
+    add_agreeing_votes(services, seeded, "14")
+    after = page(client, "/dashboard/rounds").text(f"round-{rid}-alpha")
+    assert cache.misses == misses + 1
+    assert after == fmt3(api(client, f"/api/rounds/{rid}/agreement")["alpha"]) and after != before
+
+
+def add_agreeing_votes(services: Services, seeded: Seeded, annotator: str) -> None:
+    """A new annotator agrees on every labelled candidate: the round's alpha changes."""
     with services.database.unit_of_work() as session:
         top = int(session.exec(select_max_annotation_id()).one() or 0)
         for n, key in enumerate(("acc1", "acc2", "rej1", "esc1", "open", "tie3"), start=1):
@@ -453,40 +461,63 @@ def test_round_figures_are_computed_once_until_a_vote_changes(
                 AnnotationRow(
                     id=top + n,
                     candidate_id=seeded.ids[key],
-                    round_id=rid,
-                    annotator_id="14",
+                    round_id=seeded.round_id,
+                    annotator_id=annotator,
                     label=CASES[key][1],
                     created_at=datetime.now(UTC),
                     updated_at=datetime.now(UTC),
                 )
             )
         session.commit()
-    after = page(client, "/dashboard/rounds").text(f"round-{rid}-alpha")
-    assert cache.misses == misses + 1
-    assert after == fmt3(api(client, f"/api/rounds/{rid}/agreement")["alpha"]) and after != before
 
 
-def test_the_figures_cache_computes_a_miss_once_for_concurrent_views() -> None:
-    cache = FiguresCache()
-    calls: list[int] = []
+def test_a_slow_recompute_shows_the_previous_figures_marked_until_the_new_ones_are_ready(
+    app: Flask, client: FlaskClient, services: Services, seeded: Seeded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As on a round of 100,000 candidates: the page answers at once, and says its figures are older."""
+    rid = seeded.round_id
+    before = page(client, "/dashboard/rounds")
+    assert before.ids("figures-stale") == []
+    release = threading.Event()
+    real_report = dashboard.agreement.round_agreement_report
 
-    def slow() -> str:
-        calls.append(1)
-        time.sleep(0.2)
-        return "figures"
+    def slow_report(*args: Any, **kwargs: Any) -> Any:
+        assert release.wait(30)
+        return real_report(*args, **kwargs)
 
-    results: list[str] = []
-    threads = [
-        threading.Thread(target=lambda: results.append(cache.get("a", 1, "fp1", slow))) for _ in range(4)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert results == ["figures"] * 4 and len(calls) == 1 and cache.misses == 1
-    assert cache.get("a", 1, "fp1", slow) == "figures" and len(calls) == 1
-    assert cache.get("a", 2, "fp1", lambda: "other round") == "other round"
-    assert cache.get("a", 1, "fp2", lambda: "recomputed") == "recomputed"
+    monkeypatch.setattr(dashboard.agreement, "round_agreement_report", slow_report)
+    cache: FiguresCache = app.extensions["dynaval_dashboard_figures"]
+    add_agreeing_votes(services, seeded, "15")
+    during = page(client, "/dashboard/rounds")
+    assert during.text(f"round-{rid}-alpha") == before.text(f"round-{rid}-alpha")
+    assert "newer votes are being counted" in during.text("figures-stale")
+    assert page(client, f"/dashboard/rounds/{rid}").ids("figures-stale") == [""]
+    release.set()
+    cache.settle()
+    after = page(client, "/dashboard/rounds")
+    assert after.ids("figures-stale") == []
+    assert after.text(f"round-{rid}-alpha") == fmt3(api(client, f"/api/rounds/{rid}/agreement")["alpha"])
+    assert after.text(f"round-{rid}-alpha") != before.text(f"round-{rid}-alpha")
+
+
+def test_the_session_cookie_is_secure_when_the_service_is_served_over_https(tmp_path: Path) -> None:
+    for public_url, secure in (("https://dynaval.example.org", True), ("http://127.0.0.1:8000", False)):
+        settings = make_settings(
+            database_url=f"sqlite:///{tmp_path / (str(secure) + '.sqlite3')}",
+            data_dir=tmp_path / "data",
+            label_studio_url=f"http://127.0.0.1:{free_port()}",
+            label_studio_api_key="unused-in-these-tests",
+            public_url=public_url,
+            model_dir=tmp_path / "no-model",
+        )
+        application = create_app(bootstrap(settings), start_background=False)
+        try:
+            client = application.test_client()
+            response = client.post("/dashboard/login", data={"token": LEAD_TOKEN})
+            assert response.status_code in (302, 303)
+            assert ("Secure" in response.headers["Set-Cookie"]) is secure, public_url
+        finally:
+            shutdown(application)
 
 
 # -------------------------------------------------------------------------------------- the queue

@@ -67,8 +67,9 @@ def init_app(app: Flask) -> None:
         SESSION_COOKIE_NAME=SESSION_COOKIE,
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=services.settings.resolved_session_cookie_secure,
     )
-    app.extensions[CACHE] = FiguresCache()
+    app.extensions[CACHE] = FiguresCache(wait_s=services.settings.dashboard_wait_ms / 1000)
     app.register_blueprint(pages)
 
 

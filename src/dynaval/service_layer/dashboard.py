@@ -9,11 +9,14 @@ changed.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from datetime import datetime
+from typing import Any, Generic, TypeVar, cast
 
 from sqlalchemy import func, or_
 from sqlmodel import Session, col, select
@@ -24,6 +27,7 @@ from dynaval.adapters.orm import (
     ExclusionEventRow,
     GoldAnswerRow,
     RoundRow,
+    utcnow,
 )
 from dynaval.domain.agreement import AgreementReport
 from dynaval.domain.decision import Outcome
@@ -48,51 +52,120 @@ SEED = 0
 """The agreement figures shown are the API's defaults (``GET /api/rounds/<id>/agreement``)."""
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------ the figure cache
 
 
+@dataclass(frozen=True)
+class Cached(Generic[T]):
+    """Figures as a page shows them, with when they were computed and whether they are current."""
+
+    value: T
+    computed_at: datetime
+    current: bool
+    """Computed under the round's present fingerprint; False while newer votes are being counted."""
+
+
+@dataclass
+class _Entry:
+    fingerprint: Hashable
+    value: Any
+    computed_at: datetime
+
+
+@dataclass
+class _Run:
+    fingerprint: Hashable
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
 class FiguresCache:
     """Per-process cache of computed round figures, one entry per (kind, round).
 
-    An entry is served while the round's fingerprint (see :func:`votes_fingerprint`) is the one
-    it was computed under; a new fingerprint recomputes it. Thread-safe, and a miss is computed
-    once: concurrent views of the same figures wait for that computation instead of repeating it.
+    An entry is current while the round's fingerprint (see :func:`votes_fingerprint`) is the one it
+    was computed under. When the fingerprint moved on, the figures are recomputed in a background
+    thread, and the view waits up to ``wait_s`` for them: small rounds are recomputed well within
+    that and always show current figures; on a large round the view shows the previous figures,
+    marked with the time they were computed, instead of keeping the lead waiting for seconds. Only
+    the very first view of a round's figures waits for the whole computation.
+
+    At most one computation per (kind, round) runs at a time; a view that finds one running for an
+    older fingerprint queues one for its own, which starts when the running one ends, so a steady
+    stream of votes costs one computation after another, never a pile of them. Thread-safe.
     """
 
-    def __init__(self) -> None:
-        self._entries: dict[tuple[str, int], tuple[Hashable, Any]] = {}
-        self._computing: dict[tuple[str, int], threading.Lock] = {}
+    def __init__(self, *, wait_s: float = 0.5) -> None:
+        self.wait_s = wait_s
+        self._entries: dict[tuple[str, int], _Entry] = {}
+        self._runs: dict[tuple[str, int], _Run] = {}
+        self._queued: dict[tuple[str, int], tuple[Hashable, Callable[[], Any]]] = {}
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
-    def _lookup(self, key: tuple[str, int], fingerprint: Hashable) -> tuple[bool, Any]:
+    def get(self, kind: str, round_id: int, fingerprint: Hashable, compute: Callable[[], T]) -> Cached[T]:
+        key = (kind, round_id)
         with self._lock:
             entry = self._entries.get(key)
-            if entry is not None and entry[0] == fingerprint:
+            if entry is not None and entry.fingerprint == fingerprint:
                 self.hits += 1
-                return True, entry[1]
-            return False, None
-
-    def get(self, kind: str, round_id: int, fingerprint: Hashable, compute: Callable[[], T]) -> T:
-        key = (kind, round_id)
-        found, value = self._lookup(key, fingerprint)
-        if found:
-            return cast(T, value)
+                return Cached(cast(T, entry.value), entry.computed_at, current=True)
+            run = self._runs.get(key)
+            if run is None:
+                run = self._start(key, fingerprint, compute)
+            elif run.fingerprint != fingerprint:
+                self._queued[key] = (fingerprint, compute)
+        run.done.wait(self.wait_s if entry is not None else None)
         with self._lock:
-            computing = self._computing.setdefault(key, threading.Lock())
-        with computing:
-            found, value = self._lookup(key, fingerprint)  # another view may have just computed it
-            if found:
-                return cast(T, value)
-            with self._lock:
+            latest = self._entries.get(key)
+        if latest is None:
+            if run.error is not None:
+                raise run.error
+            # The run we waited for was an older fingerprint's and failed; ours is queued.
+            raise RuntimeError(f"the {kind} figures of round {round_id} could not be computed")
+        return Cached(cast(T, latest.value), latest.computed_at, current=latest.fingerprint == fingerprint)
+
+    def _start(self, key: tuple[str, int], fingerprint: Hashable, compute: Callable[[], Any]) -> _Run:
+        """Start computing ``key`` under ``fingerprint``; the caller holds the lock."""
+        run = _Run(fingerprint)
+        self._runs[key] = run
+        thread = threading.Thread(
+            target=self._compute, args=(key, run, compute), name=f"figures-{key[0]}-{key[1]}", daemon=True
+        )
+        thread.start()
+        return run
+
+    def _compute(self, key: tuple[str, int], run: _Run, compute: Callable[[], Any]) -> None:
+        try:
+            value = compute()
+        except BaseException as exc:  # handed to the views that wait for it; logged here
+            run.error = exc
+            logger.warning("computing the %s figures of round %s failed: %r", key[0], key[1], exc)
+            value = None
+        with self._lock:
+            if run.error is None:
                 self.misses += 1
-            computed = compute()
+                self._entries[key] = _Entry(run.fingerprint, value, utcnow())
+            del self._runs[key]
+            queued = self._queued.pop(key, None)
+            if queued is not None and queued[0] != run.fingerprint:
+                self._start(key, *queued)
+        run.done.set()
+
+    def settle(self, timeout_s: float = 60.0) -> None:
+        """Wait until no computation is running (for tests and benchmarks)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
             with self._lock:
-                self._entries[key] = (fingerprint, computed)
-            return computed
+                runs = list(self._runs.values())
+            if not runs:
+                return
+            for run in runs:
+                run.done.wait(max(0.0, deadline - time.monotonic()))
+        raise TimeoutError("figures were still being computed")
 
 
 def votes_fingerprint(session: Session, round_id: int) -> tuple[Any, ...]:
@@ -118,7 +191,7 @@ def annotators_fingerprint(session: Session, round_id: int) -> tuple[Any, ...]:
     return (*votes_fingerprint(session, round_id), int(gold[0]), gold[1], gold[2])
 
 
-def _round_agreement(services: Services, cache: FiguresCache, round_id: int) -> AgreementReport:
+def _round_agreement(services: Services, cache: FiguresCache, round_id: int) -> Cached[AgreementReport]:
     with services.database.unit_of_work() as session:
         get_round(session, round_id)
         fingerprint = votes_fingerprint(session, round_id)
@@ -148,6 +221,10 @@ class RoundFigures:
     alpha_undefined_reason: str | None
     ci_low: float | None
     ci_high: float | None
+    agreement_as_of: datetime
+    """When alpha and its interval were computed."""
+    agreement_current: bool
+    """False while newer votes are being counted (see :class:`FiguresCache`)."""
 
     @property
     def collected(self) -> int:
@@ -187,8 +264,9 @@ def _counts(session: Session, round_ids: Sequence[int]) -> dict[int, RoundCounts
     return {r: round_counts(g) for r, g in grouped.items()}
 
 
-def _figures(row: RoundRow, counts: RoundCounts, report: AgreementReport) -> RoundFigures:
+def _figures(row: RoundRow, counts: RoundCounts, cached: Cached[AgreementReport]) -> RoundFigures:
     assert row.id is not None
+    report = cached.value
     ci = report.ci95
     return RoundFigures(
         id=row.id,
@@ -202,6 +280,8 @@ def _figures(row: RoundRow, counts: RoundCounts, report: AgreementReport) -> Rou
         alpha_undefined_reason=report.undefined_reason,
         ci_low=ci[0] if ci else None,
         ci_high=ci[1] if ci else None,
+        agreement_as_of=cached.computed_at,
+        agreement_current=cached.current,
     )
 
 
@@ -429,6 +509,10 @@ class AnnotatorsView:
     labels: list[str]
     confusion: dict[str, dict[str, int]]
     """writer label -> validators' majority label -> candidates."""
+    as_of: datetime
+    """When the oldest of these figures was computed."""
+    current: bool
+    """False while newer votes are being counted (see :class:`FiguresCache`)."""
 
 
 def annotators_view(services: Services, cache: FiguresCache, round_id: int) -> AnnotatorsView:
@@ -441,14 +525,25 @@ def annotators_view(services: Services, cache: FiguresCache, round_id: int) -> A
     report = cache.get(
         "annotators", round_id, fingerprint, lambda: annotators.annotators_report(services, round_id)
     )
-    pairwise = _round_agreement(services, cache, round_id).pairwise
+    agreement_figures = _round_agreement(services, cache, round_id)
+    pairwise = agreement_figures.value.pairwise
     names = [str(a) for a in pairwise.annotators]
     shared = pairwise.shared_items.tolist()
     agreements = pairwise.agreement()
     pairs = [
         [PairCell(agreements[i][j], int(shared[i][j])) for j in range(len(names))] for i in range(len(names))
     ]
-    return AnnotatorsView(round_id, report, names, pairs, labels, confusion)
+    parts = (confusion, report, agreement_figures)
+    return AnnotatorsView(
+        round_id,
+        report.value,
+        names,
+        pairs,
+        labels,
+        confusion.value,
+        as_of=min(p.computed_at for p in parts),
+        current=all(p.current for p in parts),
+    )
 
 
 def _confusion(services: Services, round_id: int, labels: list[str]) -> dict[str, dict[str, int]]:
