@@ -98,6 +98,17 @@ class AnnotationRow(SQLModel, table=True):
     source: str = Field(default="webhook", max_length=16)
 
 
+class DeletedAnnotationRow(SQLModel, table=True):
+    """A Label Studio annotation id that was deleted. Label Studio never reuses annotation ids, so a
+    creation or update of it that arrives after its deletion (webhooks come in any order) is stale."""
+
+    __tablename__ = "deleted_annotation"
+
+    id: int = Field(primary_key=True, sa_type=BigInteger)
+    round_id: int = Field(foreign_key="round.id", index=True)
+    deleted_at: datetime = Field(default_factory=utcnow)
+
+
 class DecisionRow(SQLModel, table=True):
     """History: every decision ever made for a candidate, with the votes it was made from."""
 

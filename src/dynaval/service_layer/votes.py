@@ -28,6 +28,7 @@ from dynaval.adapters.orm import (
     AnnotatorStatusRow,
     CandidateRow,
     DecisionRow,
+    DeletedAnnotationRow,
     GoldAnswerRow,
     GoldItemRow,
     RoundRow,
@@ -164,6 +165,8 @@ def _apply_annotation(
     except AnnotationFormatError as exc:
         raise InvalidInput(str(exc), field="annotation") from exc
     statements = _vote_statements(dialect)
+    if session.execute(statements.tombstone, {"id": parsed.annotation_id}).first() is not None:
+        return 0  # deleted in Label Studio; this delivery was overtaken by the deletion
     candidate = session.execute(
         statements.candidate_by_task, {"task_id": parsed.task_id, "round_id": round_row.id}
     ).first()
@@ -255,6 +258,7 @@ class _VoteStatements:
     votes_of_candidate: Select[Any]
     update_candidate_decision: Update
     insert_history: Insert
+    tombstone: Select[Any]
 
 
 @functools.cache
@@ -265,6 +269,7 @@ def _vote_statements(dialect: str) -> _VoteStatements:
     annotation = AnnotationRow.__table__  # type: ignore[attr-defined]
     status = AnnotatorStatusRow.__table__  # type: ignore[attr-defined]
     history = DecisionRow.__table__  # type: ignore[attr-defined]
+    deleted = DeletedAnnotationRow.__table__  # type: ignore[attr-defined]
     insert_into = sqlite_insert if dialect == "sqlite" else postgresql_insert
     upsert = insert_into(annotation)
     incoming = upsert.excluded
@@ -332,6 +337,7 @@ def _vote_statements(dialect: str) -> _VoteStatements:
         .where(candidate.c.id == bindparam("candidate_id"))
         .values(version=candidate.c.version + 1),
         insert_history=sa_insert(history),
+        tombstone=sa_select(deleted.c.id).where(deleted.c.id == bindparam("id")),
     )
 
 
@@ -340,7 +346,27 @@ def _apply_deletions(session: Session, round_row: RoundRow, raw: object) -> int:
         raise InvalidInput(
             "annotations must be a list of objects with a positive integer id", field="annotations"
         )
-    ids = [int(a["id"]) for a in raw]
+    ids = sorted({int(a["id"]) for a in raw})
+    assert round_row.id is not None
+    # Remember the deletion, so that a creation or update delivered after it changes nothing. Ids
+    # stored for another round are not this project's annotations: they are left alone.
+    not_new = {
+        *session.exec(select(DeletedAnnotationRow.id).where(col(DeletedAnnotationRow.id).in_(ids))).all(),
+        *session.exec(
+            select(AnnotationRow.id).where(
+                col(AnnotationRow.id).in_(ids), AnnotationRow.round_id != round_row.id
+            )
+        ).all(),
+        *session.exec(
+            select(GoldAnswerRow.id).where(
+                col(GoldAnswerRow.id).in_(ids), GoldAnswerRow.round_id != round_row.id
+            )
+        ).all(),
+    }
+    for annotation_id in ids:
+        if annotation_id not in not_new:
+            session.add(DeletedAnnotationRow(id=annotation_id, round_id=round_row.id))
+    session.flush()
     rows = session.exec(
         select(AnnotationRow).where(col(AnnotationRow.id).in_(ids), AnnotationRow.round_id == round_row.id)
     ).all()
@@ -423,6 +449,7 @@ def reconcile_round(
                 report.annotations_seen += 1
                 if _store_annotation(session, candidate, parsed, source="reconcile"):
                     report.added_or_updated += 1
+            _forget_deletions(session, seen_ids)
             stale = session.exec(
                 select(AnnotationRow.id).where(
                     AnnotationRow.candidate_id == candidate_id, col(AnnotationRow.id).not_in(seen_ids or {-1})
@@ -468,6 +495,7 @@ def _reconcile_gold_answers(
     """Make the stored answers of one gold item equal Label Studio's; returns the annotators touched."""
     seen = {a.annotation_id for a in annotations}
     touched = {a.annotator_id for a in annotations}
+    _forget_deletions(session, seen)
     for parsed in annotations:
         report.annotations_seen += 1
         if store_gold_answer(session, gold_item, parsed):
@@ -483,6 +511,12 @@ def _reconcile_gold_answers(
         report.deleted += 1
     session.flush()
     return touched
+
+
+def _forget_deletions(session: Session, annotation_ids: set[int]) -> None:
+    """Label Studio still has these annotations: whatever deletion we heard of was not theirs."""
+    if annotation_ids:
+        session.execute(delete(DeletedAnnotationRow).where(col(DeletedAnnotationRow.id).in_(annotation_ids)))
 
 
 def _adopt_task(
