@@ -17,7 +17,14 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from dynaval.adapters.orm import AnnotationRow, AnnotatorStatusRow, CandidateRow, DecisionRow, RoundRow
+from dynaval.adapters.orm import (
+    AnnotationRow,
+    AnnotatorStatusRow,
+    CandidateRow,
+    DecisionRow,
+    DeletedAnnotationRow,
+    RoundRow,
+)
 from dynaval.bootstrap import bootstrap
 from dynaval.domain.errors import InvalidInput, NotFound
 from dynaval.service_layer.services import Services
@@ -327,3 +334,32 @@ def timezone_offset_hours(hours: int) -> Any:
     from datetime import timezone
 
     return timezone(timedelta(hours=hours))
+
+
+def test_a_deletion_that_overtakes_the_creation_wins(services: Services) -> None:
+    """Webhooks come in any order: a creation or update delivered after the deletion changes nothing."""
+    round_id = add_round(services)
+    other_round = add_round(services, project_id=PROJECT + 1)
+    candidate_id = add_candidate(services, round_id, task_id=95)
+    other = add_candidate(services, other_round, task_id=96)
+    ingest_webhook(services, annotation_payload(9, 96, 101, "negative", project_id=PROJECT + 1))
+    deleted = {
+        "action": "ANNOTATIONS_DELETED",
+        "project": {"id": PROJECT},
+        "annotations": [{"id": 5}, {"id": 9}],
+    }
+    assert ingest_webhook(services, deleted).candidates_changed == 0
+    assert ingest_webhook(services, annotation_payload(5, 95, 101, "negative")).candidates_changed == 0
+    later = annotation_payload(
+        5, 95, 101, "positive", updated=T0 + timedelta(hours=1), action="ANNOTATION_UPDATED"
+    )
+    assert ingest_webhook(services, later).candidates_changed == 0
+    assert candidate_state(services, candidate_id)[2] == []
+    # Annotation 9 is the other round's: a deletion through this round's project does not touch it.
+    assert candidate_state(services, other)[2] == [(9, "101", "negative")]
+    newer = annotation_payload(
+        9, 96, 101, "positive", updated=T0 + timedelta(hours=1), project_id=PROJECT + 1
+    )
+    assert ingest_webhook(services, newer).candidates_changed == 1
+    with services.database.unit_of_work() as session:
+        assert session.exec(select(DeletedAnnotationRow.id)).all() == [5]
