@@ -16,29 +16,37 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 PLACEHOLDER_SECRETS = frozenset({"", "changeme", "change-me", "secret", "dev", "development", "placeholder"})
-LEAD_NAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
+TOKEN_NAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
 
 
 @dataclass(frozen=True)
-class LeadCredential:
-    """A lead's bearer token and the name their actions are recorded under."""
+class Credential:
+    """A bearer token and the name the caller's actions are recorded under."""
 
     name: str
     token: str
 
 
-def lead_credential(entry: str) -> LeadCredential:
-    """One ``DYNAVAL_LEAD_TOKENS`` entry: ``name=token``, or a plain ``token``.
+LeadCredential = Credential
 
-    A plain token's name is ``lead-`` and the first 8 hex digits of its SHA-256. An entry is read
-    as ``name=token`` only when the part before the first ``=`` is a name (letters, digits,
-    ``._@-``, at most 64) and the part after it is more than ``=`` padding, so a base64 token that
-    ends in ``=`` stays a plain token.
+
+def credential(entry: str, *, role: str) -> Credential:
+    """One entry of a ``DYNAVAL_<ROLE>_TOKENS`` list: ``name=token``, or a plain ``token``.
+
+    A plain token's name is the role, ``-`` and the first 8 hex digits of its SHA-256 (``lead-1a2b3c4d``).
+    An entry is read as ``name=token`` only when the part before the first ``=`` is a name
+    (letters, digits, ``._@-``, at most 64) and the part after it is more than ``=`` padding, so a
+    base64 token that ends in ``=`` stays a plain token.
     """
     name, sep, token = entry.partition("=")
-    if sep and LEAD_NAME.fullmatch(name) and token.strip("="):
-        return LeadCredential(name=name, token=token)
-    return LeadCredential(name="lead-" + hashlib.sha256(entry.encode()).hexdigest()[:8], token=entry)
+    if sep and TOKEN_NAME.fullmatch(name) and token.strip("="):
+        return Credential(name=name, token=token)
+    return Credential(name=f"{role}-" + hashlib.sha256(entry.encode()).hexdigest()[:8], token=entry)
+
+
+def lead_credential(entry: str) -> Credential:
+    """One ``DYNAVAL_LEAD_TOKENS`` entry (see :func:`credential`)."""
+    return credential(entry, role="lead")
 
 
 def _default_data_dir() -> Path:
@@ -62,11 +70,16 @@ class Settings(BaseSettings):
     )
 
     writer_tokens: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="Comma-separated bearer tokens of writers."
+        default_factory=list,
+        description="Comma-separated bearer tokens of writers, each `token` or `name=token`.",
     )
     lead_tokens: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Comma-separated bearer tokens of leads, each `token` or `name=token`.",
+    )
+    exporter_tokens: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated bearer tokens of exporters (datasets and agreement reports only).",
     )
     webhook_secret: str = ""
     pseudonym_secret: str = ""
@@ -88,7 +101,16 @@ class Settings(BaseSettings):
     label_config_dir: Path | None = Field(default=None, description="Folder of <task>.xml labelling configs.")
 
     max_text_chars: int = 2000
-    max_body_bytes: int = 64 * 1024
+    max_body_bytes: int = Field(default=64 * 1024, ge=1, description="Larger request bodies get 413.")
+    max_batch_size: int = Field(default=100, ge=1, description="Candidates one batch request may hold.")
+    rate_limit: str = Field(
+        default="600/minute",
+        description='Requests per bearer token (or client address), e.g. "600/minute"; "" turns it off.',
+    )
+    rate_limit_storage: str = Field(
+        default="memory://",
+        description="Where the rate limiter counts: memory:// (one process) or redis://host:port (shared).",
+    )
     batch_max_size: int = 32
     batch_max_wait_ms: float = 5.0
     background_interval_s: float = Field(
@@ -105,11 +127,26 @@ class Settings(BaseSettings):
             return self.session_cookie_secure
         return self.public_url.lower().startswith("https://")
 
-    @field_validator("writer_tokens", "lead_tokens", mode="before")
+    @field_validator("writer_tokens", "lead_tokens", "exporter_tokens", mode="before")
     @classmethod
     def _split_tokens(cls, value: object) -> object:
         if isinstance(value, str):
             return [t.strip() for t in value.split(",") if t.strip()]
+        return value
+
+    @field_validator("rate_limit")
+    @classmethod
+    def _parse_rate_limit(cls, value: str) -> str:
+        from limits import parse_many  # the limiter's own grammar: "600/minute", "10/second;600/hour"
+
+        value = value.strip()
+        if value:
+            try:
+                parse_many(value)
+            except ValueError:
+                raise ValueError(
+                    f'DYNAVAL_RATE_LIMIT must read like "600/minute" or "10/second;600/hour", not {value!r}'
+                ) from None
         return value
 
     @model_validator(mode="after")
@@ -120,8 +157,10 @@ class Settings(BaseSettings):
             "DYNAVAL_WEBHOOK_SECRET": [self.webhook_secret],
             "DYNAVAL_PSEUDONYM_SECRET": [self.pseudonym_secret],
             "DYNAVAL_SIGNING_SECRET": [self.signing_secret],
-            "DYNAVAL_WRITER_TOKENS": self.writer_tokens or [""],
+            "DYNAVAL_WRITER_TOKENS": [c.token for c in self.writer_credentials] or [""],
             "DYNAVAL_LEAD_TOKENS": [c.token for c in self.lead_credentials] or [""],
+            # Optional: a deployment may have no exporter; any token given must be a real one.
+            "DYNAVAL_EXPORTER_TOKENS": [c.token for c in self.exporter_credentials],
         }
         if self.session_secret:
             named["DYNAVAL_SESSION_SECRET"] = [self.session_secret]
@@ -132,12 +171,37 @@ class Settings(BaseSettings):
                 + ", ".join(weak)
                 + ", or set DYNAVAL_DEVELOPMENT=true on a development machine"
             )
+        # A value in two places would let whoever holds one role's secret act in the other
+        # (Label Studio's admins can read the webhook secret): every one must be distinct.
+        seen: dict[str, str] = {}
+        shared: set[str] = set()
+        for name, values in named.items():
+            for value in set(values):
+                if value in seen:
+                    shared.update((seen[value], name))
+                seen.setdefault(value, name)
+        if shared:
+            raise ValueError(
+                "the same value is set in "
+                + ", ".join(sorted(shared))
+                + ": every token and secret must be different"
+            )
         return self
 
     @property
-    def lead_credentials(self) -> list[LeadCredential]:
-        """Every lead's token and name (see :func:`lead_credential`)."""
-        return [lead_credential(entry) for entry in self.lead_tokens]
+    def lead_credentials(self) -> list[Credential]:
+        """Every lead's token and name (see :func:`credential`)."""
+        return [credential(entry, role="lead") for entry in self.lead_tokens]
+
+    @property
+    def writer_credentials(self) -> list[Credential]:
+        """Every writer's token and name; a candidate records the name it was submitted under."""
+        return [credential(entry, role="writer") for entry in self.writer_tokens]
+
+    @property
+    def exporter_credentials(self) -> list[Credential]:
+        """Every exporter's token and name."""
+        return [credential(entry, role="exporter") for entry in self.exporter_tokens]
 
     @property
     def resolved_session_secret(self) -> str:

@@ -54,6 +54,8 @@ class CandidateRow(SQLModel, table=True):
     inputs: dict[str, str] = Field(sa_column=Column(JSON, nullable=False))
     writer_label: str = Field(max_length=100)
     writer_id: str = Field(max_length=200)
+    submitted_by: str | None = Field(default=None, max_length=64)
+    """The name of the writer (or lead) token the candidate came with; NULL for older candidates."""
     status: str = Field(max_length=20)
     model_prediction: str | None = Field(default=None, max_length=100)
     model_probabilities: dict[str, float] | None = Field(default=None, sa_column=Column(JSON))

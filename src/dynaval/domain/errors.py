@@ -30,6 +30,12 @@ class Conflict(DomainError):
     code = "conflict"
 
 
+class Forbidden(DomainError):
+    """The caller is known but may not do this (another role's call, another writer's candidate)."""
+
+    code = "forbidden"
+
+
 class Unavailable(DomainError):
     """An outside system (the model, Label Studio) cannot serve the request now."""
 

@@ -8,8 +8,16 @@ from typing import Any
 from flask import Flask, jsonify
 from werkzeug.exceptions import HTTPException
 
-from dynaval.domain.errors import Conflict, DomainError, InvalidInput, NotFound, TooLarge, Unavailable
-from dynaval.entrypoints.auth import Forbidden, Unauthorized
+from dynaval.domain.errors import (
+    Conflict,
+    DomainError,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    TooLarge,
+    Unavailable,
+)
+from dynaval.entrypoints.auth import Unauthorized
 from dynaval.entrypoints.background import BackgroundWorker
 from dynaval.entrypoints.openapi import build_openapi
 from dynaval.service_layer.services import Services

@@ -1,4 +1,9 @@
-"""Bearer-token roles. One decorator, so no route repeats a permission block."""
+"""Bearer-token roles. One decorator, so no route repeats a permission block.
+
+Roles: a writer submits candidates and reads their own; an exporter reads round datasets and
+agreement reports; a lead may do everything. Label Studio's webhook has no role: it presents its own
+secret in its own header, and that secret is no bearer token.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from typing import Any, TypeVar
 
 from flask import current_app, g, request
 
-from dynaval.domain.errors import DomainError
+from dynaval.domain.errors import DomainError, Forbidden
 from dynaval.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -19,6 +24,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class Role(StrEnum):
     WRITER = "writer"
+    EXPORTER = "exporter"
     LEAD = "lead"
 
 
@@ -26,16 +32,19 @@ class Unauthorized(DomainError):
     code = "unauthorized"
 
 
-class Forbidden(DomainError):
-    code = "forbidden"
-
-
 @dataclass(frozen=True)
 class Caller:
-    """Who is calling: the role, and for a lead the name their actions are recorded under."""
+    """Who is calling: the role, and the name their token is configured under (``name=token``, or
+    one derived from the token)."""
 
     role: Role
     name: str | None = None
+
+    @property
+    def owner(self) -> str | None:
+        """The submitter whose candidates alone this caller may read (a writer: themselves), or
+        None for a caller who may read every candidate."""
+        return self.name if self.role is Role.WRITER else None
 
 
 def _match(presented: str, tokens: Iterable[tuple[str, str]]) -> str | None:
@@ -49,12 +58,16 @@ def _match(presented: str, tokens: Iterable[tuple[str, str]]) -> str | None:
 
 
 def caller_of_token(settings: Settings, presented: str) -> Caller | None:
-    """The caller a token identifies (leads first), or None for an unknown token."""
-    lead = _match(presented, ((c.name, c.token) for c in settings.lead_credentials))
-    if lead is not None:
-        return Caller(Role.LEAD, lead)
-    if _match(presented, ((Role.WRITER.value, t) for t in settings.writer_tokens)) is not None:
-        return Caller(Role.WRITER)
+    """The caller a token identifies (leads first, then writers, then exporters), or None for an
+    unknown token."""
+    for role, credentials in (
+        (Role.LEAD, settings.lead_credentials),
+        (Role.WRITER, settings.writer_credentials),
+        (Role.EXPORTER, settings.exporter_credentials),
+    ):
+        name = _match(presented, ((c.name, c.token) for c in credentials))
+        if name is not None:
+            return Caller(role, name)
     return None
 
 
@@ -75,7 +88,11 @@ def role_of(settings: Settings, authorization: str | None) -> Role:
 
 def requires(*roles: Role) -> Callable[[F], F]:
     """Let the request through only for a token of one of ``roles``; the role lands on ``g.role``
-    and the caller (with a lead's name) on ``g.caller``."""
+    and the caller (with their name) on ``g.caller``.
+
+    This is the one place where the API checks roles; ``required_roles`` on the view tells the
+    OpenAPI document and the access tests which roles may call it.
+    """
 
     def wrap(view: F) -> F:
         @wraps(view)

@@ -27,7 +27,11 @@ from dynaval.service_layer.services import Services
 
 api = Blueprint("api", __name__)
 
-ANYONE = (Role.WRITER, Role.LEAD)
+# Who may call what: a writer submits and reads their own candidates, an exporter reads datasets
+# and agreement reports, a lead does everything; every role may list rounds and read their summaries.
+EVERY_ROLE = (Role.WRITER, Role.EXPORTER, Role.LEAD)
+WRITERS = (Role.WRITER, Role.LEAD)
+READERS = (Role.EXPORTER, Role.LEAD)
 
 
 def _services() -> Services:
@@ -80,7 +84,7 @@ def create_round() -> Any:
 
 @api.get("/api/rounds")
 @documented(summary="List rounds", responses={200: "OK", 401: "No token"})
-@requires(*ANYONE)
+@requires(*EVERY_ROLE)
 def list_rounds() -> Any:
     return jsonify({"rounds": rounds.list_rounds(_services())})
 
@@ -89,7 +93,7 @@ def list_rounds() -> Any:
 @documented(
     summary="A round with its counts, MER, VMER and alpha", responses={200: "OK", 404: "No such round"}
 )
-@requires(*ANYONE)
+@requires(*EVERY_ROLE)
 def get_round(round_id: int) -> Any:
     return jsonify(rounds.round_summary(_services(), round_id))
 
@@ -116,20 +120,23 @@ def close_round(round_id: int) -> Any:
         503: "Model unavailable",
     },
 )
-@requires(*ANYONE)
+@requires(*WRITERS)
 def submit_candidate(round_id: int) -> Any:
     services = _services()
-    row = candidates.submit_candidate(services, round_id=round_id, body=_json_body())
+    row = candidates.submit_candidate(
+        services, round_id=round_id, body=_json_body(), submitted_by=g.caller.name
+    )
     return jsonify(candidates.get_candidate(services, row.id)), 201
 
 
 @api.get("/api/candidates/<candidate_id>")
 @documented(
-    summary="A candidate: status, votes, agreement, decision", responses={200: "OK", 404: "Not found"}
+    summary="A candidate: status, votes, agreement, decision (a writer reads only their own)",
+    responses={200: "OK", 403: "Another writer's candidate, or not a writer or lead", 404: "Not found"},
 )
-@requires(*ANYONE)
+@requires(*WRITERS)
 def get_candidate(candidate_id: str) -> Any:
-    return jsonify(candidates.get_candidate(_services(), candidate_id))
+    return jsonify(candidates.get_candidate(_services(), candidate_id, only_submitted_by=g.caller.owner))
 
 
 @api.post("/api/candidates/<candidate_id>/override")
@@ -180,7 +187,7 @@ def sync_round(round_id: int) -> Any:
     query={"format": {"type": "string", "enum": list(FORMATS), "default": "jsonl"}},
     responses={200: "OK", 404: "No such round", 422: "Unknown format"},
 )
-@requires(Role.LEAD)
+@requires(*READERS)
 def round_dataset(round_id: int) -> Any:
     fmt = request.args.get("format", "jsonl")
     if fmt not in FORMATS:
@@ -290,7 +297,7 @@ def exclusion_log(round_id: int) -> Any:
     },
     responses={200: "OK", 422: "Invalid query"},
 )
-@requires(*ANYONE)
+@requires(*READERS)
 def round_agreement(round_id: int) -> Any:
     bootstrap, seed = _int_arg("bootstrap", 1000), _int_arg("seed", 0)
     return jsonify(agreement.round_agreement(_services(), round_id, bootstrap=bootstrap, seed=seed))

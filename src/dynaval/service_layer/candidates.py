@@ -10,7 +10,7 @@ from sqlmodel import Session, col, select
 
 from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow, utcnow
 from dynaval.adapters.predictor import Prediction
-from dynaval.domain.errors import Conflict, InvalidInput, NotFound, TooLarge, Unavailable
+from dynaval.domain.errors import Conflict, Forbidden, InvalidInput, NotFound, TooLarge, Unavailable
 from dynaval.domain.policy import DecisionPolicy
 from dynaval.domain.provenance import pseudonym, sign_prediction
 from dynaval.domain.votes import current_ballots
@@ -46,11 +46,14 @@ def model_input(inputs: dict[str, str]) -> str:
     return "\n".join(inputs.values())
 
 
-def submit_candidate(services: Services, *, round_id: int, body: dict[str, Any]) -> CandidateRow:
+def submit_candidate(
+    services: Services, *, round_id: int, body: dict[str, Any], submitted_by: str | None = None
+) -> CandidateRow:
     """Store the candidate, score it with the round's model and tell whether it fooled the model.
 
-    The candidate is stored (status ``scoring``) before the model runs, so a model failure loses
-    nothing: the background loop scores it later.
+    ``submitted_by`` is the name of the token it came with; a writer reads back only the candidates
+    submitted under their name. The candidate is stored (status ``scoring``) before the model runs,
+    so a model failure loses nothing: the background loop scores it later.
     """
     with services.database.unit_of_work() as session:
         round_row = get_round(session, round_id)
@@ -75,6 +78,7 @@ def submit_candidate(services: Services, *, round_id: int, body: dict[str, Any])
             inputs=inputs,
             writer_label=writer_label,
             writer_id=writer_id.strip(),
+            submitted_by=submitted_by,
             status="scoring",
         )
         session.add(candidate)
@@ -203,9 +207,18 @@ def candidate_public(services: Services, candidate: CandidateRow, *, session: Se
     }
 
 
-def get_candidate(services: Services, candidate_id: str) -> dict[str, Any]:
+def get_candidate(
+    services: Services, candidate_id: str, *, only_submitted_by: str | None = None
+) -> dict[str, Any]:
+    """The candidate as the API shows it. With ``only_submitted_by`` (a writer's name), a candidate
+    submitted under another name (or before submitters were recorded) is refused."""
     with services.database.unit_of_work() as session:
         candidate = session.get(CandidateRow, candidate_id)
         if candidate is None:
             raise NotFound(f"candidate {candidate_id} does not exist", field="candidate_id")
+        if only_submitted_by is not None and candidate.submitted_by != only_submitted_by:
+            raise Forbidden(
+                f"candidate {candidate_id} is another writer's candidate; a writer reads only their own",
+                field="Authorization",
+            )
         return candidate_public(services, candidate, session=session)

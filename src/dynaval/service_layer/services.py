@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dynaval import __version__
 from dynaval.adapters.database import Database
@@ -55,6 +56,8 @@ class Services:
     catalog: LabelConfigCatalog
     label_studio: LabelStudioGateway
     models: ModelRegistry
+    webhook_rounds: dict[int, Any] = field(default_factory=dict)
+    """Rounds by Label Studio project id, as the webhook path reads them (they never change)."""
 
     def health(self) -> dict[str, object]:
         """What ``GET /health`` reports: the service answers and its database does."""

@@ -6,7 +6,7 @@ import functools
 import hmac
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from sqlalchemy import Insert, Select, Update, and_, bindparam, or_, text
 from sqlalchemy import insert as sa_insert
@@ -94,7 +94,7 @@ def _store_annotation(
     return True
 
 
-def _is_id(value: object) -> bool:
+def _is_id(value: object) -> TypeGuard[int]:
     """A Label Studio id: a positive integer that fits the database's 64-bit columns."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63
 
@@ -129,12 +129,16 @@ def ingest_webhook(services: Services, payload: object) -> WebhookResult:
             # Label Studio waits for this answer inside its annotation request; a vote lost to a
             # PostgreSQL crash in the next fraction of a second comes back with the next reconcile.
             session.execute(text("SET LOCAL synchronous_commit = off"))
-        found = session.execute(
-            _vote_statements(dialect).round_by_project, {"project_id": project_id}
-        ).first()
-        if found is None:
-            raise NotFound("no round uses this Label Studio project", field="project.id")
-        round_row = _RoundForVotes(id=found.id, task_type=found.task_type, policy=found.policy)
+        round_row = services.webhook_rounds.get(project_id)
+        if round_row is None:
+            found = session.execute(
+                _vote_statements(dialect).round_by_project, {"project_id": project_id}
+            ).first()
+            if found is None:
+                raise NotFound("no round uses this Label Studio project", field="project.id")
+            # A round's project, task type and policy never change: read them once per process.
+            round_row = _RoundForVotes(id=found.id, task_type=found.task_type, policy=found.policy)
+            services.webhook_rounds[project_id] = round_row
         task_type = services.catalog.get(round_row.task_type)
         if action == "ANNOTATIONS_DELETED":
             changed = _apply_deletions(session, get_round(session, round_row.id), payload.get("annotations"))
@@ -152,7 +156,8 @@ def _apply_annotation(
     """One created or updated annotation: the hot path, a handful of Core statements.
 
     1. the candidate behind the task, row-locked (``SELECT ... FOR UPDATE`` on PostgreSQL), so
-       concurrent votes for one candidate apply one after the other;
+       concurrent votes for one candidate apply one after the other, and whether the annotation
+       was deleted already (then this delivery is stale);
     2. one upsert of the annotation that only overwrites an older copy of the same candidate's
        annotation (a late or repeated delivery changes nothing);
     3. one select of the candidate's annotations with their annotators' exclusion;
@@ -165,11 +170,15 @@ def _apply_annotation(
     except AnnotationFormatError as exc:
         raise InvalidInput(str(exc), field="annotation") from exc
     statements = _vote_statements(dialect)
-    if session.execute(statements.tombstone, {"id": parsed.annotation_id}).first() is not None:
-        return 0  # deleted in Label Studio; this delivery was overtaken by the deletion
-    candidate = session.execute(
-        statements.candidate_by_task, {"task_id": parsed.task_id, "round_id": round_row.id}
+    connection = session.connection()  # Core statements straight on the connection: no ORM bookkeeping
+    candidate = connection.execute(
+        statements.candidate_by_task,
+        {"task_id": parsed.task_id, "round_id": round_row.id, "annotation_id": parsed.annotation_id},
     ).first()
+    if (candidate.deleted if candidate is not None else None) or (
+        candidate is None and connection.execute(statements.tombstone, {"id": parsed.annotation_id}).first()
+    ):
+        return 0  # deleted in Label Studio; this delivery was overtaken by the deletion
     if candidate is None:
         gold_item = gold_item_for_task(session, round_row.id, parsed.task_id)
         if gold_item is None:
@@ -177,7 +186,7 @@ def _apply_annotation(
         store_gold_answer(session, gold_item, parsed)
         session.flush()
         return apply_gold_rule(session, get_round(session, round_row.id), [parsed.annotator_id])
-    written = session.execute(
+    written = connection.execute(
         statements.upsert_annotation,
         {
             "id": parsed.annotation_id,
@@ -196,13 +205,13 @@ def _apply_annotation(
         },
     )
     if written.first() is None:
-        owner = session.execute(statements.annotation_owner, {"id": parsed.annotation_id}).scalar()
+        owner = connection.execute(statements.annotation_owner, {"id": parsed.annotation_id}).scalar()
         if owner != candidate.id:
             raise InvalidInput("annotation id belongs to another candidate", field="annotation.id")
         return 0  # a repeated or older delivery: the stored votes already say this
     records = []
     excluded = set()
-    for vote in session.execute(statements.votes_of_candidate, {"candidate_id": candidate.id}):
+    for vote in connection.execute(statements.votes_of_candidate, {"candidate_id": candidate.id}):
         records.append(
             AnnotationRecord(
                 annotation_id=vote.id,
@@ -228,7 +237,7 @@ def _apply_annotation(
     )
     if change is None:
         return 0
-    session.execute(
+    connection.execute(
         statements.update_candidate_decision,
         {
             "candidate_id": candidate.id,
@@ -238,7 +247,7 @@ def _apply_annotation(
             "decided_at": change.decided_at,
         },
     )
-    session.execute(statements.insert_history, {"candidate_id": candidate.id, **change.history})
+    connection.execute(statements.insert_history, {"candidate_id": candidate.id, **change.history})
     return 1
 
 
@@ -299,6 +308,10 @@ def _vote_statements(dialect: str) -> _VoteStatements:
             candidate.c.status,
             candidate.c.decision,
             candidate.c.override_outcome,
+            sa_select(deleted.c.id)
+            .where(deleted.c.id == bindparam("annotation_id"))
+            .exists()
+            .label("deleted"),
         )
         .where(
             candidate.c.label_studio_task_id == bindparam("task_id"),
