@@ -18,7 +18,11 @@ script measures both in one run, on this machine:
    keep-alive sessions, ``--requests`` in all (or until ``--time-cap``). A warm-up first gives each
    task its 3 annotators and lets the background worker finish the escalations that follow. Each
    measurement runs ``--repeats`` times; the medians of requests/s, p50 and p99 are reported, with
-   the ratio service rate / Label Studio annotation rate. Goal: >= 30x and p99 <= 25 ms, no errors.
+   the ratio service rate / Label Studio annotation rate (goal: >= 30x, no errors). Those clients
+   send back to back, so their requests queue and their latency says how long the queue is. The
+   latency goal (p99 <= 25 ms) is measured at the throughput goal instead: ``--repeats`` steady
+   runs of ``--paced-seconds`` each at 30x Label Studio's measured rate (open loop: each request is
+   due at a fixed time and its latency counts from then, waiting for a client thread included).
    A last run with one client (``--single-requests``) gives the latency without queueing, which is
    what an annotation request waits for at Label Studio's real pace. The gunicorn processes' CPU
    time per webhook is printed too: unlike the rates, it hardly depends on what else the machine runs.
@@ -623,6 +627,65 @@ def send_load(url: str, secret: str, bodies: Sequence[bytes], clients: int, time
     return LoadRun(seconds, latencies, errors, samples, sent=len(latencies) + errors)
 
 
+def send_paced(
+    url: str, secret: str, bodies: Sequence[bytes], rate: float, clients: int, time_cap_s: float
+) -> LoadRun:
+    """POST the bodies at a steady ``rate`` (open loop), as Label Studio's annotators would, only faster.
+
+    Request i is due at ``start + i / rate``; its latency counts from that moment, so a request that
+    had to wait for a free client thread is charged for the wait (no coordinated omission).
+    """
+    headers = {"Content-Type": "application/json", SECRET_HEADER: secret}
+    next_index = iter(range(len(bodies)))
+    take = threading.Lock()
+    barrier = threading.Barrier(clients + 1)
+    start = [0.0]
+    results: list[tuple[list[float], int, list[str]]] = []
+
+    def client() -> None:
+        latencies: list[float] = []
+        errors = 0
+        samples: list[str] = []
+        with requests.Session() as session:
+            session.headers.update(headers)
+            barrier.wait()
+            while True:
+                with take:
+                    index = next(next_index, None)
+                if index is None:
+                    break
+                due = start[0] + index / rate
+                if due - start[0] > time_cap_s:
+                    break
+                time.sleep(max(0.0, due - time.perf_counter()))
+                try:
+                    response = session.post(url, data=bodies[index], timeout=30)
+                    ok = response.status_code == 200
+                    detail = f"HTTP {response.status_code}: {response.text[:200]}"
+                except requests.RequestException as exc:
+                    ok, detail = False, f"{type(exc).__name__}: {exc}"
+                if ok:
+                    latencies.append(time.perf_counter() - due)
+                else:
+                    errors += 1
+                    if len(samples) < 3:
+                        samples.append(detail)
+        results.append((latencies, errors, samples))
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    start[0] = time.perf_counter() + 0.05
+    barrier.wait()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - start[0]
+    latencies = [value for r in results for value in r[0]]
+    errors = sum(r[1] for r in results)
+    samples = [s for r in results for s in r[2]][:5]
+    return LoadRun(seconds, latencies, errors, samples, sent=len(latencies) + errors)
+
+
 # ---------------------------------------------------------------------------------------- main
 
 
@@ -738,6 +801,22 @@ def run(args: argparse.Namespace) -> int:
             for sample in result.error_samples:
                 print(f"  error: {sample}")
 
+        # The latency goal at the throughput goal: a steady 30x Label Studio's annotation rate.
+        paced_rate = GOAL_RATIO * ls_rate.rate
+        paced_runs: list[LoadRun] = []
+        for repeat in range(1, args.repeats + 1):
+            bodies = factory.mix(max(200, round(paced_rate * args.paced_seconds)), rng)
+            cpu_before = service.cpu_seconds()
+            paced = send_paced(url, webhook_secret, bodies, paced_rate, args.clients, args.time_cap)
+            paced.server_cpu_s = service.cpu_seconds() - cpu_before
+            paced_runs.append(paced)
+            print(
+                f"paced run {repeat} at {paced_rate:.0f}/s ({GOAL_RATIO:.0f}x Label Studio): "
+                f"{paced.sent} requests, {paced.rate:.0f} req/s answered, p50 {paced.p50_ms:.1f} ms, "
+                f"p99 {paced.p99_ms:.1f} ms, errors {paced.errors}",
+                flush=True,
+            )
+
         # At Label Studio's real pace webhooks arrive one at a time: the latency without queueing.
         alone = send_load(url, webhook_secret, factory.mix(args.single_requests, rng), 1, args.time_cap)
         print(
@@ -750,7 +829,9 @@ def run(args: argparse.Namespace) -> int:
         rate = statistics.median(r.rate for r in runs)
         p50 = statistics.median(r.p50_ms for r in runs)
         p99 = statistics.median(r.p99_ms for r in runs)
-        errors = sum(r.errors for r in runs) + warm_run.errors + alone.errors
+        errors = sum(r.errors for r in [*runs, *paced_runs]) + warm_run.errors + alone.errors
+        paced_p50 = statistics.median(r.p50_ms for r in paced_runs)
+        paced_p99 = statistics.median(r.p99_ms for r in paced_runs)
         ratio = rate / ls_rate.rate
         sizes_sent = factory.sizes
         print()
@@ -772,7 +853,14 @@ def run(args: argparse.Namespace) -> int:
             + ", ".join(f"{r.rate:.0f}" for r in runs)
             + ")"
         )
-        print(f"  latency                p50 {p50:.1f} ms, p99 {p99:.1f} ms (medians)")
+        print(
+            f"  latency at full load   p50 {p50:.1f} ms, p99 {p99:.1f} ms (medians; {args.clients} clients "
+            "sending back to back, so requests queue)"
+        )
+        print(
+            f"  latency at {GOAL_RATIO:.0f}x LS     p50 {paced_p50:.1f} ms, p99 {paced_p99:.1f} ms "
+            f"(medians of {len(paced_runs)} steady runs at {paced_rate:.0f} webhooks/s)"
+        )
         cpu_ms = statistics.median(r.cpu_ms_per_request for r in runs)
         load = statistics.median(r.load_average for r in runs)
         print(
@@ -788,13 +876,13 @@ def run(args: argparse.Namespace) -> int:
             f"  round after the load   {summary['annotations']} annotations stored, "
             f"by status {summary['counts']['by_status']}"
         )
-        met_ratio, met_p99 = ratio >= GOAL_RATIO, p99 <= GOAL_P99_MS
+        met_ratio, met_p99 = ratio >= GOAL_RATIO, paced_p99 <= GOAL_P99_MS
         print(
             f"  ratio service / LS     {ratio:.1f}x   goal >= {GOAL_RATIO:.0f}x: "
             f"{'met' if met_ratio else 'NOT met'}"
         )
         print(
-            f"  p99                    {p99:.1f} ms   goal <= {GOAL_P99_MS:.0f} ms: "
+            f"  p99 at {GOAL_RATIO:.0f}x LS's rate  {paced_p99:.1f} ms   goal <= {GOAL_P99_MS:.0f} ms: "
             f"{'met' if met_p99 else 'NOT met'}"
         )
         return 1 if errors else 0
@@ -824,6 +912,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--single-requests", type=int, default=300, help="webhooks of the one-client latency run"
+    )
+    parser.add_argument(
+        "--paced-seconds", type=float, default=10.0, help="length of each steady run at 30x LS's rate"
     )
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
