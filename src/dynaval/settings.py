@@ -120,6 +120,15 @@ class Settings(BaseSettings):
         default=300.0, description="Scheduled reconcile with Label Studio (lost webhooks); 0 turns it off."
     )
     push_batch_size: int = 500
+    push_lease_s: float = Field(
+        default=60.0,
+        description="How long one process may push a round before another may take over (renewed per batch).",
+    )
+    push_retry_base_s: float = Field(
+        default=2.0,
+        description="First wait before pushing again after Label Studio failed; doubles per failure.",
+    )
+    push_retry_max_s: float = Field(default=120.0, description="Longest wait between push attempts.")
 
     @property
     def resolved_session_cookie_secure(self) -> bool:

@@ -11,7 +11,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ import pytest
 from sqlmodel import select
 
 from dynaval.adapters.label_studio import LabelStudioUnavailable
-from dynaval.adapters.orm import CandidateRow, RoundRow, utcnow
+from dynaval.adapters.orm import CandidateRow, RoundRow, as_utc, utcnow
 from dynaval.bootstrap import bootstrap
 from dynaval.devtools.label_studio_server import LabelStudioServer
 from dynaval.domain.errors import Unavailable
@@ -149,14 +149,21 @@ def test_label_studio_unreachable_keeps_candidates_queued_then_imports_once(harn
     before = harness.rows()
 
     down_args = {**harness.settings_args, "label_studio_url": f"http://127.0.0.1:{free_port()}"}
-    down = bootstrap(make_settings(**down_args, label_studio_timeout_s=5))
+    down = bootstrap(make_settings(**down_args, label_studio_timeout_s=5, push_retry_base_s=30))
     try:
         with pytest.raises(Unavailable) as raised:
             push_pending(down, harness.round_id)
         assert isinstance(raised.value, LabelStudioUnavailable)
-        # A retry while still unreachable (now a lookup of the attempted ones) fails the same way.
+        failures, wait_s = push_backoff_state(harness)
+        assert failures == 1 and 0.8 * 30 - 1 <= wait_s <= 30
+        # The round waits before trying again: a push before then does nothing.
+        assert push_pending(down, harness.round_id) == 0
+        # A lead's sync tries at once (now a lookup of the attempted ones); it fails the same way,
+        # and the wait doubles.
         with pytest.raises(LabelStudioUnavailable):
-            push_pending(down, harness.round_id)
+            push_pending(down, harness.round_id, force=True)
+        failures, wait_s = push_backoff_state(harness)
+        assert failures == 2 and 0.8 * 60 - 1 <= wait_s <= 60
     finally:
         down.close()
 
@@ -173,14 +180,25 @@ def test_label_studio_unreachable_keeps_candidates_queued_then_imports_once(harn
         round_row = session.get(RoundRow, harness.round_id)
         assert round_row is not None and round_row.push_lease_until is None  # the lease was released
 
-    # Label Studio answers again: every candidate is imported, once.
-    assert push_pending(harness.services, harness.round_id) == 4
+    # Label Studio answers again: every candidate is imported, once, and the backoff is over.
+    assert push_pending(harness.services, harness.round_id, force=True) == 4
+    assert push_backoff_state(harness) == (0, None)
     rows = harness.rows()
     assert all(rows[c].status == "in_validation" for c in ids)
     assert harness.tasks_per_candidate() == Counter(dict.fromkeys(ids, 1))
     assert {r.label_studio_task_id for r in rows.values()} == set(harness.project_tasks())
     assert push_pending(harness.services, harness.round_id) == 0
     assert len(harness.project_tasks()) == 4
+
+
+def push_backoff_state(harness: Harness) -> tuple[int, float | None]:
+    """The round's failed pushes in a row, and how many seconds from now it waits before the next."""
+    with harness.services.database.unit_of_work() as session:
+        round_row = session.get(RoundRow, harness.round_id)
+        assert round_row is not None
+        retry_at = round_row.push_retry_at
+        wait = (as_utc(retry_at) - datetime.now(UTC)).total_seconds() if retry_at is not None else None
+        return round_row.push_failures, wait
 
 
 def set_lease(harness: Harness, until: datetime | None) -> None:

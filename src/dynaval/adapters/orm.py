@@ -33,6 +33,9 @@ class RoundRow(SQLModel, table=True):
     label_studio_project_id: int | None = Field(default=None, sa_type=BigInteger)
     label_studio_webhook_id: int | None = Field(default=None, sa_type=BigInteger)
     push_lease_until: datetime | None = None
+    push_failures: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+    """Pushes in a row that Label Studio failed; the next waits ``push_retry_base_s * 2**(n-1)``."""
+    push_retry_at: datetime | None = None
     created_at: datetime = Field(default_factory=utcnow)
     closed_at: datetime | None = None
 

@@ -18,25 +18,68 @@ from dynaval.domain.policy import DecisionPolicy
 from dynaval.service_layer.decisions import refresh_decision
 from dynaval.service_layer.gold import gold_to_push
 from dynaval.service_layer.services import Services
+from dynaval.settings import Settings
 
 log = logging.getLogger(__name__)
-PUSH_LEASE = timedelta(minutes=5)
 
 
-def _take_push_lease(services: Services, round_id: int) -> bool:
-    """Only one process pushes a round at a time: a conditional UPDATE is the lock."""
+def _take_push_lease(services: Services, round_id: int, *, force: bool) -> bool:
+    """Only one process pushes a round at a time: a conditional UPDATE is the lock.
+
+    The lease runs out after ``push_lease_s`` (renewed before every batch), so a process killed
+    mid-push holds up the next push that long at most. Unless ``force``, a round whose last push
+    failed waits for its ``push_retry_at``.
+    """
     now = utcnow()
+    conditions = [
+        col(RoundRow.id) == round_id,
+        or_(col(RoundRow.push_lease_until).is_(None), col(RoundRow.push_lease_until) < now),
+    ]
+    if not force:
+        conditions.append(or_(col(RoundRow.push_retry_at).is_(None), col(RoundRow.push_retry_at) <= now))
     with services.database.unit_of_work() as session:
         result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
             update(RoundRow)
-            .where(
-                col(RoundRow.id) == round_id,
-                or_(col(RoundRow.push_lease_until).is_(None), col(RoundRow.push_lease_until) < now),
-            )
-            .values(push_lease_until=now + PUSH_LEASE)
+            .where(*conditions)
+            .values(push_lease_until=now + timedelta(seconds=services.settings.push_lease_s))
         )
         session.commit()
         return bool(result.rowcount == 1)
+
+
+def _renew_push_lease(services: Services, round_id: int) -> None:
+    with services.database.unit_of_work() as session:
+        session.execute(
+            update(RoundRow)
+            .where(col(RoundRow.id) == round_id)
+            .values(push_lease_until=utcnow() + timedelta(seconds=services.settings.push_lease_s))
+        )
+        session.commit()
+
+
+def push_backoff_s(settings: Settings, failures: int) -> float:
+    """The wait before the next push after ``failures`` failed ones in a row (exponential, capped)."""
+    if failures <= 0:
+        return 0.0
+    return float(min(settings.push_retry_max_s, settings.push_retry_base_s * 2 ** min(failures - 1, 30)))
+
+
+def _record_push_outcome(services: Services, round_id: int, *, failed: bool) -> None:
+    with services.database.unit_of_work() as session:
+        round_row = session.get(RoundRow, round_id)
+        if round_row is None:
+            return
+        if failed:
+            round_row.push_failures += 1
+            wait = push_backoff_s(services.settings, round_row.push_failures)
+            round_row.push_retry_at = utcnow() + timedelta(seconds=wait * random.uniform(0.8, 1.0))
+        elif round_row.push_failures or round_row.push_retry_at is not None:
+            round_row.push_failures = 0
+            round_row.push_retry_at = None
+        else:
+            return
+        session.add(round_row)
+        session.commit()
 
 
 def _release_push_lease(services: Services, round_id: int) -> None:
@@ -45,17 +88,32 @@ def _release_push_lease(services: Services, round_id: int) -> None:
         session.commit()
 
 
-def push_pending(services: Services, round_id: int, *, progress: Callable[[int], None] | None = None) -> int:
+def push_pending(
+    services: Services,
+    round_id: int,
+    *,
+    progress: Callable[[int], None] | None = None,
+    force: bool = False,
+) -> int:
     """Import the round's queued candidates into its Label Studio project. Returns how many.
 
     Each candidate is marked ``push_attempted_at`` (committed) before the import. A candidate
     already marked is looked up in Label Studio by its candidate id first, so a retry after a
-    failure or a crash adopts the task that was created instead of importing it again.
+    failure or a crash adopts the task that was created instead of importing it again. When Label
+    Studio fails, the candidates stay queued and the round waits before the next try, twice as long
+    after each failure in a row (``push_retry_base_s`` up to ``push_retry_max_s``); ``force`` (a
+    lead's sync) tries at once.
     """
-    if not _take_push_lease(services, round_id):
+    if not _take_push_lease(services, round_id, force=force):
         return 0
     try:
-        return _push_under_lease(services, round_id, progress)
+        pushed = _push_under_lease(services, round_id, progress)
+    except Unavailable:
+        _record_push_outcome(services, round_id, failed=True)
+        raise
+    else:
+        _record_push_outcome(services, round_id, failed=False)
+        return pushed
     finally:
         _release_push_lease(services, round_id)
 
@@ -70,6 +128,7 @@ def _push_under_lease(services: Services, round_id: int, progress: Callable[[int
         policy = DecisionPolicy(**round_row.policy)
         overlap = policy.min_votes
     while True:
+        _renew_push_lease(services, round_id)
         with services.database.unit_of_work() as session:
             batch = session.exec(
                 select(CandidateRow)

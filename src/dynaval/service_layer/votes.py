@@ -558,7 +558,7 @@ def sync_round(
 
     with services.database.unit_of_work() as session:
         get_round(session, round_id)
-    pushed = push_pending(services, round_id)
+    pushed = push_pending(services, round_id, force=True)
     report = reconcile_round(services, round_id, progress=progress)
     escalated = apply_escalations(services, round_id)
     return {"round_id": round_id, "pushed": pushed, **report.to_dict(), "escalations_applied": escalated}

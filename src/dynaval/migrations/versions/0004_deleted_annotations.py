@@ -1,4 +1,4 @@
-"""deleted annotation ids (webhooks arrive in any order)
+"""deleted annotation ids (webhooks arrive in any order), push backoff
 
 Revision ID: 0004
 Revises: 0003
@@ -27,8 +27,14 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id"),
     )
     op.create_index(op.f("ix_deleted_annotation_round_id"), "deleted_annotation", ["round_id"], unique=False)
+    with op.batch_alter_table("round") as batch:
+        batch.add_column(sa.Column("push_failures", sa.Integer(), nullable=False, server_default="0"))
+        batch.add_column(sa.Column("push_retry_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("round") as batch:
+        batch.drop_column("push_retry_at")
+        batch.drop_column("push_failures")
     op.drop_index(op.f("ix_deleted_annotation_round_id"), table_name="deleted_annotation")
     op.drop_table("deleted_annotation")
