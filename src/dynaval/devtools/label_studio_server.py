@@ -127,10 +127,22 @@ def port_is_free(port: int, host: str = HOST) -> bool:
             except OSError:
                 pass
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As a server binds: connections of a stopped server left in TIME_WAIT do not count.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
             return False
+    return True
+
+
+def _wait_port_free(port: int, timeout_s: float) -> bool:
+    """Wait a little for a port a stopped server has just released (a restart on the same port)."""
+    deadline = time.monotonic() + timeout_s
+    while not port_is_free(port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
     return True
 
 
@@ -325,7 +337,7 @@ class LabelStudioServer:
         port = self._requested_port
         if port is None:
             port = free_port()
-        elif not port_is_free(port):
+        elif not _wait_port_free(port, timeout_s=10.0):
             raise LabelStudioServerError(
                 f"port {port} on {HOST} is busy (Label Studio would move to {port + 1})"
             )
