@@ -65,6 +65,22 @@ ensure_postgres() {
   return 1
 }
 
+# The machine's Redis on 127.0.0.1:6379 (the rate limiter's shared storage in tests/e2e/test_limits.py);
+# started, keeping nothing on disk, if it does not answer.
+ensure_redis() {
+  if redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+    return 0
+  fi
+  log "starting Redis on 127.0.0.1:6379"
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
+  for _ in $(seq 1 30); do
+    redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && return 0
+    sleep 1
+  done
+  log "Redis did not start on 127.0.0.1:6379"
+  return 1
+}
+
 # Debian's Chromium at /usr/bin/chromium, which Playwright drives in the browser tests (Playwright
 # downloads no browser of its own here: `playwright install` is never run). Installed with apt when
 # missing; the test machines run as root, elsewhere sudo is used.

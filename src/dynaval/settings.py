@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
@@ -24,7 +24,7 @@ class Credential:
     """A bearer token and the name the caller's actions are recorded under."""
 
     name: str
-    token: str
+    token: str = field(repr=False)
 
 
 LeadCredential = Credential
@@ -56,14 +56,16 @@ def _default_data_dir() -> Path:
 class Settings(BaseSettings):
     """Every configurable value, with a sane default for one machine."""
 
-    model_config = SettingsConfigDict(env_prefix="DYNAVAL_", extra="ignore")
+    # A refused value must not reach the error (it lands in a log): pydantic would show it.
+    model_config = SettingsConfigDict(env_prefix="DYNAVAL_", extra="ignore", hide_input_in_errors=True)
 
     development: bool = Field(default=False, description="Allow placeholder secrets (never in production).")
     data_dir: Path = Field(default_factory=_default_data_dir, description="SQLite file and models live here.")
     database_url: str | None = Field(default=None, description="SQLAlchemy URL; default: SQLite in data_dir.")
 
     label_studio_url: str = "http://127.0.0.1:8080"
-    label_studio_api_key: str = ""
+    # Secrets carry repr=False: a logged or printed Settings (or Services) shows none of them.
+    label_studio_api_key: str = Field(default="", repr=False)
     label_studio_timeout_s: float = 30.0
     public_url: str = Field(
         default="http://127.0.0.1:8000", description="Base URL at which Label Studio reaches this service."
@@ -72,20 +74,25 @@ class Settings(BaseSettings):
     writer_tokens: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Comma-separated bearer tokens of writers, each `token` or `name=token`.",
+        repr=False,
     )
     lead_tokens: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Comma-separated bearer tokens of leads, each `token` or `name=token`.",
+        repr=False,
     )
     exporter_tokens: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Comma-separated bearer tokens of exporters (datasets and agreement reports only).",
+        repr=False,
     )
-    webhook_secret: str = ""
-    pseudonym_secret: str = ""
-    signing_secret: str = ""
+    webhook_secret: str = Field(default="", repr=False)
+    pseudonym_secret: str = Field(default="", repr=False)
+    signing_secret: str = Field(default="", repr=False)
     session_secret: str = Field(
-        default="", description="Key of the dashboard's session cookie; derived from signing_secret if unset."
+        default="",
+        description="Key of the dashboard's session cookie; derived from signing_secret if unset.",
+        repr=False,
     )
 
     session_cookie_secure: bool | None = Field(
@@ -110,12 +117,22 @@ class Settings(BaseSettings):
     rate_limit_storage: str = Field(
         default="memory://",
         description="Where the rate limiter counts: memory:// (one process) or redis://host:port (shared).",
+        repr=False,  # a redis:// URL may hold a password
     )
     batch_max_size: int = 32
     batch_max_wait_ms: float = 5.0
-    background_interval_s: float = Field(
-        default=1.0, description="Push/escalation loop period; 0 turns it off."
+    queue_url: str = Field(
+        default="",
+        description="Task queue storage: empty for a SQLite file in data_dir (one machine), or redis://host:port/db.",
     )
+    queue_name: str = Field(
+        default="dynaval", description="Name of the task queue (several deployments may share one Redis)."
+    )
+    embedded_worker: bool = Field(
+        default=True,
+        description="Run a task-queue consumer in each service process; false when `dynaval worker` runs.",
+    )
+    queue_workers: int = Field(default=2, description="Threads of each task-queue consumer.")
     reconcile_interval_s: float = Field(
         default=300.0, description="Scheduled reconcile with Label Studio (lost webhooks); 0 turns it off."
     )
@@ -135,6 +152,16 @@ class Settings(BaseSettings):
         if self.session_cookie_secure is not None:
             return self.session_cookie_secure
         return self.public_url.lower().startswith("https://")
+
+    @field_validator("queue_url")
+    @classmethod
+    def _check_queue_url(cls, value: str) -> str:
+        value = value.strip()
+        if value and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(
+                "DYNAVAL_QUEUE_URL must be empty (a SQLite queue in the data folder) or a redis:// URL"
+            )
+        return value
 
     @field_validator("writer_tokens", "lead_tokens", "exporter_tokens", mode="before")
     @classmethod

@@ -272,7 +272,7 @@ def test_request_bodies_publish_their_required_fields(document: dict[str, Any]) 
 class Route:
     method: str
     path: str  # {round} and {candidate} are filled in with real ids
-    lead_only: bool
+    roles: tuple[str, ...]
 
     @property
     def name(self) -> str:
@@ -283,15 +283,17 @@ class Route:
         return self.path.replace("{round}", "{round_id}").replace("{candidate}", "{candidate_id}")
 
 
+LEAD, WRITERS, READERS = ("lead",), ("writer", "lead"), ("exporter", "lead")
+EVERY_ROLE = ("writer", "exporter", "lead")
 ROUTES = [
-    Route("POST", "/api/rounds", lead_only=True),
-    Route("POST", "/api/rounds/{round}/close", lead_only=True),
-    Route("POST", "/api/rounds/{round}/sync", lead_only=True),
-    Route("GET", "/api/rounds/{round}/dataset", lead_only=True),
-    Route("GET", "/api/rounds", lead_only=False),
-    Route("GET", "/api/rounds/{round}", lead_only=False),
-    Route("POST", "/api/rounds/{round}/candidates", lead_only=False),
-    Route("GET", "/api/candidates/{candidate}", lead_only=False),
+    Route("POST", "/api/rounds", LEAD),
+    Route("POST", "/api/rounds/{round}/close", LEAD),
+    Route("POST", "/api/rounds/{round}/sync", LEAD),
+    Route("GET", "/api/rounds/{round}/dataset", READERS),
+    Route("GET", "/api/rounds", EVERY_ROLE),
+    Route("GET", "/api/rounds/{round}", EVERY_ROLE),
+    Route("POST", "/api/rounds/{round}/candidates", WRITERS),
+    Route("GET", "/api/candidates/{candidate}", WRITERS),
 ]
 ROUND_BODY = {"name": "auth round", "task": "sentiment", "model": "default"}
 CANDIDATE_BODY = {"text": "What a lovely day.", "writer_label": "positive", "writer_id": "w1"}
@@ -315,10 +317,10 @@ def secured_routes(app: Flask) -> dict[tuple[str, str], tuple[str, ...]]:
 
 def test_the_route_table_has_the_documented_roles(app: Flask) -> None:
     secured = secured_routes(app)
-    table = {(r.openapi_path, r.method): ("lead",) if r.lead_only else ("writer", "lead") for r in ROUTES}
+    table = {(r.openapi_path, r.method): r.roles for r in ROUTES}
     assert {key: secured.get(key) for key in table} == table
-    # Routes added later (not in the table) are covered by the refusal tests below, which walk the app.
-    assert set(secured.values()) <= {("lead",), ("writer", "lead")}
+    # Every route, with every caller, is in tests/e2e/test_access.py.
+    assert set(secured.values()) <= {LEAD, WRITERS, READERS, EVERY_ROLE}
 
 
 NO_VALID_TOKEN = {
@@ -355,8 +357,8 @@ def test_no_valid_token_is_refused_with_401_on_every_secured_route(app: Flask, c
 
 
 def test_a_writer_is_refused_with_403_on_every_lead_route(app: Flask, client: FlaskClient) -> None:
-    lead_only = [key for key, roles in secured_routes(app).items() if roles == ("lead",)]
-    assert {(r.openapi_path, r.method) for r in ROUTES if r.lead_only} <= set(lead_only)
+    lead_only = [key for key, roles in secured_routes(app).items() if "writer" not in roles]
+    assert {(r.openapi_path, r.method) for r in ROUTES if "writer" not in r.roles} <= set(lead_only)
     answers = {
         f"{method} {path}": call(client, method, path, f"Bearer {WRITER_TOKEN}") for path, method in lead_only
     }

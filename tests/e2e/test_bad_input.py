@@ -6,6 +6,9 @@ our database and Label Studio's projects.
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -206,4 +209,232 @@ def test_webhook_bad_requests_write_nothing(live_service: LiveService, world: di
     )
     ignored = hook({"action": "PROJECT_UPDATED", "project": {"id": world["project"]}})
     assert ignored.status_code == 200 and ignored.json()["handled"] is False
+    assert snapshot(live_service, world["ls"]) == before
+
+
+# ------------------------------------------------- forged and malformed webhooks, over HTTP
+
+VOTE_TABLES = ("annotation", "decision", "deleted_annotation", "gold_answer", "annotator_status")
+
+
+def vote_rows(service: LiveService) -> dict[str, Any]:
+    with service.services.database.engine.connect() as connection:
+        counts = {
+            t: connection.execute(text(f'SELECT count(*) FROM "{t}"')).scalar_one() for t in VOTE_TABLES
+        }
+        statuses = connection.execute(text('SELECT id, status FROM "candidate" ORDER BY id')).all()
+    return {**counts, "candidates": [tuple(s) for s in statuses]}
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def pushed_task(service: LiveService, round_id: int) -> int:
+    """Submit a candidate that fools the tiny model ("neutral" always) and wait for its task."""
+    submitted = service.call(
+        "POST",
+        f"/api/rounds/{round_id}/candidates",
+        token=WRITER_TOKEN,
+        json={"text": f"A fine day in round {round_id}.", "writer_label": "positive", "writer_id": "w1"},
+    )
+    assert submitted.status_code == 201, submitted.text
+    url = f"/api/candidates/{submitted.json()['id']}"
+    wait_for("the push to Label Studio", lambda: service.call("GET", url).json()["label_studio_task_id"])
+    return int(service.call("GET", url).json()["label_studio_task_id"])
+
+
+@pytest.fixture
+def two_rounds(live_service: LiveService, world: dict[str, Any]) -> dict[str, Any]:
+    """Two open rounds of the same service, each with one candidate imported into its project."""
+    other = live_service.call("POST", "/api/rounds", json={"name": "other", "task": "sentiment"}).json()
+    return {
+        "project": world["project"],
+        "task": pushed_task(live_service, world["open"]),
+        "other_project": other["label_studio_project_id"],
+        "other_task": pushed_task(live_service, other["id"]),
+    }
+
+
+def vote(project: int, task: int, **changes: Any) -> dict[str, Any]:
+    """A well-formed ANNOTATION_CREATED webhook, as Label Studio sends it, with ``changes`` to its
+    annotation."""
+    return {
+        "action": "ANNOTATION_CREATED",
+        "project": {"id": project},
+        "annotation": {
+            "id": 555001,
+            "task": task,
+            "completed_by": 7,
+            "result": [
+                {
+                    "from_name": "label",
+                    "to_name": "text",
+                    "type": "choices",
+                    "value": {"choices": ["positive"]},
+                }
+            ],
+            "was_cancelled": False,
+            "lead_time": 3.5,
+            "created_at": "2026-01-01T00:00:00Z",
+            "updated_at": "2026-01-01T00:00:00Z",
+            **changes,
+        },
+    }
+
+
+def post_hook(
+    service: LiveService, body: Any = None, *, secret: str | None = WEBHOOK_SECRET, **kwargs: Any
+) -> Any:
+    headers = dict(kwargs.pop("headers", {}))
+    if secret is not None:
+        headers["X-Dynaval-Webhook-Secret"] = secret
+    if body is not None:
+        kwargs["json"] = body
+    return service.call("POST", "/webhooks/label-studio", token=None, headers=headers, **kwargs)
+
+
+def test_forged_webhooks_are_refused_and_write_nothing(
+    live_service: LiveService, two_rounds: dict[str, Any]
+) -> None:
+    good = vote(two_rounds["project"], two_rounds["task"])
+    before = vote_rows(live_service)
+    secret_field = "X-Dynaval-Webhook-Secret"
+    assert_error(post_hook(live_service, good, secret=None), 401, secret_field)
+    assert_error(post_hook(live_service, good, secret=""), 401, secret_field)
+    assert_error(post_hook(live_service, good, secret=WEBHOOK_SECRET[:-1]), 401, secret_field)
+    assert_error(post_hook(live_service, good, secret=WEBHOOK_SECRET.upper()), 401, secret_field)
+    assert_error(post_hook(live_service, good, secret=WEBHOOK_SECRET + "x"), 401, secret_field)
+    forged_bearer = {"Authorization": f"Bearer {WEBHOOK_SECRET}"}
+    assert_error(post_hook(live_service, good, secret=None, headers=forged_bearer), 401, secret_field)
+    # A project no round uses.
+    assert_error(post_hook(live_service, vote(987654321, two_rounds["task"])), 404, "project.id")
+    # The other round's task, sent as this round's project, and the other way round.
+    assert_error(post_hook(live_service, vote(two_rounds["project"], two_rounds["other_task"])), 404,
+                 "annotation.task")  # fmt: skip
+    assert_error(post_hook(live_service, vote(two_rounds["other_project"], two_rounds["task"])), 404,
+                 "annotation.task")  # fmt: skip
+    assert vote_rows(live_service) == before
+    # The same webhook, signed and addressed right, is applied: the refusals were the forgeries'.
+    applied = post_hook(live_service, good)
+    assert applied.status_code == 200 and applied.json()["handled"] is True, applied.text
+    assert vote_rows(live_service)["annotation"] == before["annotation"] + 1
+
+
+def test_malformed_webhooks_are_4xx_naming_the_field_and_write_nothing(
+    live_service: LiveService, two_rounds: dict[str, Any]
+) -> None:
+    project, task = two_rounds["project"], two_rounds["task"]
+    good = vote(project, task)
+    before = vote_rows(live_service)
+    json_type = {"Content-Type": "application/json"}
+
+    def refused(body: Any, status: int, field: str, **kwargs: Any) -> None:
+        assert_error(post_hook(live_service, body, **kwargs), status, field)
+
+    # Not JSON, or not an object.
+    refused(None, 422, "body", data=b"{not json", headers=json_type)
+    refused(None, 422, "body", data=b"\xff\xfe\x00garbage", headers=json_type)
+    refused(None, 422, "body", data=b"[" * 5000 + b"]" * 5000, headers=json_type)  # nests too deeply
+    refused(None, 422, "body", data=json.dumps(good).encode(), headers={"Content-Type": "text/plain"})
+    refused(["ANNOTATION_CREATED"], 422, "body")
+    refused("ANNOTATION_CREATED", 422, "body")
+    # The action and the project.
+    refused({**good, "action": 5}, 422, "action")
+    refused({k: v for k, v in good.items() if k != "action"}, 422, "action")
+    for project_id in ("12", 2**63, 2**64, -1, 0, True, 1.5, None, [project]):
+        refused({**good, "project": {"id": project_id}}, 422, "project.id")
+    refused({**good, "project": project}, 422, "project.id")
+    # The annotation: wrong types, ids out of 64-bit range, unreadable times.
+    for name, value in (
+        ("id", 2**63), ("id", "555001"), ("id", None), ("id", 1.0), ("id", True),
+        ("task", 2**64), ("task", -task), ("task", str(task)), ("task", [task]),
+        ("completed_by", 2**63), ("completed_by", True), ("completed_by", None), ("completed_by", "7"),
+        ("result", "positive"), ("result", {"choices": ["positive"]}),
+        ("created_at", "yesterday"), ("updated_at", "2026-13-45T00:00:00Z"),
+        ("created_at", "0001-01-01T00:00:00+01:00"),  # before year 1 in UTC
+    ):  # fmt: skip
+        malformed = vote(project, task)
+        malformed["annotation"][name] = value
+        refused(malformed, 422, "annotation")
+    refused({**good, "annotation": "x"}, 422, "annotation")
+    refused({**good, "annotation": None}, 422, "annotation")
+    deleted = {"action": "ANNOTATIONS_DELETED", "project": {"id": project}}
+    for listed in ("all", [{"id": 2**63}], [{"id": "1"}], [1, 2], [{"id": -1}], None):
+        refused({**deleted, "annotations": listed}, 422, "annotations")
+    # Oversized: refused before its secret is even looked at.
+    padding = "x" * live_service.services.settings.max_body_bytes
+    refused({**good, "padding": padding}, 413, "body")
+    refused({**good, "padding": padding}, 413, "body", secret=None)
+    assert vote_rows(live_service) == before
+
+
+def test_a_webhook_with_odd_but_readable_values_is_stored_clean(
+    live_service: LiveService, two_rounds: dict[str, Any]
+) -> None:
+    """Label Studio's encoder may write NaN; an annotator's reason may hold characters no database
+    stores. The vote is kept (a lost vote is worse), its text cleaned."""
+    flagged = [
+        {"from_name": "label", "to_name": "text", "type": "choices", "value": {"choices": ["positive"]}},
+        {"from_name": "flag", "to_name": "text", "type": "choices", "value": {"choices": ["flag"]}},
+        {"from_name": "flag_reason", "to_name": "text", "type": "textarea",
+         "value": {"text": ["bad\u0000\ud800 text"]}},
+        {"from_name": "label", "to_name": "text", "type": "choices", "value": "not an object"},
+        "not a region",
+    ]  # fmt: skip
+    body = vote(two_rounds["project"], two_rounds["task"], result=flagged)
+    raw = json.dumps(body).replace('"lead_time": 3.5', '"lead_time": NaN')
+    assert "NaN" in raw
+    response = post_hook(live_service, data=raw.encode(), headers={"Content-Type": "application/json"})
+    assert response.status_code == 200 and response.json()["handled"] is True, response.text
+    with live_service.services.database.engine.connect() as connection:
+        stored = connection.execute(
+            text('SELECT label, flagged, flag_reason, lead_time_s FROM "annotation" WHERE id = 555001')
+        ).one()
+    assert stored.label == "positive" and stored.flagged
+    assert stored.flag_reason == "bad? text" and stored.lead_time_s is None
+
+
+def test_values_no_database_stores_are_refused_naming_the_field(
+    live_service: LiveService, world: dict[str, Any]
+) -> None:
+    """Ids past the database's integers, NUL characters (PostgreSQL stores none), unpaired
+    surrogates (no UTF-8 for them), NaN (not JSON) and JSON nested past the parser's depth: each a
+    4xx naming the field, on every endpoint that takes them, never a database error."""
+    before = snapshot(live_service, world["ls"])
+    call, round_id = live_service.call, world["open"]
+    json_type = {"Content-Type": "application/json"}
+    for too_big in (2**31, 2**63, 10**30):
+        assert_error(call("GET", f"/api/rounds/{too_big}"), 404, "round_id")
+        assert_error(call("POST", f"/api/rounds/{too_big}/candidates", json={}), 404, "round_id")
+    assert_error(call("GET", "/api/candidates/%00"), 404, "candidate_id")
+    assert_error(call("POST", "/api/candidates/a%00b/override", json={}), 404, "candidate_id")
+    assert_error(call("GET", f"/api/rounds/{round_id}/agreement?seed=-1"), 422, "seed")
+    assert_error(call("GET", f"/api/rounds/{round_id}/agreement?seed={2**63}"), 422, "seed")
+    assert_error(call("GET", f"/api/rounds/{round_id}/agreement?bootstrap=%00"), 422, "bootstrap")
+    assert_error(call("GET", f"/api/rounds/{round_id}/dataset?format=jsonl%00"), 422, "format")
+    candidates = f"/api/rounds/{round_id}/candidates"
+    good = {"text": "Fine.", "writer_label": "positive", "writer_id": "w1"}
+    assert_error(call("POST", candidates, json={**good, "writer_id": "w\u00001"}), 422, "writer_id")
+    assert_error(call("POST", candidates, json={**good, "text\u0000": "x"}), 422, "body")
+    raw = json.dumps(good).replace('"Fine."', '"Fine \\ud800"')
+    assert_error(call("POST", candidates, data=raw.encode(), headers=json_type), 422, "text")
+    raw = json.dumps({**good, "extra": 1}).replace("1}", "NaN}")
+    assert_error(call("POST", candidates, data=raw.encode(), headers=json_type), 422, "body", says="NaN")
+    deep = b"[" * 5000 + b"]" * 5000
+    assert_error(call("POST", candidates, data=deep, headers=json_type), 422, "body", says="nests")
+    batch = {"candidates": [good, {**good, "text": "nul \u0000"}]}
+    assert_error(call("POST", f"{candidates}/batch", json=batch), 422, "candidates[1].text")
+    assert_error(call("POST", "/api/rounds", json={"name": "r\u0000", "task": "sentiment"}), 422, "name")
+    gold = {"items": [{"text": "gold\u0000", "label": "positive"}]}
+    assert_error(call("POST", f"/api/rounds/{round_id}/gold", json=gold), 422, "items[0].text")
+    exclusion = {"excluded": True, "reason": "why\u0000"}
+    assert_error(
+        call("POST", f"/api/rounds/{round_id}/annotators/a/exclusion", json=exclusion), 422, "reason"
+    )
     assert snapshot(live_service, world["ls"]) == before

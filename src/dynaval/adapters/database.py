@@ -20,6 +20,9 @@ from sqlalchemy.engine import Engine, make_url
 from sqlmodel import Session, create_engine
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+# The largest id an autoincrement INTEGER column (rounds, decisions, events) holds on every backend:
+# PostgreSQL's INTEGER is 32-bit, so a larger id names no row there and asking for it is an error.
+MAX_SERIAL_ID = 2**31 - 1
 
 
 class Database:
@@ -60,6 +63,18 @@ class Database:
             # objects readable (detached), so use cases can return them.
             session.close()
 
+    @contextmanager
+    def reading(self) -> Iterator[Session]:
+        """A session for reads only. On SQLite its transaction is a plain (deferred) ``BEGIN``: it
+        reads a snapshot (WAL) without taking the write lock, so a long read (a round's 250,000
+        votes for the dashboard, an export) never holds up a webhook. Nothing it writes is kept."""
+        session = Session(self.engine, expire_on_commit=False)
+        try:
+            session.connection(execution_options={READ_ONLY_OPTION: True})
+            yield session
+        finally:
+            session.close()
+
     def ping(self) -> str:
         """``"ok"`` when a trivial query answers, else the error's class name."""
         try:
@@ -74,6 +89,7 @@ class Database:
 
 
 SQLITE_WRITER_WAIT_S = 30.0
+READ_ONLY_OPTION = "dynaval_read_only"
 
 
 def _make_sqlite_transactions_immediate(engine: Engine) -> None:
@@ -90,6 +106,9 @@ def _make_sqlite_transactions_immediate(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
+        if connection.get_execution_options().get(READ_ONLY_OPTION):
+            connection.exec_driver_sql("BEGIN")
+            return
         if not writer.acquire(timeout=SQLITE_WRITER_WAIT_S):
             raise TimeoutError(f"the SQLite database stayed busy for {SQLITE_WRITER_WAIT_S:.0f} s")
         connection.info["dynaval_writer_lock"] = True

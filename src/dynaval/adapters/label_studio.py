@@ -7,6 +7,7 @@ It turns SDK and network errors into :class:`LabelStudioUnavailable` and parses 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -66,50 +67,62 @@ def _parse_time(value: object) -> datetime:
     return datetime.now(UTC)
 
 
+def _id(value: object, what: str) -> int:
+    """A Label Studio id: an integer that fits the database's 64-bit columns (``{"id": n}`` too)."""
+    if isinstance(value, Mapping):
+        value = value.get("id")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
+        raise AnnotationFormatError(f"annotation {what} must be a positive 64-bit integer id")
+    return value
+
+
+def _clean_text(value: object) -> str:
+    """Text as a database column takes it: no NUL (PostgreSQL refuses it), no unpaired surrogate."""
+    return str(value).replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
+
+
 def parse_annotation(
     raw: Mapping[str, Any], task_type: TaskType, *, task_id: int | None = None
 ) -> ParsedAnnotation:
-    """Read label, flag and reason of one annotation (webhook or export shape)."""
-    try:
-        annotation_id = int(raw["id"])
-        task = raw.get("task", task_id)
-        task_value = int(task["id"] if isinstance(task, Mapping) else task)
-        completed_by = raw.get("completed_by")
-        if isinstance(completed_by, Mapping):
-            completed_by = completed_by.get("id")
-        if completed_by is None or isinstance(completed_by, bool):
-            raise AnnotationFormatError("annotation has no completed_by")
-        annotator_id = str(int(completed_by))
-        result = raw.get("result") or []
-        if not isinstance(result, list):
-            raise AnnotationFormatError("annotation result is not a list")
-    except (KeyError, TypeError, ValueError) as exc:
-        raise AnnotationFormatError(f"unreadable annotation: {exc}") from exc
-    for what, number in (("id", annotation_id), ("task", task_value), ("completed_by", int(annotator_id))):
-        if not 0 < number < 2**63:
-            raise AnnotationFormatError(f"annotation {what} is out of range")
+    """Read label, flag and reason of one annotation (webhook or export shape).
+
+    Whatever the shape, the only exception is :class:`AnnotationFormatError`: ids must be integers
+    that fit 64 bits, ``result`` a list of regions, times ISO 8601; the reason is cleaned of
+    characters no database stores.
+    """
+    if "id" not in raw:
+        raise AnnotationFormatError("annotation has no id")
+    annotation_id = _id(raw["id"], "id")
+    task_value = _id(raw.get("task", task_id), "task")
+    if raw.get("completed_by") is None:
+        raise AnnotationFormatError("annotation has no completed_by")
+    annotator_id = str(_id(raw.get("completed_by"), "completed_by"))
+    result = raw.get("result") or []
+    if not isinstance(result, list):
+        raise AnnotationFormatError("annotation result is not a list")
     label: str | None = None
     flagged = False
     reason: str | None = None
     for region in result:
-        if not isinstance(region, Mapping):
-            continue
-        value = region.get("value") or {}
+        value = region.get("value") if isinstance(region, Mapping) else None
+        if not isinstance(value, Mapping):
+            continue  # not a region this task type reads
         name = region.get("from_name")
         if name == task_type.label_control:
-            choices = value.get("choices") or []
-            if choices and choices[0] in task_type.labels:
+            choices = value.get("choices")
+            if isinstance(choices, list) and choices and choices[0] in task_type.labels:
                 label = str(choices[0])
         elif name == task_type.flag_control:
             flagged = bool(value.get("choices"))
         elif name == task_type.reason_control:
-            texts = value.get("text") or []
-            reason = " ".join(str(t) for t in texts).strip()[:2000] or None
+            texts = value.get("text")
+            texts = texts if isinstance(texts, list) else [texts] if isinstance(texts, str) else []
+            reason = _clean_text(" ".join(str(t) for t in texts)).strip()[:2000] or None
     lead_time = raw.get("lead_time")
     try:
         created_at = _parse_time(raw.get("created_at"))
         updated_at = _parse_time(raw.get("updated_at"))
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:
         raise AnnotationFormatError(f"unreadable annotation time: {exc}") from exc
     return ParsedAnnotation(
         annotation_id=annotation_id,
@@ -119,10 +132,21 @@ def parse_annotation(
         flagged=flagged,
         reason=reason if flagged else None,
         was_cancelled=bool(raw.get("was_cancelled", False)),
-        lead_time_s=float(lead_time) if isinstance(lead_time, int | float) else None,
+        lead_time_s=_seconds(lead_time),
         created_at=created_at,
         updated_at=updated_at,
     )
+
+
+def _seconds(value: object) -> float | None:
+    """A finite number of seconds, or None (NaN, infinities and huge integers are not times)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) else None
 
 
 def _candidate_id(data: object) -> str | None:

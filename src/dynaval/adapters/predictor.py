@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import queue
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -130,11 +131,20 @@ class MicroBatcher:
         return self._predictor
 
     def predict_one(self, text: str, *, timeout_s: float = 30.0) -> Prediction:
+        return self.predict_many([text], timeout_s=timeout_s)[0]
+
+    def predict_many(self, texts: Sequence[str], *, timeout_s: float = 30.0) -> list[Prediction]:
+        """Predictions in the order of ``texts``, queued at once so that they share forward passes
+        (with each other and with concurrent writers)."""
         self._ensure_started()
-        future: Future[Prediction] = Future()
-        self._queue.put((text, future))
+        futures: list[Future[Prediction]] = []
+        for text in texts:
+            future: Future[Prediction] = Future()
+            self._queue.put((text, future))
+            futures.append(future)
+        deadline = time.monotonic() + timeout_s
         try:
-            return future.result(timeout=timeout_s)
+            return [f.result(timeout=max(0.0, deadline - time.monotonic())) for f in futures]
         except TimeoutError as exc:
             raise Unavailable("the model did not answer in time") from exc
 

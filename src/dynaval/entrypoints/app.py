@@ -8,6 +8,7 @@ from typing import Any
 from flask import Flask, jsonify
 from werkzeug.exceptions import HTTPException
 
+from dynaval.adapters.task_queue import EmbeddedConsumer, start_embedded_consumer
 from dynaval.domain.errors import (
     Conflict,
     DomainError,
@@ -18,7 +19,6 @@ from dynaval.domain.errors import (
     Unavailable,
 )
 from dynaval.entrypoints.auth import Unauthorized
-from dynaval.entrypoints.background import BackgroundWorker
 from dynaval.entrypoints.openapi import build_openapi
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.votes import WebhookUnauthorized
@@ -58,23 +58,24 @@ def create_app(
 ) -> Flask:
     """Build the app around ``services`` (built from settings by the composition root when absent).
 
-    The background worker (pushes to Label Studio, escalations, scheduled reconcile) starts when
-    ``start_background`` is true, or by default when the settings give it a positive interval.
+    A task-queue consumer (pushes to Label Studio, escalations, the sweep, scheduled reconcile; see
+    :mod:`dynaval.entrypoints.worker`) starts in the process when ``start_background`` is true, or
+    by default when ``DYNAVAL_EMBEDDED_WORKER`` says so.
     """
     if services is None:
         from dynaval.bootstrap import bootstrap
 
         services = bootstrap(settings)
     app = Flask("dynaval", static_folder=None)
-    app.config["MAX_CONTENT_LENGTH"] = services.settings.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["dynaval"] = services
 
-    from dynaval.entrypoints import pages
+    from dynaval.entrypoints import guards, pages
     from dynaval.entrypoints.routes import api
 
     app.register_blueprint(api)
     pages.init_app(app)
+    guards.init_app(app)
 
     @app.get("/openapi.json")
     def openapi() -> Any:
@@ -102,20 +103,18 @@ def create_app(
             error_body("internal", "internal error; the operator's log has the details", None)
         ), 500
 
-    run_background = (
-        start_background if start_background is not None else services.settings.background_interval_s > 0
-    )
+    run_background = start_background if start_background is not None else services.settings.embedded_worker
     if run_background:
-        worker = BackgroundWorker(services)
-        worker.start()
-        app.extensions["dynaval_worker"] = worker
+        app.extensions["dynaval_worker"] = start_embedded_consumer(
+            services.task_queue, workers=services.settings.queue_workers
+        )
     return app
 
 
 def shutdown(app: Flask) -> None:
-    """Stop the background worker and release the app's services."""
-    worker: BackgroundWorker | None = app.extensions.get("dynaval_worker")
-    if worker is not None:
-        worker.stop()
+    """Stop the task-queue consumer (running tasks finish) and release the app's services."""
+    consumer: EmbeddedConsumer | None = app.extensions.get("dynaval_worker")
+    if consumer is not None:
+        consumer.stop(graceful=True)
     services: Services = app.extensions["dynaval"]
     services.close()

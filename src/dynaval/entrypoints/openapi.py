@@ -9,8 +9,13 @@ from flask import Flask
 from pydantic import BaseModel
 
 from dynaval import __version__
+from dynaval.adapters.database import MAX_SERIAL_ID
+from dynaval.entrypoints.auth import Role
+from dynaval.entrypoints.guards import LIMITER, RATE_EXEMPT_ENDPOINTS
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+EVERY_ROLE = {role.value for role in Role}
 
 ERROR_SCHEMA = {
     "type": "object",
@@ -70,7 +75,9 @@ def build_openapi(app: Flask) -> dict[str, Any]:
         for arg in rule.arguments:
             converter = rule._converters[arg].__class__.__name__
             schema = (
-                {"type": "integer", "minimum": 1} if converter == "IntegerConverter" else {"type": "string"}
+                {"type": "integer", "minimum": 1, "maximum": MAX_SERIAL_ID}
+                if converter == "IntegerConverter"
+                else {"type": "string"}
             )
             parameters.append({"name": arg, "in": "path", "required": True, "schema": schema})
             path = path.replace(f"<int:{arg}>", f"{{{arg}}}").replace(f"<{arg}>", f"{{{arg}}}")
@@ -81,7 +88,7 @@ def build_openapi(app: Flask) -> dict[str, Any]:
                 {
                     "name": name,
                     "in": "header",
-                    "required": False,
+                    "required": True,
                     "description": description,
                     "schema": {"type": "string"},
                 }
@@ -111,10 +118,17 @@ def build_openapi(app: Flask) -> dict[str, Any]:
             # What every route answers by construction: auth errors from @requires, 404 for unknown ids.
             if roles:
                 responses.setdefault(401, "Missing or unknown token")
-                if "writer" not in roles:
+                if set(roles) != EVERY_ROLE:
                     responses.setdefault(403, "The token's role may not do this")
             if rule.arguments:
                 responses.setdefault(404, "Not found")
+            # What the guards answer before any route runs (see guards.py).
+            if body is not None or spec["query"]:
+                responses.setdefault(422, "Invalid field")
+            if body is not None:
+                responses.setdefault(413, "Body larger than DYNAVAL_MAX_BODY_BYTES")
+            if LIMITER in app.extensions and rule.endpoint not in RATE_EXEMPT_ENDPOINTS:
+                responses.setdefault(429, "Too many requests for this token; Retry-After says when to retry")
             for status, description in sorted(responses.items()):
                 content_schema: dict[str, Any] = (
                     {"$ref": "#/components/schemas/Error"} if status >= 400 else {"type": "object"}

@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import io
+import json
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from flask import Blueprint, Response, current_app, g, jsonify, request, send_file, stream_with_context
+from pydantic import BaseModel
 
 from dynaval.adapters.dataset_files import FORMATS, jsonl_line, write_dataset
 from dynaval.adapters.label_studio import WEBHOOK_SECRET_HEADER
 from dynaval.domain.errors import InvalidInput
 from dynaval.entrypoints.auth import Role, requires
+from dynaval.entrypoints.guards import read_body, unstorable_text
 from dynaval.entrypoints.openapi import documented
 from dynaval.entrypoints.schemas import (
+    CandidateBatch,
     CandidateCreate,
     ExclusionChange,
     GoldUpload,
+    LabelStudioWebhook,
     OverrideCreate,
     RoundCreate,
 )
@@ -39,11 +44,40 @@ def _services() -> Services:
     return services
 
 
+def _json_payload(*, strict: bool = True) -> object:
+    """The request's JSON body, or None when it is not JSON. ``strict`` refuses NaN and Infinity
+    (not JSON, though Python writes them) and text no database column takes, naming where it is."""
+    if not request.is_json:
+        return None
+    data = read_body()
+
+    def refuse_constant(name: str) -> object:
+        if strict:
+            raise InvalidInput(f"{name} is not a JSON value", field="body")
+        return float(name)
+
+    try:
+        payload = json.loads(data, parse_constant=refuse_constant)
+    except RecursionError:
+        raise InvalidInput("the body nests too deeply", field="body") from None
+    except ValueError:  # not JSON, or not UTF-8
+        return None
+    if strict and (where := unstorable_text(payload)) is not None:
+        raise InvalidInput(f"{where} must not contain a NUL character or an unpaired surrogate", field=where)
+    return payload
+
+
 def _json_body() -> dict[str, Any]:
-    body = request.get_json(silent=True)
+    body = _json_payload()
     if not isinstance(body, dict):
         raise InvalidInput("the body must be a JSON object", field="body")
     return body
+
+
+def _refuse_unknown_fields(body: dict[str, Any], model: type[BaseModel]) -> None:
+    unknown = sorted(set(body) - set(model.model_fields))
+    if unknown:
+        raise InvalidInput(f"unknown field; allowed: {', '.join(model.model_fields)}", field=unknown[0])
 
 
 def _string(body: dict[str, Any], name: str, *, default: str | None = None) -> str:
@@ -68,9 +102,7 @@ def health() -> Any:
 @requires(Role.LEAD)
 def create_round() -> Any:
     body = _json_body()
-    unknown = sorted(set(body) - set(RoundCreate.model_fields))
-    if unknown:
-        raise InvalidInput(f"unknown field; allowed: {', '.join(RoundCreate.model_fields)}", field=unknown[0])
+    _refuse_unknown_fields(body, RoundCreate)
     policy = body.get("policy")
     row = rounds.create_round(
         _services(),
@@ -127,6 +159,30 @@ def submit_candidate(round_id: int) -> Any:
         services, round_id=round_id, body=_json_body(), submitted_by=g.caller.name
     )
     return jsonify(candidates.get_candidate(services, row.id)), 201
+
+
+@api.post("/api/rounds/<int:round_id>/candidates/batch")
+@documented(
+    summary="Submit several candidates at once, all or nothing; the model scores them together",
+    body=CandidateBatch,
+    responses={
+        201: "Created: the candidates, in the order given",
+        404: "No such round",
+        409: "Round closed",
+        413: "More candidates than DYNAVAL_MAX_BATCH_SIZE, or a text too long",
+        422: "Invalid field, named candidates[i].field; nothing is stored",
+        503: "Model unavailable",
+    },
+)
+@requires(*WRITERS)
+def submit_candidate_batch(round_id: int) -> Any:
+    services = _services()
+    body = _json_body()
+    _refuse_unknown_fields(body, CandidateBatch)
+    rows = candidates.submit_candidates(
+        services, round_id=round_id, bodies=body.get("candidates"), submitted_by=g.caller.name
+    )
+    return jsonify({"candidates": candidates.candidates_public(services, [r.id for r in rows])}), 201
 
 
 @api.get("/api/candidates/<candidate_id>")
@@ -225,6 +281,7 @@ def dataset_download(services: Services, round_id: int, fmt: str) -> Response:
 @api.post("/webhooks/label-studio")
 @documented(
     summary="Label Studio webhook: annotation created, updated or deleted",
+    body=LabelStudioWebhook,
     headers={WEBHOOK_SECRET_HEADER: "The round webhook's shared secret"},
     responses={
         200: "Applied or ignored",
@@ -236,7 +293,8 @@ def dataset_download(services: Services, round_id: int, fmt: str) -> Response:
 def label_studio_webhook() -> Any:
     services = _services()
     votes.check_webhook_secret(services, request.headers.get(WEBHOOK_SECRET_HEADER))
-    result = votes.ingest_webhook(services, request.get_json(silent=True))
+    # Lenient: whatever Label Studio's encoder writes (NaN included) is read; the adapter cleans text.
+    result = votes.ingest_webhook(services, _json_payload(strict=False))
     return jsonify(result.to_dict())
 
 
@@ -293,7 +351,7 @@ def exclusion_log(round_id: int) -> Any:
     summary="Round agreement: alpha and its 95% CI, per label, per annotator, pairwise; validation cost",
     query={
         "bootstrap": {"type": "integer", "minimum": 0, "maximum": 10000, "default": 1000},
-        "seed": {"type": "integer", "default": 0},
+        "seed": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1, "default": 0},
     },
     responses={200: "OK", 422: "Invalid query"},
 )

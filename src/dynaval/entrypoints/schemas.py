@@ -5,7 +5,8 @@ The use cases check the same rules and name the failing field; these models only
 
 from __future__ import annotations
 
-from typing import Literal
+from datetime import datetime
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -52,6 +53,16 @@ class CandidateCreate(BaseModel):
     writer_id: str = Field(min_length=1, max_length=200)
 
 
+class CandidateBatch(BaseModel):
+    """Several candidates for one round, stored all or none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    candidates: list[CandidateCreate] = Field(
+        min_length=1, max_length=100, description="At most DYNAVAL_MAX_BATCH_SIZE (default 100)."
+    )
+
+
 class GoldItem(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -79,3 +90,54 @@ class OverrideCreate(BaseModel):
 
     outcome: Literal["accepted", "rejected"]
     reason: str = Field(min_length=1, max_length=2000, description="Why; recorded in the audit log.")
+
+
+LabelStudioId = Annotated[int, Field(ge=1, le=2**63 - 1)]
+
+
+class WebhookProject(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: LabelStudioId = Field(description="The round's Label Studio project.")
+
+
+class WebhookRegion(BaseModel):
+    """One result region; only the task type's label, flag and reason controls are read."""
+
+    model_config = ConfigDict(extra="allow")
+
+    from_name: str = Field(examples=["label", "flag", "reason"])
+    to_name: str = Field(examples=["text"])
+    type: str = Field(examples=["choices", "textarea"])
+    value: dict[str, Any] = Field(examples=[{"choices": ["positive"]}, {"text": ["off-topic"]}])
+
+
+class WebhookAnnotation(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: LabelStudioId
+    task: LabelStudioId = Field(description="A task of the round's project (a candidate or a gold item).")
+    completed_by: LabelStudioId = Field(description="The annotator's Label Studio user id.")
+    result: list[WebhookRegion] = Field(default_factory=list)
+    was_cancelled: bool = False
+    lead_time: float | None = Field(default=None, description="Seconds spent; non-finite values are ignored.")
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class WebhookDeletedAnnotation(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: LabelStudioId
+
+
+class LabelStudioWebhook(BaseModel):
+    """What Label Studio posts. Actions other than the three annotation actions are answered 200 and
+    ignored; ``annotation`` goes with the first two, ``annotations`` with ``ANNOTATIONS_DELETED``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    action: Literal["ANNOTATION_CREATED", "ANNOTATION_UPDATED", "ANNOTATIONS_DELETED"] | str
+    project: WebhookProject
+    annotation: WebhookAnnotation | None = None
+    annotations: list[WebhookDeletedAnnotation] | None = None

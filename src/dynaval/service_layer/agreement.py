@@ -16,6 +16,7 @@ from dynaval.service_layer.rounds import get_round, round_votes, validation_cost
 from dynaval.service_layer.services import Services
 
 MAX_RESAMPLES = 10_000
+MAX_SEED = 2**63 - 1
 
 
 def _pseudonymous(secret: str, votes: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
@@ -35,13 +36,15 @@ class _RoundVotes:
     cost: dict[str, Any]
 
 
-def _read_round_votes(services: Services, round_id: int, bootstrap: int) -> _RoundVotes:
+def _read_round_votes(services: Services, round_id: int, bootstrap: int, seed: int) -> _RoundVotes:
     """One read of the round's counted votes (pseudonymous; excluded annotators left out, as in
     decisions), the writers' labels and the validation cost."""
     if not 0 <= bootstrap <= MAX_RESAMPLES:
         raise InvalidInput(f"bootstrap must be between 0 and {MAX_RESAMPLES}", field="bootstrap")
+    if not 0 <= seed <= MAX_SEED:
+        raise InvalidInput(f"seed must be between 0 and {MAX_SEED}", field="seed")
     secret = services.settings.pseudonym_secret
-    with services.database.unit_of_work() as session:
+    with services.database.reading() as session:
         round_row = get_round(session, round_id)
         votes = _pseudonymous(secret, round_votes(session, round_id))
         writer_labels: dict[Id, Label] = dict(
@@ -69,7 +72,7 @@ def round_agreement_report(
     services: Services, round_id: int, *, bootstrap: int = 1000, seed: int = 0
 ) -> tuple[AgreementReport, dict[str, Any]]:
     """The engine's report over the round's counted votes, and the round's validation cost."""
-    data = _read_round_votes(services, round_id, bootstrap)
+    data = _read_round_votes(services, round_id, bootstrap, seed)
     return _report(data, bootstrap, seed), data.cost
 
 
@@ -78,7 +81,7 @@ def round_agreement(
 ) -> dict[str, Any]:
     """What ``GET /api/rounds/<id>/agreement`` answers: the report, the validation cost and
     Dawid-Skene beside the majority vote, all from one read of the votes."""
-    data = _read_round_votes(services, round_id, bootstrap)
+    data = _read_round_votes(services, round_id, bootstrap, seed)
     return {
         "round_id": round_id,
         **_report(data, bootstrap, seed).to_dict(),

@@ -55,39 +55,85 @@ def submit_candidate(
     submitted under their name. The candidate is stored (status ``scoring``) before the model runs,
     so a model failure loses nothing: the background loop scores it later.
     """
+    return _submit(services, round_id, [(body, "")], submitted_by=submitted_by)[0]
+
+
+def submit_candidates(
+    services: Services, *, round_id: int, bodies: object, submitted_by: str | None = None
+) -> list[CandidateRow]:
+    """:func:`submit_candidate` for a batch, all or nothing: every item is checked before any is
+    stored (an error names ``candidates[i].field``), then all are stored in one transaction and
+    scored together through the model's micro-batcher. Returns them in the order given."""
+    if not isinstance(bodies, list) or not bodies:
+        raise InvalidInput("candidates must be a non-empty list of candidate objects", field="candidates")
+    limit = services.settings.max_batch_size
+    if len(bodies) > limit:
+        raise TooLarge(
+            f"a batch holds at most {limit} candidates; this one has {len(bodies)}", field="candidates"
+        )
+    where = [(body, f"candidates[{i}]") for i, body in enumerate(bodies)]
+    return _submit(services, round_id, where, submitted_by=submitted_by)
+
+
+def _submit(
+    services: Services, round_id: int, bodies: list[tuple[object, str]], *, submitted_by: str | None
+) -> list[CandidateRow]:
+    """Check every ``(body, where)``, store them all, then score them all."""
     with services.database.unit_of_work() as session:
         round_row = get_round(session, round_id)
         if round_row.state != "open":
             raise Conflict(f"round {round_id} is {round_row.state} and takes no candidates", field="round_id")
-        inputs = validated_inputs(services, round_row, body)
-        writer_label = body.get("writer_label")
-        if not isinstance(writer_label, str) or writer_label not in round_row.labels:
-            raise InvalidInput(
-                f"writer_label must be one of: {', '.join(round_row.labels)}", field="writer_label"
-            )
-        writer_id = body.get("writer_id")
-        if not isinstance(writer_id, str) or not writer_id.strip():
-            raise InvalidInput("writer_id is required and must be a non-empty string", field="writer_id")
-        if len(writer_id) > MAX_WRITER_ID_CHARS:
-            raise InvalidInput(
-                f"writer_id must be at most {MAX_WRITER_ID_CHARS} characters", field="writer_id"
-            )
-        candidate = CandidateRow(
-            id=str(uuid.uuid4()),
-            round_id=round_id,
-            inputs=inputs,
-            writer_label=writer_label,
-            writer_id=writer_id.strip(),
-            submitted_by=submitted_by,
-            status="scoring",
-        )
-        session.add(candidate)
+        rows = [
+            _new_candidate(services, round_row, body, where=where, submitted_by=submitted_by)
+            for body, where in bodies
+        ]
+        session.add_all(rows)
         session.commit()
         model_dir = round_row.model_dir
         policy = DecisionPolicy(**round_row.policy)
         model_hash = round_row.model_hash
-    prediction = services.models.get_path(model_dir).predict_one(model_input(inputs))
-    return _store_score(services, candidate.id, prediction, model_hash, policy)
+        work = [(row.id, model_input(row.inputs)) for row in rows]
+    predictions = services.models.get_path(model_dir).predict_many([text for _, text in work])
+    scored = [
+        _store_score(services, candidate_id, prediction, model_hash, policy)
+        for (candidate_id, _), prediction in zip(work, predictions, strict=True)
+    ]
+    if any(row.status == "queued" for row in scored):
+        services.work.push_soon(round_id)  # into Label Studio by the task queue, not in this request
+    return scored
+
+
+def _new_candidate(
+    services: Services, round_row: RoundRow, body: object, *, where: str, submitted_by: str | None
+) -> CandidateRow:
+    """A candidate row (not stored yet) from one request object, every field checked; an error
+    names the field under ``where`` (``candidates[3].text``, or ``text`` when ``where`` is empty)."""
+    prefix = f"{where}." if where else ""
+    if not isinstance(body, dict):
+        raise InvalidInput("each candidate must be an object", field=where or "body")
+    inputs = validated_inputs(services, round_row, body, field_prefix=prefix)
+    writer_label = body.get("writer_label")
+    if not isinstance(writer_label, str) or writer_label not in round_row.labels:
+        raise InvalidInput(
+            f"writer_label must be one of: {', '.join(round_row.labels)}", field=prefix + "writer_label"
+        )
+    writer_id = body.get("writer_id")
+    if not isinstance(writer_id, str) or not writer_id.strip():
+        raise InvalidInput("writer_id is required and must be a non-empty string", field=prefix + "writer_id")
+    if len(writer_id) > MAX_WRITER_ID_CHARS:
+        raise InvalidInput(
+            f"writer_id must be at most {MAX_WRITER_ID_CHARS} characters", field=prefix + "writer_id"
+        )
+    assert round_row.id is not None  # a stored round
+    return CandidateRow(
+        id=str(uuid.uuid4()),
+        round_id=round_row.id,
+        inputs=inputs,
+        writer_label=writer_label,
+        writer_id=writer_id.strip(),
+        submitted_by=submitted_by,
+        status="scoring",
+    )
 
 
 def _store_score(
@@ -205,6 +251,13 @@ def candidate_public(services: Services, candidate: CandidateRow, *, session: Se
         "override": override_record(candidate),
         "history": history,
     }
+
+
+def candidates_public(services: Services, candidate_ids: list[str]) -> list[dict[str, Any]]:
+    """Candidates as the API shows them, in the order of ``candidate_ids``, read in one session."""
+    with services.database.unit_of_work() as session:
+        rows = [session.get(CandidateRow, candidate_id) for candidate_id in candidate_ids]
+        return [candidate_public(services, row, session=session) for row in rows if row is not None]
 
 
 def get_candidate(

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
+from dynaval.adapters.database import MAX_SERIAL_ID
 from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow, utcnow
 from dynaval.domain.agreement import nominal_alpha
 from dynaval.domain.errors import Conflict, InvalidInput, NotFound
@@ -41,7 +42,8 @@ def resolve_model_folder(services: Services, model: str) -> Path:
 
 
 def get_round(session: Session, round_id: int) -> RoundRow:
-    row = session.get(RoundRow, round_id)
+    # A larger id names no row; asking PostgreSQL for it would be an overflow error, not a 404.
+    row = session.get(RoundRow, round_id) if 0 < round_id <= MAX_SERIAL_ID else None
     if row is None:
         raise NotFound(f"round {round_id} does not exist", field="round_id")
     return row
@@ -125,7 +127,7 @@ def round_public(row: RoundRow) -> dict[str, Any]:
 
 
 def list_rounds(services: Services) -> list[dict[str, Any]]:
-    with services.database.unit_of_work() as session:
+    with services.database.reading() as session:
         rows = session.exec(select(RoundRow).order_by(col(RoundRow.id))).all()
         return [round_public(r) for r in rows]
 
@@ -184,7 +186,7 @@ def validation_cost(session: Session, round_row: RoundRow, votes: int) -> dict[s
 
 
 def round_summary(services: Services, round_id: int) -> dict[str, Any]:
-    with services.database.unit_of_work() as session:
+    with services.database.reading() as session:
         row = get_round(session, round_id)
         grouped = session.exec(
             select(CandidateRow.status, CandidateRow.fooled, func.count())

@@ -1,0 +1,155 @@
+"""What every request must satisfy before a route sees it.
+
+A bounded body, a bounded rate per caller, ids in the path that a row can have, and text the
+database can store. Each refusal is an ordinary API error that names the field, raised before any
+use case runs, so a refused request changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from typing import Any
+
+from flask import Flask, current_app, jsonify, request
+from flask_limiter import Limiter, RateLimitExceeded
+
+from dynaval.adapters.database import MAX_SERIAL_ID
+from dynaval.domain.errors import InvalidInput, NotFound, TooLarge
+from dynaval.entrypoints.auth import caller_of_token
+from dynaval.service_layer.services import Services
+
+LIMITER = "dynaval_limiter"
+# Label Studio waits for the webhook's answer inside an annotator's request, and a refused webhook
+# is a vote missing until the next reconcile: never refused for rate. /health is for probes.
+RATE_EXEMPT_ENDPOINTS = frozenset({"api.health", "api.label_studio_webhook"})
+
+
+def init_app(app: Flask) -> None:
+    """Register the guards on ``app`` (before the routes run, in this order: ids in the URL, rate,
+    body size, text in the query and form)."""
+    services: Services = app.extensions["dynaval"]
+    settings = services.settings
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.url_value_preprocessor(_check_url_values)
+    if settings.rate_limit:
+        limiter = Limiter(
+            _rate_key,
+            application_limits=[settings.rate_limit],
+            storage_uri=settings.rate_limit_storage,
+            strategy="moving-window",
+            key_prefix="dynaval",
+            # A storage failure (Redis down) must not turn every request into a 500: count in this
+            # process's memory until the storage answers again.
+            in_memory_fallback_enabled=True,
+            in_memory_fallback=[settings.rate_limit],
+            swallow_errors=True,
+        )
+        limiter.request_filter(lambda: request.endpoint in RATE_EXEMPT_ENDPOINTS)
+        limiter.init_app(app)
+        app.extensions[LIMITER] = limiter
+        app.register_error_handler(RateLimitExceeded, _too_many_requests)
+    app.before_request(_refuse_large_body)
+    app.before_request(_refuse_unstorable_query_and_form)
+
+
+def _rate_key() -> str:
+    """Whom a request counts against: a known bearer token (by its SHA-256, never the token itself),
+    else the client's address. An unknown token counts against the address, so a client cannot
+    get a fresh budget by making tokens up."""
+    header = request.headers.get("Authorization", "")
+    if header.startswith("Bearer "):
+        token = header.removeprefix("Bearer ").strip()
+        services: Services = current_app.extensions["dynaval"]
+        if token and caller_of_token(services.settings, token) is not None:
+            return "token:" + hashlib.sha256(token.encode()).hexdigest()
+    return "address:" + (request.remote_addr or "unknown")
+
+
+def _too_many_requests(error: RateLimitExceeded) -> Any:
+    limiter: Limiter = current_app.extensions[LIMITER]
+    current = limiter.current_limit
+    wait_s = max(1, math.ceil(current.window.reset_time - time.time())) if current is not None else 1
+    body = {
+        "error": {
+            "code": "rate_limited",
+            "message": f"too many requests for this token: at most {error.limit.limit}; "
+            f"retry after {wait_s} s",
+            "field": "Authorization",
+        }
+    }
+    return jsonify(body), 429, {"Retry-After": str(wait_s)}
+
+
+def _refuse_large_body() -> None:
+    # Werkzeug refuses an oversized body only when a route reads it; this refuses it on every
+    # route, before anything else looks at the request. A chunked body (no Content-Length) is cut
+    # by Werkzeug at the same limit while it is read.
+    limit = current_app.config["MAX_CONTENT_LENGTH"]
+    if request.content_length is not None and request.content_length > limit:
+        raise TooLarge(f"the body must be at most {limit} bytes", field="body")
+
+
+def read_body() -> bytes:
+    """The request's body, refused with 413 when over the limit, also when it came chunked (no
+    Content-Length): Werkzeug then stops reading at the limit without saying that more was sent."""
+    data = request.get_data(cache=True)
+    limit = current_app.config["MAX_CONTENT_LENGTH"]
+    if request.content_length is None and len(data) >= limit and request.environ["wsgi.input"].read(1):
+        raise TooLarge(f"the body must be at most {limit} bytes", field="body")
+    return data
+
+
+def _check_url_values(endpoint: str | None, values: dict[str, Any] | None) -> None:
+    """An id in the path that no row can have is a 404 naming it, never a database error (every
+    integer in our paths is the id of an autoincrement row)."""
+    for name, value in (values or {}).items():
+        noun = name.removesuffix("_id")
+        if isinstance(value, int) and not 0 < value <= MAX_SERIAL_ID:
+            raise NotFound(f"{noun} {value} does not exist", field=name)
+        if isinstance(value, str) and not storable(value):
+            raise NotFound(f"{noun} does not exist (no id holds a NUL or unpaired surrogate)", field=name)
+
+
+def _refuse_unstorable_query_and_form() -> None:
+    for source in (request.args, request.form):
+        for name, value in source.items(multi=True):
+            if not storable(name) or not storable(value):
+                raise InvalidInput(
+                    f"{name} must not contain a NUL character or an unpaired surrogate", field=name
+                )
+
+
+def storable(text: str) -> bool:
+    """Whether every database column takes ``text``: no NUL (PostgreSQL refuses it) and no unpaired
+    surrogate (no UTF-8 encoding exists for one)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def unstorable_text(value: object) -> str | None:
+    """Where in a JSON value (``text``, ``candidates[2].text``) a key or string is not
+    :func:`storable`; None when all are. Iterative, so any nesting the JSON parser accepted is fine."""
+    stack: list[tuple[str, object]] = [("", value)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, str):
+            if not storable(node):
+                return where or "body"
+        elif isinstance(node, dict):
+            items = []
+            for key, item in node.items():
+                path = f"{where}.{key}" if where else str(key)
+                if not storable(str(key)):
+                    return where or "body"
+                items.append((path, item))
+            stack.extend(reversed(items))
+        elif isinstance(node, list):
+            stack.extend(reversed([(f"{where}[{i}]", item) for i, item in enumerate(node)]))
+    return None

@@ -1,0 +1,431 @@
+"""Limits, over HTTP: body size on every endpoint, text length, batch size, request rate per token.
+
+Each refusal is the right status with ``{"error": {"code", "message", "field"}}`` naming the field,
+and writes nothing (rows counted before and after). Runs against the live service and the real
+Label Studio, on SQLite and PostgreSQL; the rate limit runs with a tiny limit, in memory and in the
+machine's Redis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import requests
+from flask import Flask
+from sqlalchemy import text
+
+from dynaval.bootstrap import bootstrap
+from dynaval.entrypoints.app import create_app
+from dynaval.settings import Settings
+from tests.fixtures.service import (
+    WEBHOOK_SECRET,
+    WRITER_TOKEN,
+    LiveService,
+    free_port,
+    make_settings,
+)
+
+pytestmark = pytest.mark.labelstudio
+
+TABLES = ("round", "candidate", "annotation", "decision", "gold_item")
+REDIS_URL = "redis://127.0.0.1:6379"
+GOOD = {"text": "Lovely day.", "writer_label": "positive", "writer_id": "w1"}
+
+
+def rows(service: LiveService) -> dict[str, int]:
+    with service.services.database.engine.connect() as connection:
+        return {t: connection.execute(text(f'SELECT count(*) FROM "{t}"')).scalar_one() for t in TABLES}
+
+
+def assert_error(response: requests.Response, status: int, field: str | None, *, says: str = "") -> None:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"code", "message", "field"}, error
+    assert error["field"] == field, error
+    assert error["message"].strip(), error
+    assert says.lower() in error["message"].lower(), error
+
+
+@pytest.fixture
+def open_round(live_service: LiveService) -> dict[str, Any]:
+    created = live_service.call("POST", "/api/rounds", json={"name": "limits", "task": "sentiment"})
+    assert created.status_code == 201, created.text
+    round_: dict[str, Any] = created.json()
+    return round_
+
+
+# ------------------------------------------------------------------------------------ body size
+
+
+def every_route(app: Flask, round_id: int, candidate_id: str) -> list[tuple[str, str]]:
+    """(method, path) of every route the app serves, its placeholders filled with real values."""
+    values = {"round_id": str(round_id), "candidate_id": candidate_id, "filename": "dashboard.css"}
+    routes = []
+    for rule in app.url_map.iter_rules():
+        path = re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", lambda m: values.get(m.group(1), "someone"), rule.rule)
+        routes += [(method, path) for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"})]
+    return routes
+
+
+def test_every_endpoint_refuses_a_body_over_the_limit_with_413_and_writes_nothing(
+    live_service: LiveService, open_round: dict[str, Any]
+) -> None:
+    # Not fooled (the tiny model answers "neutral"): nothing more happens to it in the background.
+    submitted = live_service.call(
+        "POST",
+        f"/api/rounds/{open_round['id']}/candidates",
+        token=WRITER_TOKEN,
+        json={**GOOD, "writer_label": "neutral"},
+    )
+    assert submitted.status_code == 201, submitted.text
+    limit = live_service.services.settings.max_body_bytes
+    oversized = b'{"text": "' + b"a" * limit + b'"}'
+    before = rows(live_service)
+    routes = every_route(live_service.app, open_round["id"], submitted.json()["id"])
+    assert ("POST", "/webhooks/label-studio") in routes and ("GET", "/health") in routes
+    answers = {}
+    for method, path in routes:
+        for secret in (WEBHOOK_SECRET, None):  # the webhook refuses it before checking its secret
+            headers = {"Content-Type": "application/json"}
+            if secret is not None:
+                headers["X-Dynaval-Webhook-Secret"] = secret
+            response = live_service.call(method, path, data=oversized, headers=headers)
+            answers[(method, path, secret is not None)] = response.status_code
+            if response.status_code == 413 and not path.startswith("/dashboard"):
+                assert_error(response, 413, "body", says=str(limit))
+    assert answers == dict.fromkeys(answers, 413)
+    assert rows(live_service) == before
+
+
+def test_a_chunked_body_over_the_limit_is_cut_with_413(
+    live_service: LiveService, open_round: dict[str, Any]
+) -> None:
+    limit = live_service.services.settings.max_body_bytes
+    before = rows(live_service)
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the server learns the size while reading
+        yield b'{"text": "'
+        for _ in range(limit // 1024 + 1):
+            yield b"a" * 1024
+        yield b'", "writer_label": "positive", "writer_id": "w1"}'
+
+    for path, secret in (
+        (f"/api/rounds/{open_round['id']}/candidates", None),
+        ("/webhooks/label-studio", WEBHOOK_SECRET),
+    ):
+        headers = {"Content-Type": "application/json"}
+        if secret:
+            headers["X-Dynaval-Webhook-Secret"] = secret
+        response = live_service.call("POST", path, token=WRITER_TOKEN, data=chunks(), headers=headers)
+        assert_error(response, 413, "body")
+    assert rows(live_service) == before
+
+
+# ---------------------------------------------------------------------------------- text length
+
+
+def test_text_at_the_limit_is_taken_and_one_more_character_is_413(
+    live_service: LiveService, open_round: dict[str, Any]
+) -> None:
+    url = f"/api/rounds/{open_round['id']}/candidates"
+    limit = live_service.services.settings.max_text_chars
+    before = rows(live_service)
+    too_long = live_service.call("POST", url, token=WRITER_TOKEN, json={**GOOD, "text": "é" * (limit + 1)})
+    assert_error(too_long, 413, "text", says=str(limit))
+    assert rows(live_service) == before
+    at_limit = live_service.call("POST", url, token=WRITER_TOKEN, json={**GOOD, "text": "é" * limit})
+    assert at_limit.status_code == 201, at_limit.text
+    assert rows(live_service)["candidate"] == before["candidate"] + 1
+
+
+# ------------------------------------------------------------------------------------- batches
+
+
+def batch_of(n: int) -> list[dict[str, str]]:
+    labels = ("positive", "negative", "neutral")
+    return [
+        {"text": f"Sentence number {i}.", "writer_label": labels[i % 3], "writer_id": f"w{i % 4}"}
+        for i in range(n)
+    ]
+
+
+def test_a_batch_is_stored_scored_together_and_answered_in_order(
+    live_service: LiveService, open_round: dict[str, Any]
+) -> None:
+    items = batch_of(24)
+    before = rows(live_service)
+    model = live_service.services.models.get_path(open_round["model"]["folder"])
+    passes_before = model.batches_run
+    response = live_service.call(
+        "POST",
+        f"/api/rounds/{open_round['id']}/candidates/batch",
+        token=WRITER_TOKEN,
+        json={"candidates": items},
+    )
+    assert response.status_code == 201, response.text
+    created = response.json()["candidates"]
+    assert [c["inputs"]["text"] for c in created] == [i["text"] for i in items]
+    assert [c["writer_label"] for c in created] == [i["writer_label"] for i in items]
+    assert len({c["id"] for c in created}) == len(items)
+    # The tiny model always answers "neutral": scored, signed, and fooled exactly when it should be.
+    for candidate in created:
+        assert candidate["model_prediction"] == "neutral" and candidate["model_signature"]
+        assert candidate["fooled"] is (candidate["writer_label"] != "neutral")
+        assert candidate["status"] != "scoring"
+    # Through the micro-batcher: the 24 texts shared forward passes.
+    assert model.batches_run - passes_before < len(items)
+    assert rows(live_service)["candidate"] == before["candidate"] + len(items)
+    for candidate in created:
+        again = live_service.call("GET", f"/api/candidates/{candidate['id']}", token=WRITER_TOKEN)
+        assert again.status_code == 200 and again.json()["inputs"] == candidate["inputs"]
+
+
+def test_a_batch_over_the_limit_is_413_naming_candidates_and_writes_nothing(
+    live_service: LiveService, open_round: dict[str, Any]
+) -> None:
+    limit = live_service.services.settings.max_batch_size
+    assert limit == 100  # the documented default
+    url = f"/api/rounds/{open_round['id']}/candidates/batch"
+    before = rows(live_service)
+    response = live_service.call("POST", url, token=WRITER_TOKEN, json={"candidates": batch_of(limit + 1)})
+    assert_error(response, 413, "candidates", says=str(limit))
+    assert rows(live_service) == before
+    at_limit = live_service.call("POST", url, token=WRITER_TOKEN, json={"candidates": batch_of(limit)})
+    assert at_limit.status_code == 201, at_limit.text
+    assert len(at_limit.json()["candidates"]) == limit
+
+
+def test_a_batch_with_any_bad_item_is_refused_whole_naming_the_item_and_field(
+    live_service: LiveService, open_round: dict[str, Any]
+) -> None:
+    url = f"/api/rounds/{open_round['id']}/candidates/batch"
+    good = batch_of(5)
+
+    def post(body: Any, token: str | None = WRITER_TOKEN) -> requests.Response:
+        return live_service.call("POST", url, token=token, json=body)
+
+    def with_item(index: int, item: Any) -> dict[str, Any]:
+        items: list[Any] = [dict(i) for i in good]
+        items[index] = item
+        return {"candidates": items}
+
+    before = rows(live_service)
+    limit = live_service.services.settings.max_text_chars
+    assert_error(post(with_item(3, {**good[3], "writer_label": "joyful"})), 422, "candidates[3].writer_label")
+    assert_error(post(with_item(0, {**good[0], "text": "  "})), 422, "candidates[0].text", says="empty")
+    assert_error(post(with_item(4, {**good[4], "text": 7})), 422, "candidates[4].text")
+    assert_error(post(with_item(2, {k: v for k, v in good[2].items() if k != "writer_id"})), 422,
+                 "candidates[2].writer_id")  # fmt: skip
+    assert_error(post(with_item(1, {**good[1], "writer_id": "w" * 201})), 422, "candidates[1].writer_id")
+    assert_error(post(with_item(1, "a string")), 422, "candidates[1]")
+    assert_error(post(with_item(2, {**good[2], "text": "a" * (limit + 1)})), 413, "candidates[2].text")
+    assert_error(post(with_item(3, {**good[3], "text": "nul\u0000byte"})), 422, "candidates[3].text")
+    assert_error(post({"candidates": []}), 422, "candidates")
+    assert_error(post({"candidates": {"text": "x"}}), 422, "candidates")
+    assert_error(post({}), 422, "candidates")
+    assert_error(post({"candidates": good, "round": 1}), 422, "round")
+    assert_error(post([good]), 422, "body")
+    assert_error(post({"candidates": good}, token=None), 401, "Authorization")
+    assert_error(
+        live_service.call(
+            "POST", "/api/rounds/999999/candidates/batch", token=WRITER_TOKEN, json={"candidates": good}
+        ),
+        404,
+        "round_id",
+    )
+    assert live_service.call("POST", f"/api/rounds/{open_round['id']}/close").status_code == 200
+    assert_error(post({"candidates": good}), 409, "round_id", says="closed")
+    assert rows(live_service) == before
+
+
+def test_the_batch_endpoint_is_documented(limited: LiveService) -> None:
+    document = limited.call("GET", "/openapi.json", token=None).json()
+    operation = document["paths"]["/api/rounds/{round_id}/candidates/batch"]["post"]
+    assert {"201", "401", "404", "409", "413", "422", "429"} <= set(operation["responses"])
+    ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    schema = document["components"]["schemas"][ref.rsplit("/", 1)[1]]
+    assert schema["required"] == ["candidates"]
+    assert schema["properties"]["candidates"]["minItems"] == 1
+
+
+# ------------------------------------------------------------------------------------- rate
+
+
+def limited_app(
+    database_url: str, folder: Path, label_studio_server: Any, model_dir: Path, **overrides: Any
+) -> LiveService:
+    port = free_port()
+    settings = make_settings(
+        database_url=database_url,
+        data_dir=folder / "data",
+        label_studio_url=label_studio_server.url,
+        label_studio_api_key=label_studio_server.api_key,
+        public_url=f"http://127.0.0.1:{port}",
+        model_dir=model_dir,
+        **overrides,
+    )
+    services = bootstrap(settings)
+    live = LiveService(app=create_app(services, start_background=False), services=services, port=port)
+    live.start_listening()
+    return live
+
+
+@pytest.fixture
+def limited(
+    database_url: str, tmp_path: Path, label_studio_server: Any, tiny_model_dir: Path
+) -> Iterator[LiveService]:
+    """The service with a limit of 5 requests a minute per token, counted in memory."""
+    live = limited_app(database_url, tmp_path, label_studio_server, tiny_model_dir, rate_limit="5/minute")
+    try:
+        yield live
+    finally:
+        live.close()
+
+
+def assert_rate_limited(response: requests.Response) -> int:
+    assert_error(response, 429, "Authorization", says="retry after")
+    assert response.json()["error"]["code"] == "rate_limited"
+    wait_s = int(response.headers["Retry-After"])
+    assert 1 <= wait_s <= 60
+    return wait_s
+
+
+def test_a_token_over_its_rate_gets_429_with_retry_after_and_nothing_is_written(
+    limited: LiveService,
+) -> None:
+    created = limited.call("POST", "/api/rounds", json={"name": "rated", "task": "sentiment"})
+    assert created.status_code == 201, created.text
+    url = f"/api/rounds/{created.json()['id']}/candidates"
+    for _ in range(5):
+        assert limited.call("POST", url, token=WRITER_TOKEN, json=GOOD).status_code == 201
+    before = rows(limited)
+    assert_rate_limited(limited.call("POST", url, token=WRITER_TOKEN, json=GOOD))
+    assert_rate_limited(limited.call("GET", "/api/rounds", token=WRITER_TOKEN))
+    assert rows(limited) == before
+    # Another token has its own budget (the lead spent one on the round).
+    for _ in range(4):
+        assert limited.call("GET", "/api/rounds").status_code == 200
+    assert_rate_limited(limited.call("GET", "/api/rounds"))
+
+
+def test_the_webhook_and_health_are_never_refused_for_rate(limited: LiveService) -> None:
+    payload = {"action": "PROJECT_UPDATED", "project": {"id": 1}}
+    for _ in range(12):
+        assert limited.call("GET", "/health", token=None).status_code == 200
+        hook = limited.call(
+            "POST",
+            "/webhooks/label-studio",
+            token=None,
+            json=payload,
+            headers={"X-Dynaval-Webhook-Secret": WEBHOOK_SECRET},
+        )
+        assert hook.status_code == 200, hook.text
+    # They spent nothing of the address's budget either.
+    assert limited.call("GET", "/openapi.json", token=None).status_code == 200
+
+
+def test_without_a_known_token_requests_count_against_the_client_address(limited: LiveService) -> None:
+    # Made-up tokens do not buy a fresh budget each: they all count against 127.0.0.1.
+    for i in range(5):
+        assert_error(limited.call("GET", "/api/rounds", token=f"made-up-token-{i}"), 401, "Authorization")
+    assert_rate_limited(limited.call("GET", "/api/rounds", token="yet-another-made-up-token"))
+    assert_rate_limited(limited.call("GET", "/openapi.json", token=None))
+    assert limited.call("GET", "/api/rounds", token=WRITER_TOKEN).status_code == 200
+
+
+def test_an_empty_rate_limit_turns_it_off(
+    database_url: str, tmp_path: Path, label_studio_server: Any, tiny_model_dir: Path
+) -> None:
+    live = limited_app(database_url, tmp_path, label_studio_server, tiny_model_dir, rate_limit="")
+    try:
+        assert all(live.call("GET", "/api/rounds").status_code == 200 for _ in range(30))
+        document = live.call("GET", "/openapi.json").json()
+        assert "429" not in document["paths"]["/api/rounds"]["get"]["responses"]
+    finally:
+        live.close()
+
+
+def test_a_rate_limit_that_does_not_parse_is_refused_at_start(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="DYNAVAL_RATE_LIMIT"):
+        Settings(development=True, data_dir=tmp_path, rate_limit="lots")
+    assert Settings(development=True, data_dir=tmp_path, rate_limit=" 10/second;600/hour ").rate_limit == (
+        "10/second;600/hour"
+    )
+
+
+@pytest.fixture
+def redis_client() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except redis.ConnectionError:
+        pytest.fail(f"Redis does not answer at {REDIS_URL} (scripts/test starts it)", pytrace=False)
+    yield client
+    client.close()
+
+
+def test_processes_sharing_redis_share_one_budget_keyed_by_the_token_hash(
+    database_url: str,
+    tmp_path: Path,
+    label_studio_server: Any,
+    tiny_model_dir: Path,
+    redis_client: redis.Redis,
+) -> None:
+    # A token of its own, so runs of this test never share a count.
+    token = "lead-" + secrets.token_hex(16)
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    apps = [
+        limited_app(
+            database_url,
+            tmp_path / name,
+            label_studio_server,
+            tiny_model_dir,
+            rate_limit="4/minute",
+            rate_limit_storage=REDIS_URL,
+            lead_tokens=[token],
+        )
+        for name in ("one", "two")
+    ]
+    try:
+        one, two = apps
+        assert one.call("GET", "/api/rounds", token=token).status_code == 200
+        assert two.call("GET", "/api/rounds", token=token).status_code == 200
+        assert one.call("GET", "/api/rounds", token=token).status_code == 200
+        assert two.call("GET", "/api/rounds", token=token).status_code == 200
+        assert_rate_limited(one.call("GET", "/api/rounds", token=token))
+        assert_rate_limited(two.call("GET", "/api/rounds", token=token))
+        keys = [k.decode() for k in redis_client.scan_iter(match="*dynaval*")]
+        mine = [k for k in keys if digest in k]
+        assert mine, keys
+        assert not [k for k in keys if token in k], "the raw token reached the limiter's storage"
+    finally:
+        for live in apps:
+            live.close()
+        for key in redis_client.scan_iter(match=f"*{digest}*"):
+            redis_client.delete(key)
+
+
+def test_an_unreachable_rate_limit_storage_never_fails_a_request(
+    database_url: str, tmp_path: Path, label_studio_server: Any, tiny_model_dir: Path
+) -> None:
+    live = limited_app(
+        database_url,
+        tmp_path,
+        label_studio_server,
+        tiny_model_dir,
+        rate_limit="3/minute",
+        rate_limit_storage=f"redis://127.0.0.1:{free_port()}",
+    )
+    try:
+        answers = [live.call("GET", "/api/rounds").status_code for _ in range(5)]
+        # Counted in this process's memory meanwhile: still limited, never a 500.
+        assert answers == [200, 200, 200, 429, 429]
+    finally:
+        live.close()
