@@ -1,5 +1,6 @@
 """Lead tokens: `name=token` pairs or plain tokens, the names actions are recorded under, and the
-dashboard's session key derived from the signing secret."""
+dashboard's session key derived from the signing secret. Writer and exporter tokens are read the
+same way."""
 
 from __future__ import annotations
 
@@ -72,7 +73,9 @@ def test_a_token_identifies_its_lead_and_role_of_still_answers() -> None:
     config = settings()
     assert caller_of_token(config, NAMED) == Caller(Role.LEAD, "ada")
     assert caller_of_token(config, PLAIN) == Caller(Role.LEAD, plain_name(PLAIN))
-    assert caller_of_token(config, WRITER) == Caller(Role.WRITER)
+    assert caller_of_token(config, WRITER) == Caller(
+        Role.WRITER, "writer-" + hashlib.sha256(WRITER.encode()).hexdigest()[:8]
+    )
     assert caller_of_token(config, f"ada={NAMED}") is None  # the pair itself is no token
     assert caller_of_token(config, "unknown-token-0123456789abcdef") is None
     assert caller_of(config, f"Bearer {NAMED}") == Caller(Role.LEAD, "ada")
@@ -100,3 +103,57 @@ def test_the_session_key_is_derived_from_the_signing_secret_unless_set() -> None
     assert settings(session_secret="session-secret-0123456789abcdef").resolved_session_secret == (
         "session-secret-0123456789abcdef"
     )
+
+
+EXPORTER = "exporter-token-0123456789abcdef"
+
+
+def test_writer_and_exporter_tokens_are_named_like_lead_tokens() -> None:
+    config = settings(
+        writer_tokens=[f"ann={WRITER}", "plain-writer-token-0123456789"], exporter_tokens=[EXPORTER]
+    )
+    assert caller_of_token(config, WRITER) == Caller(Role.WRITER, "ann")
+    plain = "plain-writer-token-0123456789"
+    assert caller_of_token(config, plain) == Caller(
+        Role.WRITER, "writer-" + hashlib.sha256(plain.encode()).hexdigest()[:8]
+    )
+    assert caller_of_token(config, EXPORTER) == Caller(
+        Role.EXPORTER, "exporter-" + hashlib.sha256(EXPORTER.encode()).hexdigest()[:8]
+    )
+    assert caller_of_token(config, f"ann={WRITER}") is None
+    # Only a writer is limited to their own candidates.
+    owners = [caller.owner for t in (WRITER, EXPORTER, NAMED) if (caller := caller_of_token(config, t))]
+    assert owners == ["ann", None, None]
+
+
+def test_exporter_tokens_are_optional_but_never_weak() -> None:
+    assert settings().exporter_credentials == []
+    with pytest.raises(ValueError, match="DYNAVAL_EXPORTER_TOKENS") as refused:
+        settings(exporter_tokens=["bob=changeme"])
+    assert "DYNAVAL_WRITER_TOKENS" not in str(refused.value)
+    with pytest.raises(ValueError, match="DYNAVAL_WRITER_TOKENS"):
+        settings(writer_tokens=["ann=short"])
+    assert settings(exporter_tokens=["dev"], development=True).exporter_credentials[0].token == "dev"
+
+
+def test_a_value_set_for_two_roles_or_as_a_secret_is_refused_and_named() -> None:
+    with pytest.raises(ValueError, match="DYNAVAL_EXPORTER_TOKENS, DYNAVAL_LEAD_TOKENS") as refused:
+        settings(exporter_tokens=[f"bob={NAMED}"])
+    assert NAMED not in str(refused.value)
+    with pytest.raises(ValueError, match="DYNAVAL_WEBHOOK_SECRET, DYNAVAL_WRITER_TOKENS"):
+        settings(webhook_secret=WRITER)
+
+
+def test_no_secret_shows_in_the_settings_repr_or_in_a_refusal() -> None:
+    api_key, session = "label-studio-key-0123456789abcdef", "session-secret-0123456789abcdef"
+    config = settings(
+        label_studio_api_key=api_key, exporter_tokens=[f"bob={EXPORTER}"], session_secret=session
+    )
+    values = [WRITER, PLAIN, NAMED, EXPORTER, api_key, session, "webhook-secret-0123456789abcdef"]
+    values += ["signing-secret-0123456789abcdef", "pseudonym-secret-0123456789abcd"]
+    shown = repr(config) + str(config) + repr(config.lead_credentials + config.exporter_credentials)
+    assert [v for v in values if v in shown] == []
+    # Pydantic would quote the input (the tail of the last secret, here) in its error.
+    with pytest.raises(ValueError) as refused:
+        settings(pseudonym_secret="short", signing_secret="signing-secret-tail-0123456789")
+    assert "0123456789" not in str(refused.value)
