@@ -728,7 +728,6 @@ def run(args: argparse.Namespace) -> int:
             "DYNAVAL_PSEUDONYM_SECRET": secrets.token_urlsafe(24),
             "DYNAVAL_SIGNING_SECRET": secrets.token_urlsafe(24),
             "DYNAVAL_DEFAULT_MODEL_DIR": str(model_dir),
-            "DYNAVAL_BACKGROUND_INTERVAL_S": "0.5",
             "DYNAVAL_RECONCILE_INTERVAL_S": "0",
             "OMP_NUM_THREADS": "1",
         }

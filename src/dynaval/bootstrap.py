@@ -8,6 +8,8 @@ from dynaval.adapters.database import Database
 from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.label_studio import LabelStudioGateway, SdkLabelStudioGateway
 from dynaval.adapters.predictor import Predictor, TransformersPredictor
+from dynaval.adapters.task_queue import make_huey
+from dynaval.entrypoints.worker import QueuedWork
 from dynaval.service_layer.services import ModelRegistry, PredictorFactory, Services
 from dynaval.settings import Settings
 
@@ -41,10 +43,14 @@ def bootstrap(
         max_batch=settings.batch_max_size,
         max_wait_s=settings.batch_max_wait_ms / 1000,
     )
-    return Services(
+    services = Services(
         settings=settings,
         database=database,
         catalog=LabelConfigCatalog(settings.resolved_label_config_dir),
         label_studio=gateway,
         models=models,
     )
+    # The task queue's tasks call the use cases, which ask for work through services.work.
+    services.task_queue = make_huey(settings.queue_url, settings.data_dir, settings.queue_name)
+    services.work = QueuedWork(services, services.task_queue)
+    return services

@@ -12,6 +12,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 import requests
 from sqlmodel import select
 
-from dynaval.adapters.orm import CandidateRow, RoundRow
+from dynaval.adapters.orm import CandidateRow, RoundRow, as_utc
 from dynaval.devtools.label_studio_server import LabelStudioServer, free_port
 from tests.fixtures.service import (
     LEAD_TOKEN,
@@ -95,7 +96,7 @@ def test_label_studio_down_while_candidates_arrive(
         label_studio_api_key=own_label_studio.api_key,
         public_url=f"http://127.0.0.1:{port}",
         model_dir=tiny_model_dir,
-        label_studio_timeout_s=3,
+        label_studio_timeout_s=1,
         push_retry_base_s=0.5,
         push_retry_max_s=2.0,
     )
@@ -113,19 +114,31 @@ def test_label_studio_down_while_candidates_arrive(
 
         own_label_studio.stop()
         ids = submit(live.call, round_id, 12, "down")
-        outage_s = 4.0
-        time.sleep(outage_s)
+        outage_began = time.monotonic()
+
+        def push_failures() -> int:
+            with services.database.unit_of_work() as session:
+                round_row = session.get(RoundRow, round_id)
+                assert round_row is not None
+                return round_row.push_failures
+
+        # The push is tried again and again, each time after a longer wait (a failed attempt itself
+        # takes up to the Label Studio timeout: the stopped server's port may still accept).
+        wait_until(lambda: push_failures() >= 3, 60, "three failed pushes while Label Studio is down")
+        outage_s = time.monotonic() - outage_began
+        failures = push_failures()
         with services.database.unit_of_work() as session:
             rows = session.exec(select(CandidateRow).where(CandidateRow.round_id == round_id)).all()
             round_row = session.get(RoundRow, round_id)
-            assert round_row is not None
-            failures = round_row.push_failures
-        # Accepted and kept while Label Studio is down; waiting, not hammering it.
+            assert round_row is not None and round_row.push_retry_at is not None
+            retry_in_s = (as_utc(round_row.push_retry_at) - datetime.now(UTC)).total_seconds()
+        # Accepted and kept while Label Studio is down, and a wait before the next try.
         assert sorted(r.id for r in rows) == sorted(ids)
         assert {r.status for r in rows} == {"queued"}
         assert live.call("GET", "/health").json()["status"] == "ok"
-        # Every 0.2 s without backoff would be about 20 tries; with it 0.5 + 1 + 2 + 2 s apart.
-        assert 2 <= failures <= 5, failures
+        assert retry_in_s <= settings.push_retry_max_s
+        # Without backoff the worker would retry back to back, once per failed attempt's timeout.
+        assert failures <= 2 + outage_s / settings.push_retry_base_s
 
         own_label_studio.start()
         wait_until(
@@ -140,7 +153,7 @@ def test_label_studio_down_while_candidates_arrive(
         record_scenario(
             "Label Studio down while candidates arrive",
             candidates_sent=len(ids),
-            outage_s=outage_s,
+            outage_s=round(outage_s, 1),
             push_failures_during_outage=failures,
             tasks_expected=len(ids),
             tasks_found=sum(tasks.values()),
@@ -253,7 +266,7 @@ def test_sigkill_in_the_middle_of_a_bulk_push_then_restart(
     log = tmp_path / "service.log"
     total = 400
     # First the candidates pile up with the background worker off, so that one bulk push has them all.
-    quiet = ServiceProcess({**base, "DYNAVAL_BACKGROUND_INTERVAL_S": "0"}, port, log)
+    quiet = ServiceProcess({**base, "DYNAVAL_EMBEDDED_WORKER": "false"}, port, log)
     quiet.start()
     try:
         created = quiet.call(
@@ -271,7 +284,6 @@ def test_sigkill_in_the_middle_of_a_bulk_push_then_restart(
     pushing = ServiceProcess(
         {
             **base,
-            "DYNAVAL_BACKGROUND_INTERVAL_S": "0.2",
             "DYNAVAL_PUSH_BATCH_SIZE": "50",
             "DYNAVAL_PUSH_LEASE_S": "3",
         },
@@ -290,9 +302,7 @@ def test_sigkill_in_the_middle_of_a_bulk_push_then_restart(
     after_kill = sum(project_tasks(label_studio_server, project_id).values())
     assert 0 < after_kill < total, "the kill must land in the middle of the bulk push"
 
-    restarted = ServiceProcess(
-        {**base, "DYNAVAL_BACKGROUND_INTERVAL_S": "0.2", "DYNAVAL_PUSH_LEASE_S": "3"}, port, log
-    )
+    restarted = ServiceProcess({**base, "DYNAVAL_PUSH_LEASE_S": "3"}, port, log)
     restarted.start()
     try:
         wait_until(

@@ -61,6 +61,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Run a task-queue consumer in the foreground until Ctrl-C or SIGTERM (then tasks finish)."""
+    if args.workers < 1:
+        raise CommandError("--workers must be at least 1")
+    services = _services()
+    try:
+        consumer = services.task_queue.create_consumer(
+            workers=args.workers, worker_type="thread", periodic=not args.no_periodic
+        )
+        consumer.run()
+    finally:
+        services.close()
+    return 0
+
+
 def cmd_migrate(_args: argparse.Namespace) -> int:
     services = _services()
     services.close()
@@ -286,6 +301,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.set_defaults(run=cmd_serve)
+
+    worker = commands.add_parser(
+        "worker",
+        help="run a task-queue consumer (pushes, escalations, sweep, reconcile) apart from the service",
+    )
+    worker.add_argument("--workers", type=int, default=2, help="threads running tasks (default 2)")
+    worker.add_argument(
+        "--no-periodic", action="store_true", help="leave the minute's sweep to other consumers"
+    )
+    worker.set_defaults(run=cmd_worker)
 
     migrate = commands.add_parser("migrate", help="bring the database to the newest schema")
     migrate.set_defaults(run=cmd_migrate)

@@ -238,6 +238,8 @@ def set_exclusion_by_lead(
         score = gold_scores(session, round_id).get(raw, GoldScore(0, 0))
         changed = _set_status(session, round_row, raw, excluded, LEAD, reason.strip(), score)
         session.commit()
+    if changed:
+        services.work.escalate_soon(round_id)  # a vote that stopped counting may leave a task short
     return {"annotator": annotator, "excluded": excluded, "decided_by": LEAD, "decisions_changed": changed}
 
 

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from dynaval import __version__
 from dynaval.adapters.database import Database
@@ -16,6 +16,26 @@ from dynaval.adapters.predictor import MicroBatcher, Predictor
 from dynaval.settings import Settings
 
 PredictorFactory = Callable[[Path], Predictor]
+
+
+class WorkQueue(Protocol):
+    """Background work the use cases ask for; the task queue (huey) runs it in a worker."""
+
+    def push_soon(self, round_id: int) -> None:
+        """Import the round's queued candidates into Label Studio."""
+
+    def escalate_soon(self, round_id: int) -> None:
+        """Raise the Label Studio overlap of the round's tasks whose decision wants more votes."""
+
+
+class NoWorkQueue:
+    """Asks for nothing: for commands that do their Label Studio work themselves (``dynaval sync``)."""
+
+    def push_soon(self, round_id: int) -> None:
+        pass
+
+    def escalate_soon(self, round_id: int) -> None:
+        pass
 
 
 @dataclass
@@ -56,6 +76,9 @@ class Services:
     catalog: LabelConfigCatalog
     label_studio: LabelStudioGateway
     models: ModelRegistry
+    work: WorkQueue = field(default_factory=NoWorkQueue)
+    task_queue: Any = None
+    """The huey instance behind ``work`` (the composition root sets both), or None."""
     webhook_rounds: dict[int, Any] = field(default_factory=dict)
     """Rounds by Label Studio project id, as the webhook path reads them (they never change)."""
 

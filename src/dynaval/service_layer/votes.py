@@ -94,6 +94,11 @@ def _store_annotation(
     return True
 
 
+_ANNOTATION_LOCK = text("SELECT pg_advisory_xact_lock(i) FROM unnest(CAST(:ids AS bigint[])) AS i")
+"""PostgreSQL: one transaction-scoped lock per Label Studio annotation id, so that the creation and
+the deletion of one annotation never interleave (a deletion may come before any row exists)."""
+
+
 def _is_id(value: object) -> TypeGuard[int]:
     """A Label Studio id: a positive integer that fits the database's 64-bit columns."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63
@@ -142,17 +147,20 @@ def ingest_webhook(services: Services, payload: object) -> WebhookResult:
         task_type = services.catalog.get(round_row.task_type)
         if action == "ANNOTATIONS_DELETED":
             changed = _apply_deletions(session, get_round(session, round_row.id), payload.get("annotations"))
+            wants_more_votes = changed > 0  # fewer votes, or an annotator's gold figures changed
         else:
-            changed = _apply_annotation(
+            changed, wants_more_votes = _apply_annotation(
                 session, round_row, task_type, payload.get("annotation"), dialect=dialect
             )
         session.commit()
-        return WebhookResult(action=action, handled=True, candidates_changed=changed)
+    if wants_more_votes:
+        services.work.escalate_soon(round_row.id)
+    return WebhookResult(action=action, handled=True, candidates_changed=changed)
 
 
 def _apply_annotation(
     session: Session, round_row: _RoundForVotes, task_type: Any, raw: object, *, dialect: str
-) -> int:
+) -> tuple[int, bool]:
     """One created or updated annotation: the hot path, a handful of Core statements.
 
     1. the candidate behind the task, row-locked (``SELECT ... FOR UPDATE`` on PostgreSQL), so
@@ -162,6 +170,9 @@ def _apply_annotation(
        annotation (a late or repeated delivery changes nothing);
     3. one select of the candidate's annotations with their annotators' exclusion;
     4. when the decision changed: an update of the candidate and one row of decision history.
+
+    Returns the candidates whose decision changed, and whether Label Studio must be asked for
+    more annotations (an escalation, or a gold answer that may have excluded an annotator).
     """
     if not isinstance(raw, Mapping):
         raise InvalidInput("webhook has no annotation object", field="annotation")
@@ -171,6 +182,10 @@ def _apply_annotation(
         raise InvalidInput(str(exc), field="annotation") from exc
     statements = _vote_statements(dialect)
     connection = session.connection()  # Core statements straight on the connection: no ORM bookkeeping
+    if dialect == "postgresql":
+        # A deletion of this annotation arriving at the same moment waits for us, or we for it
+        # (SQLite runs one write transaction at a time anyway).
+        connection.execute(_ANNOTATION_LOCK, {"ids": [parsed.annotation_id]})
     candidate = connection.execute(
         statements.candidate_by_task,
         {"task_id": parsed.task_id, "round_id": round_row.id, "annotation_id": parsed.annotation_id},
@@ -178,14 +193,15 @@ def _apply_annotation(
     if (candidate.deleted if candidate is not None else None) or (
         candidate is None and connection.execute(statements.tombstone, {"id": parsed.annotation_id}).first()
     ):
-        return 0  # deleted in Label Studio; this delivery was overtaken by the deletion
+        return 0, False  # deleted in Label Studio; this delivery was overtaken by the deletion
     if candidate is None:
         gold_item = gold_item_for_task(session, round_row.id, parsed.task_id)
         if gold_item is None:
             raise NotFound("the annotation's task is not a candidate of this round", field="annotation.task")
         store_gold_answer(session, gold_item, parsed)
         session.flush()
-        return apply_gold_rule(session, get_round(session, round_row.id), [parsed.annotator_id])
+        changed = apply_gold_rule(session, get_round(session, round_row.id), [parsed.annotator_id])
+        return changed, changed > 0
     written = connection.execute(
         statements.upsert_annotation,
         {
@@ -208,7 +224,7 @@ def _apply_annotation(
         owner = connection.execute(statements.annotation_owner, {"id": parsed.annotation_id}).scalar()
         if owner != candidate.id:
             raise InvalidInput("annotation id belongs to another candidate", field="annotation.id")
-        return 0  # a repeated or older delivery: the stored votes already say this
+        return 0, False  # a repeated or older delivery: the stored votes already say this
     records = []
     excluded = set()
     for vote in connection.execute(statements.votes_of_candidate, {"candidate_id": candidate.id}):
@@ -236,7 +252,7 @@ def _apply_annotation(
         cause="webhook",
     )
     if change is None:
-        return 0
+        return 0, False
     connection.execute(
         statements.update_candidate_decision,
         {
@@ -248,7 +264,7 @@ def _apply_annotation(
         },
     )
     connection.execute(statements.insert_history, {"candidate_id": candidate.id, **change.history})
-    return 1
+    return 1, change.wanted_votes > candidate.label_studio_overlap
 
 
 @dataclass(frozen=True)
@@ -308,6 +324,7 @@ def _vote_statements(dialect: str) -> _VoteStatements:
             candidate.c.status,
             candidate.c.decision,
             candidate.c.override_outcome,
+            candidate.c.label_studio_overlap,
             sa_select(deleted.c.id)
             .where(deleted.c.id == bindparam("annotation_id"))
             .exists()
@@ -361,6 +378,9 @@ def _apply_deletions(session: Session, round_row: RoundRow, raw: object) -> int:
         )
     ids = sorted({int(a["id"]) for a in raw})
     assert round_row.id is not None
+    if session.get_bind().dialect.name == "postgresql":
+        # In id order, so two deletions never wait for each other in a circle.
+        session.execute(_ANNOTATION_LOCK, {"ids": ids})
     # Remember the deletion, so that a creation or update delivered after it changes nothing. Ids
     # stored for another round are not this project's annotations: they are left alone.
     not_new = {

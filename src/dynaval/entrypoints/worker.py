@@ -1,0 +1,115 @@
+"""Background work on the task queue (huey): pushes, escalations, the sweep and the scheduled reconcile.
+
+Work is asked for as it arises: a stored candidate asks for a push of its round, a webhook whose
+decision wants more votes asks for an escalation. A push Label Studio fails is tried again when the
+round's backoff runs out (``push_retry_at``). Once a minute a periodic sweep scores candidates a
+crash left unscored and pushes and escalates every live round (the safety net for lost work), and
+reconciles them every ``DYNAVAL_RECONCILE_INTERVAL_S``. Every task is idempotent: the push lease,
+row locks and Label Studio lookups keep several consumers, on one machine or several, from doing
+the same work twice.
+
+Consumers: one runs in threads inside each service process by default (``DYNAVAL_EMBEDDED_WORKER``);
+``dynaval worker`` runs one on its own, for example on another machine with ``DYNAVAL_QUEUE_URL``
+pointing at a shared Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+
+from huey import Huey, crontab
+
+from dynaval.adapters.orm import RoundRow, as_utc
+from dynaval.domain.errors import DomainError, Unavailable
+from dynaval.service_layer.pushing import apply_escalations, background_pass, push_pending
+from dynaval.service_layer.services import Services
+from dynaval.service_layer.votes import reconcile_live_rounds
+
+log = logging.getLogger(__name__)
+LAST_RECONCILE_KEY = "dynaval:last-reconcile"
+
+
+class QueuedWork:
+    """The :class:`~dynaval.service_layer.services.WorkQueue` port on huey.
+
+    One request per round waits in the queue at a time: a flag in the queue's key-value store is set
+    when a task is enqueued and cleared when it starts, so a burst of 1,000 candidates enqueues one
+    push, not 1,000. Enqueueing never fails the caller: if the queue cannot be reached, the
+    minute's sweep does the work.
+    """
+
+    def __init__(self, services: Services, huey: Huey) -> None:
+        self._huey = huey
+        self._settings = services.settings
+
+        @huey.task(name="dynaval.push_round")
+        def push_round(round_id: int, retry: bool = False) -> None:
+            # From now on a new candidate (or a new failure) asks again.
+            huey.get(_flag("push-retry" if retry else "push", round_id))
+            try:
+                push_pending(services, round_id)
+            except Unavailable as exc:
+                log.warning("round %s: push failed, will retry: %s", round_id, exc.message)
+            # Whoever pushed (this task or a concurrent one) failed: try again when the backoff ends.
+            retry_at = _push_retry_at(services, round_id)
+            if retry_at is not None and huey.put_if_empty(_flag("push-retry", round_id), "1"):
+                push_round.schedule((round_id, True), eta=retry_at.astimezone(UTC).replace(tzinfo=None))
+
+        @huey.task(name="dynaval.escalate_round")
+        def escalate_round(round_id: int) -> None:
+            huey.get(_flag("escalate", round_id))
+            try:
+                apply_escalations(services, round_id)
+            except Unavailable as exc:
+                log.warning("round %s: escalation postponed: %s", round_id, exc.message)
+                escalate_round.schedule((round_id,), delay=max(1.0, self._settings.push_retry_base_s))
+
+        @huey.periodic_task(crontab(minute="*"), name="dynaval.sweep")
+        def sweep() -> None:
+            try:
+                background_pass(services)
+                self._reconcile_when_due(services)
+            except DomainError as exc:
+                log.warning("sweep postponed: %s", exc.message)
+
+        self._push_round = push_round
+        self._escalate_round = escalate_round
+        self.sweep = sweep
+
+    def push_soon(self, round_id: int) -> None:
+        self._enqueue("push", round_id, self._push_round)
+
+    def escalate_soon(self, round_id: int) -> None:
+        self._enqueue("escalate", round_id, self._escalate_round)
+
+    def _enqueue(self, kind: str, round_id: int, task: object) -> None:
+        try:
+            if self._huey.put_if_empty(_flag(kind, round_id), "1"):
+                task(round_id)  # type: ignore[operator]
+        except Exception as exc:  # the work is not lost: the sweep finds it
+            log.warning("could not enqueue %s of round %s (the sweep will do it): %r", kind, round_id, exc)
+
+    def _reconcile_when_due(self, services: Services) -> None:
+        interval = self._settings.reconcile_interval_s
+        if interval <= 0:
+            return
+        last = self._huey.get(LAST_RECONCILE_KEY, peek=True)
+        if last is not None and time.time() - float(last) < interval:
+            return
+        self._huey.put(LAST_RECONCILE_KEY, str(time.time()))
+        for round_id in reconcile_live_rounds(services):
+            apply_escalations(services, round_id)
+
+
+def _flag(kind: str, round_id: int) -> str:
+    return f"dynaval:{kind}-enqueued:{round_id}"
+
+
+def _push_retry_at(services: Services, round_id: int) -> datetime | None:
+    with services.database.unit_of_work() as session:
+        round_row = session.get(RoundRow, round_id)
+        if round_row is None or round_row.push_retry_at is None:
+            return None
+        return as_utc(round_row.push_retry_at)

@@ -1,0 +1,115 @@
+"""The task queue across processes: the service enqueues, a separate ``dynaval worker`` does the work.
+
+With ``DYNAVAL_QUEUE_URL`` pointing at the machine's Redis (127.0.0.1:6379) and no consumer in the
+service process, candidates stay queued until a ``dynaval worker`` process (as on another machine)
+pushes them into the real Label Studio; a burst of candidates enqueues one push, not one each.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from dynaval.bootstrap import bootstrap
+from dynaval.devtools.label_studio_server import LabelStudioServer, free_port
+from dynaval.entrypoints.app import create_app
+from tests.e2e.test_faults_push import ALL_VALIDATED, project_tasks, service_env, submit, wait_until
+from tests.fixtures.service import LiveService, make_settings
+
+pytestmark = pytest.mark.labelstudio
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture
+def queue_name() -> Iterator[str]:
+    """A queue of this test's own on the shared Redis, deleted afterwards."""
+    name = f"dynaval-test-{uuid.uuid4().hex[:10]}"
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.fail(f"Redis does not answer at {REDIS_URL}: {exc}", pytrace=False)
+    try:
+        yield name
+    finally:
+        keys = list(client.scan_iter(match=f"*{name}*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+
+def test_a_separate_worker_process_does_the_pushes_through_redis(
+    label_studio_server: LabelStudioServer, tmp_path: Path, tiny_model_dir: Path, queue_name: str
+) -> None:
+    port = free_port()
+    settings = make_settings(
+        database_url=f"sqlite:///{tmp_path / 'dynaval.sqlite3'}",
+        data_dir=tmp_path / "data",
+        label_studio_url=label_studio_server.url,
+        label_studio_api_key=label_studio_server.api_key,
+        public_url=f"http://127.0.0.1:{port}",
+        model_dir=tiny_model_dir,
+        queue_url=REDIS_URL,
+        queue_name=queue_name,
+        embedded_worker=False,
+    )
+    services = bootstrap(settings)
+    live = LiveService(app=create_app(services), services=services, port=port)
+    live.start_listening()
+    worker: subprocess.Popen[bytes] | None = None
+    try:
+        created = live.call(
+            "POST",
+            "/api/rounds",
+            json={"name": "queued", "task": "sentiment", "model": "default", "policy": ALL_VALIDATED},
+        )
+        assert created.status_code == 201, created.text
+        round_id, project_id = created.json()["id"], created.json()["label_studio_project_id"]
+        ids = submit(live.call, round_id, 20, "queue")
+        # No consumer yet: the work waits in Redis, one push for the whole burst.
+        assert services.task_queue.pending_count() == 1
+        assert {live.call("GET", f"/api/candidates/{c}").json()["status"] for c in ids} == {"queued"}
+
+        env = service_env(
+            tmp_path,
+            label_studio_server,
+            tiny_model_dir,
+            port,
+            DYNAVAL_QUEUE_URL=REDIS_URL,
+            DYNAVAL_QUEUE_NAME=queue_name,
+        )
+        log = (tmp_path / "worker.log").open("wb")
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "dynaval.entrypoints.cli", "worker", "--workers", "2"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        wait_until(
+            lambda: all(
+                live.call("GET", f"/api/candidates/{c}").json()["status"] == "in_validation" for c in ids
+            ),
+            90,
+            f"the worker to push every candidate (log: {tmp_path / 'worker.log'})",
+        )
+        assert project_tasks(label_studio_server, project_id) == Counter(dict.fromkeys(ids, 1))
+        assert services.task_queue.pending_count() == 0
+        # SIGTERM: the worker finishes what it runs and exits cleanly.
+        os.killpg(worker.pid, signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0, (tmp_path / "worker.log").read_text()[-2000:]
+        worker = None
+    finally:
+        if worker is not None:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(timeout=30)
+        live.close()
