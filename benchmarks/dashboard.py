@@ -194,7 +194,7 @@ def main() -> None:
             pseudonym_secret="benchmark-pseudonym-secret-01234",
             signing_secret="benchmark-signing-secret-0123456",
             label_studio_url="http://127.0.0.1:9",
-            background_interval_s=0,
+            embedded_worker=False,
             reconcile_interval_s=0,
         )
         services = bootstrap(settings)

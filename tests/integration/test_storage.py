@@ -7,6 +7,7 @@ of concurrent votes and the unique Label Studio task id of a candidate.
 from __future__ import annotations
 
 import sqlite3
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -239,3 +240,33 @@ def test_a_label_studio_task_belongs_to_one_candidate(database: Database) -> Non
         task_ids = session.exec(select(CandidateRow.label_studio_task_id)).all()
         assert sorted(t for t in task_ids if t is not None) == [4242]
         assert len(task_ids) == 3
+
+
+def test_a_long_read_does_not_hold_up_a_writer(database: Database) -> None:
+    """Reads (the dashboard's vote scans, exports) run beside writes (webhooks) instead of before them."""
+    round_id = new_round(database)
+    with database.reading() as reader:
+        assert reader.get(RoundRow, round_id) is not None
+        finished = threading.Event()
+
+        def write() -> None:
+            with database.unit_of_work() as session:
+                row = session.get(RoundRow, round_id)
+                assert row is not None
+                row.name = "renamed while a read was open"
+                session.add(row)
+                session.commit()
+            finished.set()
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        assert finished.wait(5), "the writer waited for the open read"
+        writer.join()
+    with database.reading() as reader:
+        row = reader.get(RoundRow, round_id)
+        assert row is not None and row.name == "renamed while a read was open"
+        row.name = "changed in a read-only session"
+        reader.add(row)
+    with database.reading() as reader:
+        row = reader.get(RoundRow, round_id)
+        assert row is not None and row.name == "renamed while a read was open"  # reads keep nothing

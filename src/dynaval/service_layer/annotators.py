@@ -15,7 +15,7 @@ from dynaval.service_layer.services import Services
 def annotators_report(services: Services, round_id: int) -> list[dict[str, Any]]:
     """One row per annotator who answered in the round, by pseudonymous id."""
     secret = services.settings.pseudonym_secret
-    with services.database.unit_of_work() as session:
+    with services.database.reading() as session:
         get_round(session, round_id)
         votes: Counter[str] = Counter(a for _item, a, _label in current_labelled_votes(session, round_id))
         statuses = annotator_statuses(session, round_id)

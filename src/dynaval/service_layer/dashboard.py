@@ -192,7 +192,7 @@ def annotators_fingerprint(session: Session, round_id: int) -> tuple[Any, ...]:
 
 
 def _round_agreement(services: Services, cache: FiguresCache, round_id: int) -> Cached[AgreementReport]:
-    with services.database.unit_of_work() as session:
+    with services.database.reading() as session:
         get_round(session, round_id)
         fingerprint = votes_fingerprint(session, round_id)
 
@@ -287,7 +287,7 @@ def _figures(row: RoundRow, counts: RoundCounts, cached: Cached[AgreementReport]
 
 def rounds_overview(services: Services, cache: FiguresCache) -> list[RoundFigures]:
     """Every round's figures, oldest first: counts, MER, VMER, and alpha with its 95% interval."""
-    with services.database.unit_of_work() as session:
+    with services.database.reading() as session:
         rows = list(session.exec(select(RoundRow).order_by(col(RoundRow.id))).all())
         counts = _counts(session, [r.id for r in rows if r.id is not None])
     return [
@@ -296,7 +296,7 @@ def rounds_overview(services: Services, cache: FiguresCache) -> list[RoundFigure
 
 
 def round_figures(services: Services, cache: FiguresCache, round_id: int) -> RoundFigures:
-    with services.database.unit_of_work() as session:
+    with services.database.reading() as session:
         row = get_round(session, round_id)
         counts = _counts(session, [round_id])[round_id]
     return _figures(row, counts, _round_agreement(services, cache, round_id))
@@ -311,7 +311,7 @@ class RoundNav:
 
 
 def round_nav(services: Services, round_id: int) -> RoundNav:
-    with services.database.unit_of_work() as session:
+    with services.database.reading() as session:
         row = get_round(session, round_id)
         return RoundNav(round_id, row.name)
 
@@ -383,7 +383,7 @@ def decision_queue(
     page = max(page, 1)
     q = q.strip()
     offset = (page - 1) * PAGE_SIZE
-    with services.database.unit_of_work() as session:
+    with services.database.reading() as session:
         round_row = get_round(session, round_id)
         fields = services.catalog.get(round_row.task_type).data_fields
         conditions: list[Any] = [CandidateRow.round_id == round_id]
@@ -517,7 +517,7 @@ class AnnotatorsView:
 
 def annotators_view(services: Services, cache: FiguresCache, round_id: int) -> AnnotatorsView:
     """The annotators' report, their pairwise agreement and the writer x validators confusion."""
-    with services.database.unit_of_work() as session:
+    with services.database.reading() as session:
         round_row = get_round(session, round_id)
         labels = list(round_row.labels)
         fingerprint = annotators_fingerprint(session, round_id)
@@ -550,7 +550,7 @@ def _confusion(services: Services, round_id: int, labels: list[str]) -> dict[str
     """Candidates by writer label and validators' majority label (from each candidate's latest rule
     decision, over its counted votes; candidates without a majority are left out)."""
     majority = col(CandidateRow.decision)["majority_label"].as_string()
-    with services.database.unit_of_work() as session:
+    with services.database.reading() as session:
         rows = session.exec(
             select(CandidateRow.writer_label, majority, func.count())
             .where(CandidateRow.round_id == round_id, majority.is_not(None))

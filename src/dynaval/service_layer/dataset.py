@@ -20,7 +20,7 @@ PAGE = 500
 
 
 def count_accepted(services: Services, round_id: int) -> int:
-    with services.database.unit_of_work() as session:
+    with services.database.reading() as session:
         get_round(session, round_id)
         return int(
             session.exec(
@@ -34,12 +34,12 @@ def count_accepted(services: Services, round_id: int) -> int:
 def iter_round_dataset(services: Services, round_id: int) -> Iterator[dict[str, Any]]:
     """Yield one provenance record per accepted candidate, ordered by submission, page by page."""
     secret = services.settings.pseudonym_secret
-    with services.database.unit_of_work() as session:
+    with services.database.reading() as session:
         round_row = get_round(session, round_id)
         round_info = {"id": round_row.id, "name": round_row.name, "state": round_row.state}
     after: tuple[Any, str] | None = None
     while True:
-        with services.database.unit_of_work() as session:
+        with services.database.reading() as session:
             statement = select(CandidateRow).where(
                 CandidateRow.round_id == round_id, CandidateRow.status == "accepted"
             )
@@ -65,7 +65,7 @@ def iter_round_dataset(services: Services, round_id: int) -> Iterator[dict[str, 
 
 def provenance_record(services: Services, candidate_id: str) -> dict[str, Any]:
     """Any candidate's provenance record, accepted or not: the same fields as a dataset record."""
-    with services.database.unit_of_work() as session:
+    with services.database.reading() as session:
         candidate = session.get(CandidateRow, candidate_id)
         if candidate is None:
             raise NotFound(f"candidate {candidate_id} does not exist", field="candidate_id")
