@@ -824,11 +824,28 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
+        # Where the latency goal holds: steady runs at lower multiples of Label Studio's rate.
+        ladder: list[tuple[float, LoadRun]] = []
+        for multiple in args.paced_ladder:
+            steady_rate = multiple * ls_rate.rate
+            bodies = factory.mix(max(200, round(steady_rate * args.paced_seconds)), rng)
+            steady = send_paced(url, webhook_secret, bodies, steady_rate, args.clients, args.time_cap)
+            ladder.append((multiple, steady))
+            print(
+                f"steady run at {multiple:g}x Label Studio ({steady_rate:.0f}/s): "
+                f"p50 {steady.p50_ms:.1f} ms, p99 {steady.p99_ms:.1f} ms, errors {steady.errors}",
+                flush=True,
+            )
+
         summary = client.call("GET", f"/api/rounds/{round_id}")
         rate = statistics.median(r.rate for r in runs)
         p50 = statistics.median(r.p50_ms for r in runs)
         p99 = statistics.median(r.p99_ms for r in runs)
-        errors = sum(r.errors for r in [*runs, *paced_runs]) + warm_run.errors + alone.errors
+        errors = (
+            sum(r.errors for r in [*runs, *paced_runs, *(run for _, run in ladder)])
+            + warm_run.errors
+            + alone.errors
+        )
         paced_p50 = statistics.median(r.p50_ms for r in paced_runs)
         paced_p99 = statistics.median(r.p99_ms for r in paced_runs)
         ratio = rate / ls_rate.rate
@@ -870,6 +887,11 @@ def run(args: argparse.Namespace) -> int:
             f"  one client at a time   p50 {alone.p50_ms:.1f} ms, p99 {alone.p99_ms:.1f} ms "
             f"(no queueing: the latency Label Studio's annotation request waits for)"
         )
+        for multiple, steady in ladder:
+            print(
+                f"  steady at {multiple:>4g}x LS     p50 {steady.p50_ms:.1f} ms, p99 {steady.p99_ms:.1f} ms "
+                f"({steady.sent} webhooks at {multiple * ls_rate.rate:.0f}/s)"
+            )
         print(f"  errors                 {errors} (all answers must be 200)")
         print(
             f"  round after the load   {summary['annotations']} annotations stored, "
@@ -914,6 +936,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--paced-seconds", type=float, default=10.0, help="length of each steady run at 30x LS's rate"
+    )
+    parser.add_argument(
+        "--paced-ladder",
+        type=lambda text: [float(x) for x in text.split(",") if x],
+        default=[5.0, 10.0, 20.0],
+        help="further steady runs at these multiples of LS's rate (comma-separated)",
     )
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
