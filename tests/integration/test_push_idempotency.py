@@ -23,7 +23,7 @@ from dynaval.adapters.orm import CandidateRow, RoundRow, as_utc, utcnow
 from dynaval.bootstrap import bootstrap
 from dynaval.devtools.label_studio_server import LabelStudioServer
 from dynaval.domain.errors import Unavailable
-from dynaval.service_layer import candidates, rounds
+from dynaval.service_layer import candidates, pushing, rounds
 from dynaval.service_layer.pushing import push_pending
 from dynaval.service_layer.services import Services
 from tests.fixtures.service import free_port, make_settings
@@ -236,3 +236,26 @@ def test_concurrent_pushes_import_each_candidate_once(harness: Harness) -> None:
     assert sum(results) == 6
     assert harness.tasks_per_candidate() == Counter(dict.fromkeys(ids, 1))
     assert all(r.status == "in_validation" for r in harness.rows().values())
+
+
+def test_a_lease_taken_over_stops_the_slow_holder_and_its_release_spares_the_new_one(
+    harness: Harness,
+) -> None:
+    services, rid = harness.services, harness.round_id
+    slow = pushing._take_push_lease(services, rid, force=False)
+    assert slow is not None
+    assert pushing._take_push_lease(services, rid, force=False) is None  # held
+    set_lease(harness, utcnow() - timedelta(seconds=1))  # the slow holder let it run out
+    fresh = pushing._take_push_lease(services, rid, force=False)
+    assert fresh is not None and fresh != slow
+    with pytest.raises(pushing.PushLeaseLost):
+        pushing._renew_push_lease(services, rid, slow)
+    pushing._release_push_lease(services, rid, slow)  # the slow holder's finally: a no-op now
+    with services.database.unit_of_work() as session:
+        round_row = session.get(RoundRow, rid)
+        assert round_row is not None and round_row.push_lease_until is not None
+        assert as_utc(round_row.push_lease_until) == fresh
+    pushing._release_push_lease(services, rid, fresh)
+    with services.database.unit_of_work() as session:
+        round_row = session.get(RoundRow, rid)
+        assert round_row is not None and round_row.push_lease_until is None

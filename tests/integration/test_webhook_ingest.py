@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
+from dynaval.adapters.label_studio import ExportedTask, ParsedAnnotation, parse_annotation
 from dynaval.adapters.orm import (
     AnnotationRow,
     AnnotatorStatusRow,
@@ -28,7 +29,7 @@ from dynaval.adapters.orm import (
 from dynaval.bootstrap import bootstrap
 from dynaval.domain.errors import InvalidInput, NotFound
 from dynaval.service_layer.services import Services
-from dynaval.service_layer.votes import ingest_webhook
+from dynaval.service_layer.votes import ingest_webhook, reconcile_round
 from tests.fixtures.service import make_settings
 
 PROJECT = 4242
@@ -363,3 +364,47 @@ def test_a_deletion_that_overtakes_the_creation_wins(services: Services) -> None
     assert ingest_webhook(services, newer).candidates_changed == 1
     with services.database.unit_of_work() as session:
         assert session.exec(select(DeletedAnnotationRow.id)).all() == [5]
+
+
+class SnapshotGateway:
+    """A fake of our Label Studio port for reconcile: its export is a fixed snapshot, and webhooks
+    that Label Studio sends while the export is applied are delivered right after it was taken."""
+
+    def __init__(
+        self, snapshot: list[ExportedTask], during_export: list[dict[str, Any]], services: Services
+    ) -> None:
+        self.snapshot = snapshot
+        self.during_export = during_export
+        self.services = services
+
+    def export_tasks(self, *, project_id: int, task_type: Any) -> Iterator[ExportedTask]:
+        for payload in self.during_export:
+            ingest_webhook(self.services, payload)
+        yield from self.snapshot
+
+
+def test_a_reconcile_keeps_what_webhooks_changed_after_its_export(services: Services) -> None:
+    """Annotation 3 was created, and annotation 1 deleted, after Label Studio's export was taken:
+    the reconcile neither drops the new vote nor brings the deleted one back."""
+    round_id = add_round(services)
+    candidate_id = add_candidate(services, round_id, task_id=97)
+    ingest_webhook(services, annotation_payload(1, 97, 101, "negative"))
+    task_type = services.catalog.get("sentiment")
+
+    def parsed(annotation_id: int, annotator: int) -> ParsedAnnotation:
+        raw = annotation_payload(annotation_id, 97, annotator, "negative")["annotation"]
+        return parse_annotation(raw, task_type)
+
+    snapshot = [
+        ExportedTask(task_id=97, candidate_id=candidate_id, annotations=[parsed(1, 101), parsed(2, 102)])
+    ]
+    during = [
+        annotation_payload(3, 97, 103, "negative"),
+        {"action": "ANNOTATIONS_DELETED", "project": {"id": PROJECT}, "annotations": [{"id": 1}]},
+    ]
+    services.label_studio = SnapshotGateway(snapshot, during, services)  # type: ignore[assignment]
+    report = reconcile_round(services, round_id)
+    assert report.added_or_updated == 1 and report.deleted == 0
+    assert [v[0] for v in candidate_state(services, candidate_id)[2]] == [2, 3]
+    with services.database.unit_of_work() as session:
+        assert session.exec(select(DeletedAnnotationRow.id)).all() == [1]  # still remembered

@@ -9,6 +9,7 @@ short under load); on PostgreSQL candidate rows are locked with ``SELECT ... FOR
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,8 @@ from typing import Any
 from sqlalchemy import event, text
 from sqlalchemy.engine import Engine, make_url
 from sqlmodel import Session, create_engine
+
+from dynaval.domain.errors import Unavailable
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 # The largest id an autoincrement INTEGER column (rounds, decisions, events) holds on every backend:
@@ -79,6 +82,7 @@ class Database:
         """``"ok"`` when a trivial query answers, else the error's class name."""
         try:
             with self.engine.connect() as connection:
+                connection = connection.execution_options(**{READ_ONLY_OPTION: True})
                 connection.execute(text("SELECT 1"))
         except Exception as exc:  # reported, not raised: health must answer
             return f"unavailable: {type(exc).__name__}"
@@ -104,37 +108,57 @@ def _make_sqlite_transactions_immediate(engine: Engine) -> None:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 
+    # Which DBAPI connections hold the lock. Kept apart from SQLAlchemy's connection.info, which is
+    # emptied when a connection is invalidated: the lock must still be released then.
+    holders: set[int] = set()
+
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
         if connection.get_execution_options().get(READ_ONLY_OPTION):
             connection.exec_driver_sql("BEGIN")
             return
         if not writer.acquire(timeout=SQLITE_WRITER_WAIT_S):
-            raise TimeoutError(f"the SQLite database stayed busy for {SQLITE_WRITER_WAIT_S:.0f} s")
-        connection.info["dynaval_writer_lock"] = True
+            raise Unavailable(f"the database stayed busy for {SQLITE_WRITER_WAIT_S:.0f} s; try again")
+        holders.add(id(connection.connection.dbapi_connection))
         try:
             connection.exec_driver_sql("BEGIN IMMEDIATE")
         except BaseException:
-            _release(connection)
+            _release(connection.connection.dbapi_connection)
             raise
 
-    def _release(connection: Any) -> None:
-        if connection.info.pop("dynaval_writer_lock", False):
-            writer.release()
+    def _release(dbapi_connection: Any) -> None:
+        key = id(dbapi_connection)
+        if key in holders:
+            holders.discard(key)
+            # Released from a thread that does not own it (a dropped session collected elsewhere).
+            with contextlib.suppress(RuntimeError):
+                writer.release()
+
+    # A connection invalidated, or returned to the pool without a commit or rollback event (a
+    # session dropped without closing): whatever lock it held goes with it.
+    @event.listens_for(engine, "invalidate")
+    def _on_invalidate(dbapi_connection: Any, _record: Any, _exception: Any) -> None:
+        _release(dbapi_connection)
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(dbapi_connection: Any, _record: Any) -> None:
+        _release(dbapi_connection)
 
     # These events fire before SQLAlchemy's own DBAPI commit or rollback. Ending the transaction
     # here first lets the lock go only once the file lock is free; SQLAlchemy's call that follows
     # finds no transaction open and does nothing.
     @event.listens_for(engine, "commit")
     def _on_commit(connection: Any) -> None:
+        dbapi_connection = connection.connection.dbapi_connection
         try:
-            connection.connection.dbapi_connection.commit()
+            dbapi_connection.commit()
         finally:
-            _release(connection)
+            _release(dbapi_connection)
 
     @event.listens_for(engine, "rollback")
     def _on_rollback(connection: Any) -> None:
+        dbapi_connection = connection.connection.dbapi_connection
         try:
-            connection.connection.dbapi_connection.rollback()
+            dbapi_connection.rollback()
         finally:
-            _release(connection)
+            _release(dbapi_connection)

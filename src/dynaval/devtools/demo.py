@@ -175,7 +175,7 @@ def run_round(service_url: str, lead: str, writer: str, server: LabelStudioServe
     for who in (2, 3):
         waiting = [c["id"] for c in fooled if candidate(c["id"])["status"] in ("escalated", "in_validation")]
         ever_escalated.update(cid for cid in waiting if candidate(cid)["status"] == "escalated")
-        time.sleep(2)  # let the background worker raise the tasks' overlap in Label Studio
+        time.sleep(2)  # let the task queue raise the tasks' overlap in Label Studio
         for cid in waiting:
             vote(cid, who)
     call("POST", f"/api/rounds/{round_id}/sync", lead)

@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from flask import Flask, jsonify
+from sqlalchemy.exc import OperationalError
 from werkzeug.exceptions import HTTPException
 
 from dynaval.adapters.task_queue import EmbeddedConsumer, start_embedded_consumer
@@ -83,7 +84,10 @@ def create_app(
 
     @app.errorhandler(DomainError)
     def domain_error(error: DomainError) -> Any:
-        return jsonify(error_body(error.code, error.message, error.field)), status_of(error)
+        response = jsonify(error_body(error.code, error.message, error.field))
+        if isinstance(error, Unavailable):
+            response.headers["Retry-After"] = "5"
+        return response, status_of(error)
 
     @app.errorhandler(HTTPException)
     def http_error(error: HTTPException) -> Any:
@@ -94,6 +98,14 @@ def create_app(
             413: f"the body must be at most {services.settings.max_body_bytes} bytes",
         }.get(status, error.description or error.name)
         return jsonify(error_body(code, message, field)), status
+
+    @app.errorhandler(OperationalError)
+    def database_unavailable(error: OperationalError) -> Any:
+        # A locked SQLite file or an unreachable PostgreSQL: nothing was written; the caller may retry.
+        log.warning("database unavailable: %s", type(error.orig).__name__)
+        response = jsonify(error_body("unavailable", "the database is busy or unreachable; try again", None))
+        response.headers["Retry-After"] = "1"
+        return response, 503
 
     @app.errorhandler(Exception)
     def unexpected(error: Exception) -> Any:

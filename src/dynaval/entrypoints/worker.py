@@ -55,7 +55,11 @@ class QueuedWork:
             # Whoever pushed (this task or a concurrent one) failed: try again when the backoff ends.
             retry_at = _push_retry_at(services, round_id)
             if retry_at is not None and huey.put_if_empty(_flag("push-retry", round_id), "1"):
-                push_round.schedule((round_id, True), eta=retry_at.astimezone(UTC).replace(tzinfo=None))
+                try:
+                    push_round.schedule((round_id, True), eta=retry_at.astimezone(UTC).replace(tzinfo=None))
+                except Exception:
+                    huey.get(_flag("push-retry", round_id))  # the sweep retries instead
+                    raise
 
         @huey.task(name="dynaval.escalate_round")
         def escalate_round(round_id: int) -> None:
@@ -85,9 +89,14 @@ class QueuedWork:
         self._enqueue("escalate", round_id, self._escalate_round)
 
     def _enqueue(self, kind: str, round_id: int, task: object) -> None:
+        flag = _flag(kind, round_id)
         try:
-            if self._huey.put_if_empty(_flag(kind, round_id), "1"):
-                task(round_id)  # type: ignore[operator]
+            if self._huey.put_if_empty(flag, "1"):
+                try:
+                    task(round_id)  # type: ignore[operator]
+                except Exception:
+                    self._huey.get(flag)  # not enqueued: the next caller must try again
+                    raise
         except Exception as exc:  # the work is not lost: the sweep finds it
             log.warning("could not enqueue %s of round %s (the sweep will do it): %r", kind, round_id, exc)
 
@@ -95,10 +104,11 @@ class QueuedWork:
         interval = self._settings.reconcile_interval_s
         if interval <= 0:
             return
-        last = self._huey.get(LAST_RECONCILE_KEY, peek=True)
-        if last is not None and time.time() - float(last) < interval:
+        # Every consumer runs the sweep; one of them takes each interval's slot, atomically.
+        current = int(time.time() // interval)
+        if not self._huey.put_if_empty(f"{LAST_RECONCILE_KEY}:{current}", "1"):
             return
-        self._huey.put(LAST_RECONCILE_KEY, str(time.time()))
+        self._huey.get(f"{LAST_RECONCILE_KEY}:{current - 1}")  # the previous slot's key is done with
         for round_id in reconcile_live_rounds(services):
             apply_escalations(services, round_id)
 

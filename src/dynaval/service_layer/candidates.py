@@ -53,7 +53,7 @@ def submit_candidate(
 
     ``submitted_by`` is the name of the token it came with; a writer reads back only the candidates
     submitted under their name. The candidate is stored (status ``scoring``) before the model runs,
-    so a model failure loses nothing: the background loop scores it later.
+    so a model failure loses nothing: the task queue's minute sweep scores it later.
     """
     return _submit(services, round_id, [(body, "")], submitted_by=submitted_by)[0]
 

@@ -31,6 +31,7 @@ from dynaval.adapters.orm import (
 )
 from dynaval.domain.agreement import AgreementReport
 from dynaval.domain.decision import Outcome
+from dynaval.domain.errors import Unavailable
 from dynaval.domain.metrics import RoundCounts, round_counts
 from dynaval.domain.votes import current_ballots
 from dynaval.service_layer import agreement, annotators, candidates, dataset, overrides
@@ -52,6 +53,8 @@ SEED = 0
 """The agreement figures shown are the API's defaults (``GET /api/rounds/<id>/agreement``)."""
 
 T = TypeVar("T")
+FIRST_COMPUTATION_WAIT_S = 120.0
+"""A first view waits this long for its figures at most, then answers 503 (the computation goes on)."""
 logger = logging.getLogger(__name__)
 
 
@@ -118,10 +121,14 @@ class FiguresCache:
                 run = self._start(key, fingerprint, compute)
             elif run.fingerprint != fingerprint:
                 self._queued[key] = (fingerprint, compute)
-        run.done.wait(self.wait_s if entry is not None else None)
+        finished = run.done.wait(self.wait_s if entry is not None else FIRST_COMPUTATION_WAIT_S)
         with self._lock:
             latest = self._entries.get(key)
         if latest is None:
+            if not finished:
+                raise Unavailable(
+                    f"the {kind} figures of round {round_id} are still being computed; try again shortly"
+                )
             if run.error is not None:
                 raise run.error
             # The run we waited for was an older fingerprint's and failed; ours is queued.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,12 +24,17 @@ from dynaval.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def _take_push_lease(services: Services, round_id: int, *, force: bool) -> bool:
+class PushLeaseLost(Exception):
+    """Another process took the round's push over (this one was too slow to renew its lease)."""
+
+
+def _take_push_lease(services: Services, round_id: int, *, force: bool) -> datetime | None:
     """Only one process pushes a round at a time: a conditional UPDATE is the lock.
 
-    The lease runs out after ``push_lease_s`` (renewed before every batch), so a process killed
-    mid-push holds up the next push that long at most. Unless ``force``, a round whose last push
-    failed waits for its ``push_retry_at``.
+    Returns the lease (its expiry time, which this process alone wrote, doubles as its ticket) or
+    None when another process holds it. The lease runs out after ``push_lease_s`` (renewed before
+    every batch, only by its holder), so a process killed mid-push holds up the next push that
+    long at most. Unless ``force``, a round whose last push failed waits for its ``push_retry_at``.
     """
     now = utcnow()
     conditions = [
@@ -37,24 +43,35 @@ def _take_push_lease(services: Services, round_id: int, *, force: bool) -> bool:
     ]
     if not force:
         conditions.append(or_(col(RoundRow.push_retry_at).is_(None), col(RoundRow.push_retry_at) <= now))
+    lease = _new_lease_time(services)
+    with services.database.unit_of_work() as session:
+        result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+            update(RoundRow).where(*conditions).values(push_lease_until=lease)
+        )
+        session.commit()
+        return lease if result.rowcount == 1 else None
+
+
+def _new_lease_time(services: Services) -> datetime:
+    # Random microseconds make each holder's expiry its own: renew and release match on it.
+    return utcnow() + timedelta(
+        seconds=services.settings.push_lease_s, microseconds=random.randrange(1_000_000)
+    )
+
+
+def _renew_push_lease(services: Services, round_id: int, lease: datetime) -> datetime:
+    """Extend this process's lease; raises :class:`PushLeaseLost` when another process took over."""
+    renewed = _new_lease_time(services)
     with services.database.unit_of_work() as session:
         result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
             update(RoundRow)
-            .where(*conditions)
-            .values(push_lease_until=now + timedelta(seconds=services.settings.push_lease_s))
+            .where(col(RoundRow.id) == round_id, col(RoundRow.push_lease_until) == lease)
+            .values(push_lease_until=renewed)
         )
         session.commit()
-        return bool(result.rowcount == 1)
-
-
-def _renew_push_lease(services: Services, round_id: int) -> None:
-    with services.database.unit_of_work() as session:
-        session.execute(
-            update(RoundRow)
-            .where(col(RoundRow.id) == round_id)
-            .values(push_lease_until=utcnow() + timedelta(seconds=services.settings.push_lease_s))
-        )
-        session.commit()
+    if result.rowcount != 1:
+        raise PushLeaseLost(f"round {round_id}: another process took the push over")
+    return renewed
 
 
 def push_backoff_s(settings: Settings, failures: int) -> float:
@@ -82,9 +99,14 @@ def _record_push_outcome(services: Services, round_id: int, *, failed: bool) -> 
         session.commit()
 
 
-def _release_push_lease(services: Services, round_id: int) -> None:
+def _release_push_lease(services: Services, round_id: int, lease: datetime) -> None:
+    """Give the lease back, unless it is no longer this process's."""
     with services.database.unit_of_work() as session:
-        session.execute(update(RoundRow).where(col(RoundRow.id) == round_id).values(push_lease_until=None))
+        session.execute(
+            update(RoundRow)
+            .where(col(RoundRow.id) == round_id, col(RoundRow.push_lease_until) == lease)
+            .values(push_lease_until=None)
+        )
         session.commit()
 
 
@@ -104,21 +126,33 @@ def push_pending(
     after each failure in a row (``push_retry_base_s`` up to ``push_retry_max_s``); ``force`` (a
     lead's sync) tries at once.
     """
-    if not _take_push_lease(services, round_id, force=force):
+    lease = _take_push_lease(services, round_id, force=force)
+    if lease is None:
         return 0
+    holder = _LeaseHolder(lease)
     try:
-        pushed = _push_under_lease(services, round_id, progress)
+        pushed = _push_under_lease(services, round_id, progress, holder)
     except Unavailable:
         _record_push_outcome(services, round_id, failed=True)
         raise
+    except PushLeaseLost as exc:
+        log.warning("%s; it carries on from here", exc)
+        return 0
     else:
         _record_push_outcome(services, round_id, failed=False)
         return pushed
     finally:
-        _release_push_lease(services, round_id)
+        _release_push_lease(services, round_id, holder.lease)
 
 
-def _push_under_lease(services: Services, round_id: int, progress: Callable[[int], None] | None) -> int:
+@dataclass
+class _LeaseHolder:
+    lease: datetime
+
+
+def _push_under_lease(
+    services: Services, round_id: int, progress: Callable[[int], None] | None, holder: _LeaseHolder
+) -> int:
     pushed = 0
     with services.database.unit_of_work() as session:
         round_row = session.get(RoundRow, round_id)
@@ -128,7 +162,7 @@ def _push_under_lease(services: Services, round_id: int, progress: Callable[[int
         policy = DecisionPolicy(**round_row.policy)
         overlap = policy.min_votes
     while True:
-        _renew_push_lease(services, round_id)
+        holder.lease = _renew_push_lease(services, round_id, holder.lease)
         with services.database.unit_of_work() as session:
             batch = session.exec(
                 select(CandidateRow)
@@ -141,6 +175,9 @@ def _push_under_lease(services: Services, round_id: int, progress: Callable[[int
             gold = gold_to_push(session, round_id, policy, len(batch))
             rows: list[CandidateRow | GoldItemRow] = [*batch, *gold]
             retried = [r.id for r in rows if r.push_attempted_at is not None]
+            # No transaction stays open across a Label Studio call (on SQLite it would hold the
+            # write lock, and every webhook, for as long as Label Studio takes to answer).
+            session.commit()
             # An earlier attempt may have created tasks whose ids never came back: ask first.
             existing = (
                 services.label_studio.find_tasks(project_id=project_id, candidate_ids=retried)
@@ -233,7 +270,7 @@ def apply_escalations(services: Services, round_id: int) -> int:
 
 
 def background_pass(services: Services) -> None:
-    """One pass of the background loop: score leftovers, push, escalate, for every live round."""
+    """One pass of the sweep (a periodic task): score leftovers, push and escalate every live round."""
     from dynaval.service_layer.candidates import score_pending
 
     score_pending(services)

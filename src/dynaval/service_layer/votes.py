@@ -6,6 +6,7 @@ import functools
 import hmac
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any, TypeGuard
 
 from sqlalchemy import Insert, Select, Update, and_, bindparam, or_, text
@@ -452,6 +453,10 @@ def reconcile_round(
     report = ReconcileReport()
     if project_id is None:
         return report
+    # The export is a snapshot; webhooks keep coming while it is applied. What changed here after it
+    # was taken is newer than the snapshot and stays: an annotation stored since is not "missing",
+    # and one deleted since is not brought back.
+    exported_at = utcnow()
     exported = list(services.label_studio.export_tasks(project_id=project_id, task_type=task_type))
     report.tasks = len(exported)
     gold_annotators: set[str] = set()
@@ -461,7 +466,9 @@ def reconcile_round(
             gold_item = _gold_item_of_task(session, round_id, task.task_id, task.candidate_id)
             if gold_item is not None:
                 report.gold_tasks += 1
-                gold_annotators |= _reconcile_gold_answers(session, gold_item, task.annotations, report)
+                gold_annotators |= _reconcile_gold_answers(
+                    session, gold_item, task.annotations, report, exported_at
+                )
                 session.commit()
                 continue
             candidate_id = session.exec(
@@ -476,16 +483,20 @@ def reconcile_round(
                 continue
             candidate = lock_candidate(session, candidate_id)
             assert candidate is not None
-            seen_ids = set()
+            seen_ids = {parsed.annotation_id for parsed in task.annotations}
+            deleted_since = _deleted_since(session, seen_ids, exported_at)
             for parsed in task.annotations:
-                seen_ids.add(parsed.annotation_id)
                 report.annotations_seen += 1
+                if parsed.annotation_id in deleted_since:
+                    continue
                 if _store_annotation(session, candidate, parsed, source="reconcile"):
                     report.added_or_updated += 1
-            _forget_deletions(session, seen_ids)
+            _forget_deletions(session, seen_ids - deleted_since)
             stale = session.exec(
                 select(AnnotationRow.id).where(
-                    AnnotationRow.candidate_id == candidate_id, col(AnnotationRow.id).not_in(seen_ids or {-1})
+                    AnnotationRow.candidate_id == candidate_id,
+                    col(AnnotationRow.id).not_in(seen_ids or {-1}),
+                    col(AnnotationRow.received_at) < exported_at,
                 )
             ).all()
             if stale:
@@ -523,19 +534,27 @@ def _gold_item_of_task(
 
 
 def _reconcile_gold_answers(
-    session: Session, gold_item: GoldItemRow, annotations: list[ParsedAnnotation], report: ReconcileReport
+    session: Session,
+    gold_item: GoldItemRow,
+    annotations: list[ParsedAnnotation],
+    report: ReconcileReport,
+    exported_at: datetime,
 ) -> set[str]:
-    """Make the stored answers of one gold item equal Label Studio's; returns the annotators touched."""
+    """Make the stored answers of one gold item equal Label Studio's export taken at ``exported_at``
+    (what changed here since is kept); returns the annotators touched."""
     seen = {a.annotation_id for a in annotations}
     touched = {a.annotator_id for a in annotations}
-    _forget_deletions(session, seen)
+    deleted_since = _deleted_since(session, seen, exported_at)
+    _forget_deletions(session, seen - deleted_since)
     for parsed in annotations:
         report.annotations_seen += 1
-        if store_gold_answer(session, gold_item, parsed):
+        if parsed.annotation_id not in deleted_since and store_gold_answer(session, gold_item, parsed):
             report.added_or_updated += 1
     stale = session.exec(
         select(GoldAnswerRow).where(
-            GoldAnswerRow.gold_item_id == gold_item.id, col(GoldAnswerRow.id).not_in(seen or {-1})
+            GoldAnswerRow.gold_item_id == gold_item.id,
+            col(GoldAnswerRow.id).not_in(seen or {-1}),
+            col(GoldAnswerRow.received_at) < exported_at,
         )
     ).all()
     for row in stale:
@@ -544,6 +563,20 @@ def _reconcile_gold_answers(
         report.deleted += 1
     session.flush()
     return touched
+
+
+def _deleted_since(session: Session, annotation_ids: set[int], moment: datetime) -> set[int]:
+    """Which of these annotations a webhook said were deleted at or after ``moment``."""
+    if not annotation_ids:
+        return set()
+    return set(
+        session.exec(
+            select(DeletedAnnotationRow.id).where(
+                col(DeletedAnnotationRow.id).in_(annotation_ids),
+                col(DeletedAnnotationRow.deleted_at) >= moment,
+            )
+        ).all()
+    )
 
 
 def _forget_deletions(session: Session, annotation_ids: set[int]) -> None:
