@@ -575,65 +575,21 @@ class PayloadFactory:
 # ---------------------------------------------------------------------------------------- load
 
 
-def send_load(url: str, secret: str, bodies: Sequence[bytes], clients: int, time_cap_s: float) -> LoadRun:
-    """POST every body once from ``clients`` threads (keep-alive sessions); stop at the time cap."""
-    headers = {"Content-Type": "application/json", SECRET_HEADER: secret}
-    next_index = iter(range(len(bodies)))
-    take = threading.Lock()
-    barrier = threading.Barrier(clients + 1)
-    stop_at = [0.0]
-    results: list[tuple[list[float], int, list[str]]] = []
-
-    def client() -> None:
-        latencies: list[float] = []
-        errors = 0
-        samples: list[str] = []
-        with requests.Session() as session:
-            session.headers.update(headers)
-            barrier.wait()
-            while time.perf_counter() < stop_at[0]:
-                with take:
-                    index = next(next_index, None)
-                if index is None:
-                    break
-                started = time.perf_counter()
-                try:
-                    response = session.post(url, data=bodies[index], timeout=30)
-                    ok = response.status_code == 200
-                    detail = f"HTTP {response.status_code}: {response.text[:200]}"
-                except requests.RequestException as exc:
-                    ok, detail = False, f"{type(exc).__name__}: {exc}"
-                elapsed = time.perf_counter() - started
-                if ok:
-                    latencies.append(elapsed)
-                else:
-                    errors += 1
-                    if len(samples) < 3:
-                        samples.append(detail)
-        results.append((latencies, errors, samples))
-
-    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
-    for thread in threads:
-        thread.start()
-    began = time.perf_counter()
-    stop_at[0] = began + time_cap_s
-    barrier.wait()
-    for thread in threads:
-        thread.join()
-    seconds = time.perf_counter() - began
-    latencies = [value for r in results for value in r[0]]
-    errors = sum(r[1] for r in results)
-    samples = [s for r in results for s in r[2]][:5]
-    return LoadRun(seconds, latencies, errors, samples, sent=len(latencies) + errors)
-
-
-def send_paced(
-    url: str, secret: str, bodies: Sequence[bytes], rate: float, clients: int, time_cap_s: float
+def send_load(
+    url: str,
+    secret: str,
+    bodies: Sequence[bytes],
+    clients: int,
+    time_cap_s: float,
+    *,
+    rate: float | None = None,
 ) -> LoadRun:
-    """POST the bodies at a steady ``rate`` (open loop), as Label Studio's annotators would, only faster.
+    """POST every body once from ``clients`` threads (keep-alive sessions); stop at the time cap.
 
-    Request i is due at ``start + i / rate``; its latency counts from that moment, so a request that
-    had to wait for a free client thread is charged for the wait (no coordinated omission).
+    Without ``rate`` the clients send back to back and a latency counts from the request's start.
+    With ``rate`` the load is open loop, as Label Studio's annotators would send, only faster:
+    request i is due at ``start + i / rate`` and its latency counts from that moment, so a request
+    that had to wait for a free client thread is charged for the wait (no coordinated omission).
     """
     headers = {"Content-Type": "application/json", SECRET_HEADER: secret}
     next_index = iter(range(len(bodies)))
@@ -654,10 +610,15 @@ def send_paced(
                     index = next(next_index, None)
                 if index is None:
                     break
-                due = start[0] + index / rate
-                if due - start[0] > time_cap_s:
-                    break
-                time.sleep(max(0.0, due - time.perf_counter()))
+                if rate is None:
+                    if time.perf_counter() - start[0] > time_cap_s:
+                        break
+                    counted_from = time.perf_counter()
+                else:
+                    counted_from = start[0] + index / rate
+                    if counted_from - start[0] > time_cap_s:
+                        break
+                    time.sleep(max(0.0, counted_from - time.perf_counter()))
                 try:
                     response = session.post(url, data=bodies[index], timeout=30)
                     ok = response.status_code == 200
@@ -665,7 +626,7 @@ def send_paced(
                 except requests.RequestException as exc:
                     ok, detail = False, f"{type(exc).__name__}: {exc}"
                 if ok:
-                    latencies.append(time.perf_counter() - due)
+                    latencies.append(time.perf_counter() - counted_from)
                 else:
                     errors += 1
                     if len(samples) < 3:
@@ -675,7 +636,7 @@ def send_paced(
     threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
     for thread in threads:
         thread.start()
-    start[0] = time.perf_counter() + 0.05
+    start[0] = time.perf_counter() + (0.05 if rate is not None else 0.0)  # paced: all threads ready first
     barrier.wait()
     for thread in threads:
         thread.join()
@@ -806,7 +767,7 @@ def run(args: argparse.Namespace) -> int:
         for repeat in range(1, args.repeats + 1):
             bodies = factory.mix(max(200, round(paced_rate * args.paced_seconds)), rng)
             cpu_before = service.cpu_seconds()
-            paced = send_paced(url, webhook_secret, bodies, paced_rate, args.clients, args.time_cap)
+            paced = send_load(url, webhook_secret, bodies, args.clients, args.time_cap, rate=paced_rate)
             paced.server_cpu_s = service.cpu_seconds() - cpu_before
             paced_runs.append(paced)
             print(
@@ -829,7 +790,7 @@ def run(args: argparse.Namespace) -> int:
         for multiple in args.paced_ladder:
             steady_rate = multiple * ls_rate.rate
             bodies = factory.mix(max(200, round(steady_rate * args.paced_seconds)), rng)
-            steady = send_paced(url, webhook_secret, bodies, steady_rate, args.clients, args.time_cap)
+            steady = send_load(url, webhook_secret, bodies, args.clients, args.time_cap, rate=steady_rate)
             ladder.append((multiple, steady))
             print(
                 f"steady run at {multiple:g}x Label Studio ({steady_rate:.0f}/s): "

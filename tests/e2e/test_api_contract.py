@@ -88,6 +88,29 @@ def test_health_answers_without_a_token(database_url: str, tmp_path: Path) -> No
     assert isinstance(body["version"], str) and body["version"]
 
 
+def test_an_unreachable_database_answers_503_with_retry_after(tmp_path: Path) -> None:
+    settings = make_settings(
+        database_url=f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/nowhere",
+        data_dir=tmp_path / "data",
+        label_studio_url=f"http://127.0.0.1:{free_port()}",
+        label_studio_api_key="unused-in-these-tests",
+        public_url="http://127.0.0.1:8000",
+        model_dir=tmp_path / "no-model",
+    )
+    application = create_app(bootstrap(settings, migrate=False), start_background=False)
+    try:
+        client = application.test_client()
+        response = client.get("/api/rounds", headers={"Authorization": f"Bearer {LEAD_TOKEN}"})
+        health = client.get("/health").get_json()
+    finally:
+        shutdown(application)
+    assert response.status_code == 503 and response.headers["Retry-After"] == "1"
+    error = response.get_json()["error"]
+    assert error["code"] == "unavailable" and "database" in error["message"]
+    assert "postgres@" not in response.get_data(as_text=True)  # no connection details
+    assert health["database"].startswith("unavailable")
+
+
 # ------------------------------------------------------------------------------------ OpenAPI
 
 

@@ -21,7 +21,10 @@ import requests
 from sqlmodel import select
 
 from dynaval.adapters.orm import CandidateRow, RoundRow, as_utc
+from dynaval.bootstrap import bootstrap
 from dynaval.devtools.label_studio_server import LabelStudioServer, free_port
+from dynaval.entrypoints.app import create_app
+from dynaval.settings import Settings
 from tests.fixtures.service import (
     LEAD_TOKEN,
     PSEUDONYM_SECRET,
@@ -68,6 +71,32 @@ def submit(call: Callable[..., requests.Response], round_id: int, n: int, prefix
     return ids
 
 
+def create_round(call: Callable[..., requests.Response], name: str) -> tuple[int, int]:
+    """A round that validates every candidate; returns its id and its Label Studio project id."""
+    created = call(
+        "POST",
+        "/api/rounds",
+        json={"name": name, "task": "sentiment", "model": "default", "policy": ALL_VALIDATED},
+    )
+    assert created.status_code == 201, created.text
+    return created.json()["id"], created.json()["label_studio_project_id"]
+
+
+def sqlite_settings(
+    tmp_path: Path, server: LabelStudioServer, model_dir: Path, port: int, **overrides: Any
+) -> Settings:
+    """The test settings on a SQLite file in ``tmp_path``, wired to ``server``, served on ``port``."""
+    return make_settings(
+        database_url=f"sqlite:///{tmp_path / 'dynaval.sqlite3'}",
+        data_dir=tmp_path / "data",
+        label_studio_url=server.url,
+        label_studio_api_key=server.api_key,
+        public_url=f"http://127.0.0.1:{port}",
+        model_dir=model_dir,
+        **overrides,
+    )
+
+
 # ------------------------------------------------------------------ Label Studio down while candidates arrive
 
 
@@ -85,17 +114,12 @@ def own_label_studio(tmp_path: Path) -> Iterator[LabelStudioServer]:
 def test_label_studio_down_while_candidates_arrive(
     own_label_studio: LabelStudioServer, tmp_path: Path, tiny_model_dir: Path
 ) -> None:
-    from dynaval.bootstrap import bootstrap
-    from dynaval.entrypoints.app import create_app
-
     port = free_port()
-    settings = make_settings(
-        database_url=f"sqlite:///{tmp_path / 'dynaval.sqlite3'}",
-        data_dir=tmp_path / "data",
-        label_studio_url=own_label_studio.url,
-        label_studio_api_key=own_label_studio.api_key,
-        public_url=f"http://127.0.0.1:{port}",
-        model_dir=tiny_model_dir,
+    settings = sqlite_settings(
+        tmp_path,
+        own_label_studio,
+        tiny_model_dir,
+        port,
         label_studio_timeout_s=1,
         push_retry_base_s=0.5,
         push_retry_max_s=2.0,
@@ -104,13 +128,7 @@ def test_label_studio_down_while_candidates_arrive(
     live = LiveService(app=create_app(services, start_background=True), services=services, port=port)
     live.start_listening()
     try:
-        created = live.call(
-            "POST",
-            "/api/rounds",
-            json={"name": "ls down", "task": "sentiment", "model": "default", "policy": ALL_VALIDATED},
-        )
-        assert created.status_code == 201, created.text
-        round_id, project_id = created.json()["id"], created.json()["label_studio_project_id"]
+        round_id, project_id = create_round(live.call, "ls down")
 
         own_label_studio.stop()
         ids = submit(live.call, round_id, 12, "down")
@@ -227,14 +245,7 @@ class ServiceProcess:
 def service_env(
     tmp_path: Path, server: LabelStudioServer, model_dir: Path, port: int, **extra: str
 ) -> dict[str, str]:
-    settings = make_settings(
-        database_url=f"sqlite:///{tmp_path / 'dynaval.sqlite3'}",
-        data_dir=tmp_path / "data",
-        label_studio_url=server.url,
-        label_studio_api_key=server.api_key,
-        public_url=f"http://127.0.0.1:{port}",
-        model_dir=model_dir,
-    )
+    settings = sqlite_settings(tmp_path, server, model_dir, port)
     env = {k: v for k, v in os.environ.items() if not k.startswith("DYNAVAL_")}
     env.update(
         {
@@ -269,13 +280,7 @@ def test_sigkill_in_the_middle_of_a_bulk_push_then_restart(
     quiet = ServiceProcess({**base, "DYNAVAL_EMBEDDED_WORKER": "false"}, port, log)
     quiet.start()
     try:
-        created = quiet.call(
-            "POST",
-            "/api/rounds",
-            json={"name": "sigkill", "task": "sentiment", "model": "default", "policy": ALL_VALIDATED},
-        )
-        assert created.status_code == 201, created.text
-        round_id, project_id = created.json()["id"], created.json()["label_studio_project_id"]
+        round_id, project_id = create_round(quiet.call, "sigkill")
         ids = submit(quiet.call, round_id, total, "killed")
     finally:
         quiet.stop()

@@ -22,8 +22,15 @@ import redis
 from dynaval.bootstrap import bootstrap
 from dynaval.devtools.label_studio_server import LabelStudioServer, free_port
 from dynaval.entrypoints.app import create_app
-from tests.e2e.test_faults_push import ALL_VALIDATED, project_tasks, service_env, submit, wait_until
-from tests.fixtures.service import LiveService, make_settings
+from tests.e2e.test_faults_push import (
+    create_round,
+    project_tasks,
+    service_env,
+    sqlite_settings,
+    submit,
+    wait_until,
+)
+from tests.fixtures.service import LiveService
 
 pytestmark = pytest.mark.labelstudio
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -51,13 +58,11 @@ def test_a_separate_worker_process_does_the_pushes_through_redis(
     label_studio_server: LabelStudioServer, tmp_path: Path, tiny_model_dir: Path, queue_name: str
 ) -> None:
     port = free_port()
-    settings = make_settings(
-        database_url=f"sqlite:///{tmp_path / 'dynaval.sqlite3'}",
-        data_dir=tmp_path / "data",
-        label_studio_url=label_studio_server.url,
-        label_studio_api_key=label_studio_server.api_key,
-        public_url=f"http://127.0.0.1:{port}",
-        model_dir=tiny_model_dir,
+    settings = sqlite_settings(
+        tmp_path,
+        label_studio_server,
+        tiny_model_dir,
+        port,
         queue_url=REDIS_URL,
         queue_name=queue_name,
         embedded_worker=False,
@@ -67,13 +72,7 @@ def test_a_separate_worker_process_does_the_pushes_through_redis(
     live.start_listening()
     worker: subprocess.Popen[bytes] | None = None
     try:
-        created = live.call(
-            "POST",
-            "/api/rounds",
-            json={"name": "queued", "task": "sentiment", "model": "default", "policy": ALL_VALIDATED},
-        )
-        assert created.status_code == 201, created.text
-        round_id, project_id = created.json()["id"], created.json()["label_studio_project_id"]
+        round_id, project_id = create_round(live.call, "queued")
         ids = submit(live.call, round_id, 20, "queue")
         # No consumer yet: the work waits in Redis, one push for the whole burst.
         assert services.task_queue.pending_count() == 1

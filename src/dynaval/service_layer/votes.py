@@ -15,6 +15,7 @@ from sqlalchemy import select as sa_select
 from sqlalchemy import update as sa_update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Connection
 from sqlalchemy.sql.dml import ReturningInsert
 from sqlmodel import Session, col, delete, select
 
@@ -55,44 +56,39 @@ def check_webhook_secret(services: Services, presented: str | None) -> None:
 
 
 def _store_annotation(
-    session: Session, candidate: CandidateRow, parsed: ParsedAnnotation, *, source: str
+    connection: Connection, candidate_id: str, round_id: int, parsed: ParsedAnnotation, *, source: str
 ) -> bool:
-    """Insert or update one annotation row; an older copy never overwrites a newer one."""
-    row = session.get(AnnotationRow, parsed.annotation_id)
-    if row is not None and row.candidate_id != candidate.id:
-        raise InvalidInput("annotation id belongs to another candidate", field="annotation.id")
-    if row is not None and as_utc(row.updated_at) > as_utc(parsed.updated_at):
-        return False  # a late, older delivery
-    values: dict[str, Any] = {
-        "annotator_id": parsed.annotator_id,
-        "label": parsed.label,
-        "flagged": parsed.flagged,
-        "flag_reason": parsed.reason,
-        "was_cancelled": parsed.was_cancelled,
-        "lead_time_s": parsed.lead_time_s,
-        "created_at": parsed.created_at,
-        "updated_at": parsed.updated_at,
-    }
-    if row is None:
-        session.add(
-            AnnotationRow(
-                id=parsed.annotation_id,
-                candidate_id=candidate.id,
-                round_id=candidate.round_id,
-                source=source,
-                **values,
-            )
-        )
+    """Insert or update one annotation row (webhook and reconcile alike); returns whether it changed.
+
+    One upsert that only overwrites an older copy of the same candidate's annotation: a late or
+    repeated delivery changes nothing, and an annotation id of another candidate is refused.
+    """
+    statements = _vote_statements(connection.dialect.name)
+    written = connection.execute(
+        statements.upsert_annotation,
+        {
+            "id": parsed.annotation_id,
+            "candidate_id": candidate_id,
+            "round_id": round_id,
+            "annotator_id": parsed.annotator_id,
+            "label": parsed.label,
+            "flagged": parsed.flagged,
+            "flag_reason": parsed.reason,
+            "was_cancelled": parsed.was_cancelled,
+            "lead_time_s": parsed.lead_time_s,
+            "created_at": parsed.created_at,
+            "updated_at": parsed.updated_at,
+            # When it last changed here: the dashboard's figure cache keys on it.
+            "received_at": utcnow(),
+            "source": source,
+        },
+    )
+    if written.first() is not None:
         return True
-    same_content = all(getattr(row, k) == v for k, v in values.items() if not k.endswith("_at"))
-    if same_content and as_utc(row.updated_at) == as_utc(parsed.updated_at):
-        return False
-    for key, value in values.items():
-        setattr(row, key, value)
-    row.source = source
-    row.received_at = utcnow()  # when it last changed here: the dashboard's figure cache keys on it
-    session.add(row)
-    return True
+    owner = connection.execute(statements.annotation_owner, {"id": parsed.annotation_id}).scalar()
+    if owner != candidate_id:
+        raise InvalidInput("annotation id belongs to another candidate", field="annotation.id")
+    return False
 
 
 _ANNOTATION_LOCK = text("SELECT pg_advisory_xact_lock(i) FROM unnest(CAST(:ids AS bigint[])) AS i")
@@ -203,28 +199,7 @@ def _apply_annotation(
         session.flush()
         changed = apply_gold_rule(session, get_round(session, round_row.id), [parsed.annotator_id])
         return changed, changed > 0
-    written = connection.execute(
-        statements.upsert_annotation,
-        {
-            "id": parsed.annotation_id,
-            "candidate_id": candidate.id,
-            "round_id": round_row.id,
-            "annotator_id": parsed.annotator_id,
-            "label": parsed.label,
-            "flagged": parsed.flagged,
-            "flag_reason": parsed.reason,
-            "was_cancelled": parsed.was_cancelled,
-            "lead_time_s": parsed.lead_time_s,
-            "created_at": parsed.created_at,
-            "updated_at": parsed.updated_at,
-            "received_at": utcnow(),
-            "source": "webhook",
-        },
-    )
-    if written.first() is None:
-        owner = connection.execute(statements.annotation_owner, {"id": parsed.annotation_id}).scalar()
-        if owner != candidate.id:
-            raise InvalidInput("annotation id belongs to another candidate", field="annotation.id")
+    if not _store_annotation(connection, candidate.id, round_row.id, parsed, source="webhook"):
         return 0, False  # a repeated or older delivery: the stored votes already say this
     records = []
     excluded = set()
@@ -489,7 +464,9 @@ def reconcile_round(
                 report.annotations_seen += 1
                 if parsed.annotation_id in deleted_since:
                     continue
-                if _store_annotation(session, candidate, parsed, source="reconcile"):
+                if _store_annotation(
+                    session.connection(), candidate.id, candidate.round_id, parsed, source="reconcile"
+                ):
                     report.added_or_updated += 1
             _forget_deletions(session, seen_ids - deleted_since)
             stale = session.exec(
