@@ -28,6 +28,8 @@ from dynaval.adapters.orm import (
 )
 from dynaval.bootstrap import bootstrap
 from dynaval.domain.errors import InvalidInput, NotFound
+from dynaval.domain.votes import current_ballots
+from dynaval.service_layer.decisions import annotation_records_of
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.votes import ingest_webhook, reconcile_round
 from tests.fixtures.service import make_settings
@@ -313,6 +315,42 @@ def test_flags_cancelled_and_deleted_annotations(services: Services) -> None:
     status, _decisions, votes = candidate_state(services, candidate_id)
     assert status == "in_validation"
     assert [v[0] for v in votes] == [1, 2, 4]
+
+
+def test_only_each_annotators_latest_counting_annotation_is_their_vote(services: Services) -> None:
+    """An annotator who annotated a task several times votes once: with their latest annotation
+    that counts (not cancelled, not empty); a tie in time goes to the higher annotation id. The
+    database picks it; the result must be the domain rule's over every stored annotation."""
+    round_id = add_round(services)
+    candidate_id = add_candidate(services, round_id, task_id=85)
+    at = [T0 + timedelta(minutes=m) for m in range(6)]
+    stream = [
+        annotation_payload(1, 85, 101, "positive", updated=at[0]),
+        annotation_payload(2, 85, 101, "negative", updated=at[1]),
+        annotation_payload(3, 85, 101, None, updated=at[2], was_cancelled=True),  # skipped: not a vote
+        annotation_payload(4, 85, 102, "positive", updated=at[3]),
+        annotation_payload(5, 85, 102, "negative", updated=at[3]),  # same time, higher id: this one
+        annotation_payload(6, 85, 103, "positive", updated=at[4]),
+        annotation_payload(7, 85, 103, None, updated=at[5]),  # empty: not a vote
+    ]
+    for payload in stream:
+        ingest_webhook(services, payload)
+    with services.database.unit_of_work() as session:
+        candidate = session.get(CandidateRow, candidate_id)
+        assert candidate is not None and candidate.decision is not None
+        stored = session.exec(select(AnnotationRow).where(AnnotationRow.candidate_id == candidate_id)).all()
+        expected = [
+            {"annotator": b.annotator, "label": b.label, "flagged": b.flagged, "reason": b.reason}
+            for b in current_ballots(annotation_records_of(stored))
+        ]
+    assert len(stored) == 7
+    assert candidate.decision["ballots"] == expected
+    assert [(b["annotator"], b["label"]) for b in expected] == [
+        ("101", "negative"),
+        ("102", "negative"),
+        ("103", "positive"),
+    ]
+    assert candidate.status == "escalated"  # 2 of 3 agree with the writer: one more vote is wanted
 
 
 def test_time_zones_are_compared_as_instants(services: Services) -> None:

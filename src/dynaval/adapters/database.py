@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event, text
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlmodel import Session, create_engine
 
 from dynaval.domain.errors import Unavailable
@@ -65,6 +65,13 @@ class Database:
             # close() rolls back whatever was not committed; unlike rollback() it leaves the loaded
             # objects readable (detached), so use cases can return them.
             session.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """A Core connection in a write transaction, committed when the block ends, rolled back on
+        an error. No ORM session to set up: for the webhook's few statements."""
+        with self.engine.begin() as connection:
+            yield connection
 
     @contextmanager
     def reading(self) -> Iterator[Session]:

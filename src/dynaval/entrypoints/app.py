@@ -21,6 +21,7 @@ from dynaval.domain.errors import (
 )
 from dynaval.entrypoints.auth import Unauthorized
 from dynaval.entrypoints.openapi import build_openapi
+from dynaval.entrypoints.webhook_wsgi import WebhookFastPath
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.votes import WebhookUnauthorized
 from dynaval.settings import Settings
@@ -49,6 +50,21 @@ def status_of(error: DomainError) -> int:
 
 def error_body(code: str, message: str, field: str | None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "field": field}}
+
+
+def render_error(error: Exception) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """Status, JSON body and extra headers of the answer to ``error`` (no HTTP exception)."""
+    if isinstance(error, DomainError):
+        headers = {"Retry-After": "5"} if isinstance(error, Unavailable) else {}
+        return status_of(error), error_body(error.code, error.message, error.field), headers
+    if isinstance(error, OperationalError):
+        # A locked SQLite file or an unreachable PostgreSQL: nothing was written; the caller may retry.
+        log.warning("database unavailable: %s", type(error.orig).__name__)
+        body = error_body("unavailable", "the database is busy or unreachable; try again", None)
+        return 503, body, {"Retry-After": "1"}
+    # Log the traceback for operators; the caller gets no internals.
+    log.error("unhandled error", exc_info=error)
+    return 500, error_body("internal", "internal error; the operator's log has the details", None), {}
 
 
 def create_app(
@@ -82,12 +98,12 @@ def create_app(
     def openapi() -> Any:
         return jsonify(build_openapi(app))
 
-    @app.errorhandler(DomainError)
-    def domain_error(error: DomainError) -> Any:
-        response = jsonify(error_body(error.code, error.message, error.field))
-        if isinstance(error, Unavailable):
-            response.headers["Retry-After"] = "5"
-        return response, status_of(error)
+    def render(error: Exception) -> Any:
+        status, body, headers = render_error(error)
+        return jsonify(body), status, headers
+
+    app.register_error_handler(DomainError, render)
+    app.register_error_handler(OperationalError, render)
 
     @app.errorhandler(HTTPException)
     def http_error(error: HTTPException) -> Any:
@@ -99,21 +115,10 @@ def create_app(
         }.get(status, error.description or error.name)
         return jsonify(error_body(code, message, field)), status
 
-    @app.errorhandler(OperationalError)
-    def database_unavailable(error: OperationalError) -> Any:
-        # A locked SQLite file or an unreachable PostgreSQL: nothing was written; the caller may retry.
-        log.warning("database unavailable: %s", type(error.orig).__name__)
-        response = jsonify(error_body("unavailable", "the database is busy or unreachable; try again", None))
-        response.headers["Retry-After"] = "1"
-        return response, 503
-
-    @app.errorhandler(Exception)
-    def unexpected(error: Exception) -> Any:
-        # Log the traceback for operators; the caller gets no internals.
-        log.exception("unhandled error")
-        return jsonify(
-            error_body("internal", "internal error; the operator's log has the details", None)
-        ), 500
+    app.register_error_handler(Exception, render)
+    # Label Studio's webhook is answered before Flask's request machinery (the same use case and
+    # error bodies); see dynaval.entrypoints.webhook_wsgi.
+    app.wsgi_app = WebhookFastPath(app.wsgi_app, services, render_error)  # type: ignore[method-assign]
 
     run_background = start_background if start_background is not None else services.settings.embedded_worker
     if run_background:

@@ -8,6 +8,7 @@ use case runs, so a refused request changes nothing.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import time
 from typing import Any
@@ -99,6 +100,27 @@ def read_body() -> bytes:
     if request.content_length is None and len(data) >= limit and request.environ["wsgi.input"].read(1):
         raise TooLarge(f"the body must be at most {limit} bytes", field="body")
     return data
+
+
+def parse_json(data: bytes, *, strict: bool) -> object:
+    """A request body's JSON value, or None when it is not JSON (or not UTF-8). ``strict`` refuses
+    NaN and Infinity (not JSON, though Python writes them) and text no database column takes,
+    naming where it is; lenient (Label Studio's webhooks) reads them as floats."""
+
+    def refuse_constant(name: str) -> object:
+        if strict:
+            raise InvalidInput(f"{name} is not a JSON value", field="body")
+        return float(name)
+
+    try:
+        payload = json.loads(data, parse_constant=refuse_constant)
+    except RecursionError:
+        raise InvalidInput("the body nests too deeply", field="body") from None
+    except ValueError:  # not JSON, or not UTF-8
+        return None
+    if strict and (where := unstorable_text(payload)) is not None:
+        raise InvalidInput(f"{where} must not contain a NUL character or an unpaired surrogate", field=where)
+    return payload
 
 
 def _check_url_values(endpoint: str | None, values: dict[str, Any] | None) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ from dynaval.adapters.dataset_files import FORMATS, jsonl_line, write_dataset
 from dynaval.adapters.label_studio import WEBHOOK_SECRET_HEADER
 from dynaval.domain.errors import InvalidInput
 from dynaval.entrypoints.auth import Role, requires
-from dynaval.entrypoints.guards import read_body, unstorable_text
+from dynaval.entrypoints.guards import parse_json, read_body
 from dynaval.entrypoints.openapi import documented
 from dynaval.entrypoints.schemas import (
     CandidateBatch,
@@ -45,26 +44,10 @@ def _services() -> Services:
 
 
 def _json_payload(*, strict: bool = True) -> object:
-    """The request's JSON body, or None when it is not JSON. ``strict`` refuses NaN and Infinity
-    (not JSON, though Python writes them) and text no database column takes, naming where it is."""
+    """The request's JSON body, or None when it is not JSON (see :func:`guards.parse_json`)."""
     if not request.is_json:
         return None
-    data = read_body()
-
-    def refuse_constant(name: str) -> object:
-        if strict:
-            raise InvalidInput(f"{name} is not a JSON value", field="body")
-        return float(name)
-
-    try:
-        payload = json.loads(data, parse_constant=refuse_constant)
-    except RecursionError:
-        raise InvalidInput("the body nests too deeply", field="body") from None
-    except ValueError:  # not JSON, or not UTF-8
-        return None
-    if strict and (where := unstorable_text(payload)) is not None:
-        raise InvalidInput(f"{where} must not contain a NUL character or an unpaired surrogate", field=where)
-    return payload
+    return parse_json(read_body(), strict=strict)
 
 
 def _json_body() -> dict[str, Any]:

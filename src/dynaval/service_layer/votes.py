@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import functools
 import hmac
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, TypeGuard
 
-from sqlalchemy import Insert, Select, Update, and_, bindparam, or_, text
+from sqlalchemy import Insert, Select, Update, and_, bindparam, func, or_, text
 from sqlalchemy import insert as sa_insert
 from sqlalchemy import select as sa_select
 from sqlalchemy import update as sa_update
@@ -108,7 +109,7 @@ class WebhookResult:
     candidates_changed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"action": self.action, "handled": self.handled, "candidates_changed": self.candidates_changed}
 
 
 def ingest_webhook(services: Services, payload: object) -> WebhookResult:
@@ -126,37 +127,62 @@ def ingest_webhook(services: Services, payload: object) -> WebhookResult:
         raise InvalidInput("webhook has no project id (a positive integer)", field="project.id")
     database = services.database
     dialect = "sqlite" if database.is_sqlite else "postgresql"
-    with database.unit_of_work() as session:
-        if not database.is_sqlite:
-            # Label Studio waits for this answer inside its annotation request; a vote lost to a
-            # PostgreSQL crash in the next fraction of a second comes back with the next reconcile.
-            session.execute(text("SET LOCAL synchronous_commit = off"))
-        round_row = services.webhook_rounds.get(project_id)
-        if round_row is None:
+    round_row = services.webhook_rounds.get(project_id)
+    if round_row is None:
+        with database.reading() as session:
             found = session.execute(
                 _vote_statements(dialect).round_by_project, {"project_id": project_id}
             ).first()
-            if found is None:
-                raise NotFound("no round uses this Label Studio project", field="project.id")
-            # A round's project, task type and policy never change: read them once per process.
-            round_row = _RoundForVotes(id=found.id, task_type=found.task_type, policy=found.policy)
-            services.webhook_rounds[project_id] = round_row
-        task_type = services.catalog.get(round_row.task_type)
-        if action == "ANNOTATIONS_DELETED":
-            changed = _apply_deletions(session, get_round(session, round_row.id), payload.get("annotations"))
+        if found is None:
+            raise NotFound("no round uses this Label Studio project", field="project.id")
+        # A round's project, task type and policy never change: read them once per process.
+        round_row = _RoundForVotes(id=found.id, task_type=found.task_type, policy=found.policy)
+        services.webhook_rounds[project_id] = round_row
+    # Read the annotation before the transaction: a malformed one is refused without waiting for
+    # the write lock, and the lock is held only for the statements.
+    parsed = None
+    if action != "ANNOTATIONS_DELETED":
+        parsed = _parse(payload.get("annotation"), services.catalog.get(round_row.task_type))
+    with database.transaction() as connection:
+        if dialect == "postgresql":
+            # Label Studio waits for this answer inside its annotation request; a vote lost to a
+            # PostgreSQL crash in the next fraction of a second comes back with the next reconcile.
+            connection.execute(text("SET LOCAL synchronous_commit = off"))
+        if parsed is None:
+            with _session_on(connection) as session:
+                round_full = get_round(session, round_row.id)
+                changed = _apply_deletions(session, round_full, payload.get("annotations"))
             wants_more_votes = changed > 0  # fewer votes, or an annotator's gold figures changed
         else:
-            changed, wants_more_votes = _apply_annotation(
-                session, round_row, task_type, payload.get("annotation"), dialect=dialect
-            )
-        session.commit()
+            changed, wants_more_votes = _apply_annotation(connection, round_row, parsed, dialect=dialect)
     if wants_more_votes:
         services.work.escalate_soon(round_row.id)
     return WebhookResult(action=action, handled=True, candidates_changed=changed)
 
 
+@contextmanager
+def _session_on(connection: Connection) -> Iterator[Session]:
+    """An ORM session inside the webhook's transaction, for its rare paths (deletions, gold
+    answers): its work is a savepoint, kept when the block ends and committed with the webhook."""
+    session = Session(bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False)
+    try:
+        yield session
+        session.commit()  # releases the savepoint; the webhook's transaction commits it
+    finally:
+        session.close()
+
+
+def _parse(raw: object, task_type: Any) -> ParsedAnnotation:
+    if not isinstance(raw, Mapping):
+        raise InvalidInput("webhook has no annotation object", field="annotation")
+    try:
+        return parse_annotation(raw, task_type)
+    except AnnotationFormatError as exc:
+        raise InvalidInput(str(exc), field="annotation") from exc
+
+
 def _apply_annotation(
-    session: Session, round_row: _RoundForVotes, task_type: Any, raw: object, *, dialect: str
+    connection: Connection, round_row: _RoundForVotes, parsed: ParsedAnnotation, *, dialect: str
 ) -> tuple[int, bool]:
     """One created or updated annotation: the hot path, a handful of Core statements.
 
@@ -165,20 +191,13 @@ def _apply_annotation(
        was deleted already (then this delivery is stale);
     2. one upsert of the annotation that only overwrites an older copy of the same candidate's
        annotation (a late or repeated delivery changes nothing);
-    3. one select of the candidate's annotations with their annotators' exclusion;
+    3. one select of each annotator's latest counting annotation, with their exclusion;
     4. when the decision changed: an update of the candidate and one row of decision history.
 
     Returns the candidates whose decision changed, and whether Label Studio must be asked for
     more annotations (an escalation, or a gold answer that may have excluded an annotator).
     """
-    if not isinstance(raw, Mapping):
-        raise InvalidInput("webhook has no annotation object", field="annotation")
-    try:
-        parsed = parse_annotation(raw, task_type)
-    except AnnotationFormatError as exc:
-        raise InvalidInput(str(exc), field="annotation") from exc
     statements = _vote_statements(dialect)
-    connection = session.connection()  # Core statements straight on the connection: no ORM bookkeeping
     if dialect == "postgresql":
         # A deletion of this annotation arriving at the same moment waits for us, or we for it
         # (SQLite runs one write transaction at a time anyway).
@@ -192,12 +211,15 @@ def _apply_annotation(
     ):
         return 0, False  # deleted in Label Studio; this delivery was overtaken by the deletion
     if candidate is None:
-        gold_item = gold_item_for_task(session, round_row.id, parsed.task_id)
-        if gold_item is None:
-            raise NotFound("the annotation's task is not a candidate of this round", field="annotation.task")
-        store_gold_answer(session, gold_item, parsed)
-        session.flush()
-        changed = apply_gold_rule(session, get_round(session, round_row.id), [parsed.annotator_id])
+        with _session_on(connection) as session:
+            gold_item = gold_item_for_task(session, round_row.id, parsed.task_id)
+            if gold_item is None:
+                raise NotFound(
+                    "the annotation's task is not a candidate of this round", field="annotation.task"
+                )
+            store_gold_answer(session, gold_item, parsed)
+            session.flush()
+            changed = apply_gold_rule(session, get_round(session, round_row.id), [parsed.annotator_id])
         return changed, changed > 0
     if not _store_annotation(connection, candidate.id, round_row.id, parsed, source="webhook"):
         return 0, False  # a repeated or older delivery: the stored votes already say this
@@ -262,6 +284,11 @@ class _VoteStatements:
     tombstone: Select[Any]
 
 
+_VOTE_COLUMNS = (
+    "id", "round_id", "annotator_id", "label", "flagged", "flag_reason", "was_cancelled", "updated_at",
+)  # fmt: skip
+
+
 @functools.cache
 def _vote_statements(dialect: str) -> _VoteStatements:
     """The webhook path's statements, built once per SQL dialect (SQLAlchemy caches their compiled form)."""
@@ -290,6 +317,26 @@ def _vote_statements(dialect: str) -> _VoteStatements:
         "annotator_id", "label", "flagged", "flag_reason", "was_cancelled", "lead_time_s",
         "created_at", "updated_at", "received_at", "source",
     )  # fmt: skip
+    # Each annotator's vote only: their latest annotation that counts (the rule of
+    # dynaval.domain.votes.current_votes, done by the database), so a candidate that gathered many
+    # re-annotations costs no more per webhook than one with a vote per annotator.
+    latest = (
+        sa_select(
+            *(annotation.c[name] for name in _VOTE_COLUMNS),
+            func.row_number()
+            .over(
+                partition_by=annotation.c.annotator_id,
+                order_by=(annotation.c.updated_at.desc(), annotation.c.id.desc()),
+            )
+            .label("rank"),
+        )
+        .where(
+            annotation.c.candidate_id == bindparam("candidate_id"),
+            annotation.c.was_cancelled.is_(False),
+            or_(annotation.c.label.is_not(None), annotation.c.flagged.is_(True)),
+        )
+        .subquery("latest")
+    )
     return _VoteStatements(
         round_by_project=sa_select(round_table.c.id, round_table.c.task_type, round_table.c.policy).where(
             round_table.c.label_studio_project_id == bindparam("project_id")
@@ -319,26 +366,14 @@ def _vote_statements(dialect: str) -> _VoteStatements:
             where=and_(annotation.c.candidate_id == incoming.candidate_id, newer_or_different),
         ).returning(annotation.c.id),
         annotation_owner=sa_select(annotation.c.candidate_id).where(annotation.c.id == bindparam("id")),
-        votes_of_candidate=sa_select(
-            annotation.c.id,
-            annotation.c.annotator_id,
-            annotation.c.label,
-            annotation.c.flagged,
-            annotation.c.flag_reason,
-            annotation.c.was_cancelled,
-            annotation.c.updated_at,
-            status.c.excluded,
-        )
+        votes_of_candidate=sa_select(*(latest.c[name] for name in _VOTE_COLUMNS), status.c.excluded)
         .select_from(
-            annotation.outerjoin(
+            latest.outerjoin(
                 status,
-                and_(
-                    status.c.round_id == annotation.c.round_id,
-                    status.c.annotator_id == annotation.c.annotator_id,
-                ),
+                and_(status.c.round_id == latest.c.round_id, status.c.annotator_id == latest.c.annotator_id),
             )
         )
-        .where(annotation.c.candidate_id == bindparam("candidate_id")),
+        .where(latest.c.rank == 1),
         update_candidate_decision=sa_update(candidate)
         .where(candidate.c.id == bindparam("candidate_id"))
         .values(version=candidate.c.version + 1),

@@ -1,0 +1,191 @@
+"""Label Studio's webhook over HTTP: the path in front of Flask answers as the Flask route does.
+
+An ordinary webhook (POST, a JSON body of known length, no query string) is answered by
+:class:`dynaval.entrypoints.webhook_wsgi.WebhookFastPath`; anything else reaches the Flask route.
+A query string sends the same request to the Flask route, so each case is sent both ways and the
+answers and the stored state are compared. Candidates are written straight into the database (SQLite
+and PostgreSQL), as in ``test_webhook_ingest.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from werkzeug.test import EnvironBuilder
+
+from dynaval.bootstrap import bootstrap
+from dynaval.entrypoints.app import create_app, render_error
+from dynaval.entrypoints.webhook_wsgi import WEBHOOK_PATH, WebhookFastPath
+from dynaval.service_layer.services import Services
+from tests.fixtures.service import WEBHOOK_SECRET, make_settings
+from tests.integration.test_webhook_ingest import (
+    PROJECT,
+    T0,
+    add_candidate,
+    add_round,
+    annotation_payload,
+    candidate_state,
+)
+
+FAST = WEBHOOK_PATH
+VIA_FLASK = WEBHOOK_PATH + "?via=flask"
+SECRET = {"X-Dynaval-Webhook-Secret": WEBHOOK_SECRET}
+
+
+@pytest.fixture
+def services(database_url: str, tmp_path: Path) -> Iterator[Services]:
+    settings = make_settings(
+        database_url=database_url,
+        data_dir=tmp_path,
+        label_studio_url="http://127.0.0.1:9",  # never called on this path
+        label_studio_api_key="unused-label-studio-key",
+        public_url="http://127.0.0.1:9",
+        model_dir=tmp_path,
+    )
+    built = bootstrap(settings)
+    try:
+        yield built
+    finally:
+        built.close()
+
+
+@pytest.fixture
+def app(services: Services) -> Flask:
+    return create_app(services, start_background=False)
+
+
+def answer(client: FlaskClient, path: str, **kwargs: Any) -> tuple[int, Any, str | None]:
+    response = client.post(path, **kwargs)
+    assert response.content_type == "application/json"
+    return response.status_code, response.get_json(), response.headers.get("Retry-After")
+
+
+def test_refusals_are_the_same_on_both_paths_and_write_nothing(app: Flask, services: Services) -> None:
+    round_id = add_round(services)
+    candidate_id = add_candidate(services, round_id, task_id=11)
+    good = annotation_payload(1, 11, 101, "negative")
+    deep = b"[" * 5000 + b"]" * 5000
+    cases: list[tuple[int, dict[str, Any]]] = [
+        (401, {"json": good}),
+        (401, {"json": good, "headers": {"X-Dynaval-Webhook-Secret": WEBHOOK_SECRET + "x"}}),
+        (401, {"json": good, "headers": {"Authorization": f"Bearer {WEBHOOK_SECRET}"}}),
+        (422, {"data": b"{not json", "headers": SECRET, "content_type": "application/json"}),
+        (422, {"data": b"\xff\xfe\x00", "headers": SECRET, "content_type": "application/json"}),
+        (422, {"data": deep, "headers": SECRET, "content_type": "application/json"}),
+        (422, {"data": b"", "headers": SECRET, "content_type": "application/json"}),
+        (422, {"json": ["ANNOTATION_CREATED"], "headers": SECRET}),
+        (422, {"json": {**good, "action": 5}, "headers": SECRET}),
+        (422, {"json": {**good, "project": {"id": 2**63}}, "headers": SECRET}),
+        (422, {"json": {**good, "annotation": {**good["annotation"], "id": "1"}}, "headers": SECRET}),
+        (422, {"json": {"action": "ANNOTATIONS_DELETED", "project": {"id": PROJECT}}, "headers": SECRET}),
+        (404, {"json": annotation_payload(1, 11, 101, "negative", project_id=999), "headers": SECRET}),
+        (404, {"json": annotation_payload(1, 12, 101, "negative"), "headers": SECRET}),
+        (200, {"json": {**good, "action": "PROJECT_UPDATED"}, "headers": SECRET}),
+    ]
+    before = candidate_state(services, candidate_id)
+    with app.test_client() as client:
+        for status, request in cases:
+            fast = answer(client, FAST, **request)
+            flask = answer(client, VIA_FLASK, **request)
+            assert fast == flask, request
+            assert fast[0] == status, (request, fast)
+            if status != 200:
+                assert set(fast[1]["error"]) == {"code", "message", "field"}
+    assert candidate_state(services, candidate_id) == before
+
+
+def test_votes_sent_either_way_end_in_the_same_state(app: Flask, services: Services) -> None:
+    """One candidate gets its webhooks before Flask, its twin the same ones through Flask."""
+    round_id = add_round(services)
+    twins = {
+        11: add_candidate(services, round_id, task_id=11),
+        12: add_candidate(services, round_id, task_id=12),
+    }
+    answers: dict[int, list[tuple[int, Any, str | None]]] = {11: [], 12: []}
+    with app.test_client() as client:
+        for task, path, base in ((11, FAST, 0), (12, VIA_FLASK, 100)):
+            steps = [
+                annotation_payload(base + 1, task, 101, "negative"),
+                annotation_payload(base + 2, task, 102, "negative"),
+                annotation_payload(base + 2, task, 102, "negative"),  # repeated: changes nothing
+                annotation_payload(base + 3, task, 103, "negative"),
+                annotation_payload(
+                    base + 3,
+                    task,
+                    103,
+                    "positive",
+                    updated=T0 + timedelta(minutes=1),
+                    action="ANNOTATION_UPDATED",
+                ),
+                {
+                    "action": "ANNOTATIONS_DELETED",
+                    "project": {"id": PROJECT},
+                    "annotations": [{"id": base + 1}],
+                },
+            ]
+            for body in steps:
+                answers[task].append(answer(client, path, json=body, headers=SECRET))
+    assert answers[11] == answers[12]
+    assert [a[0] for a in answers[11]] == [200] * 6
+    assert [a[1]["candidates_changed"] for a in answers[11]] == [1, 1, 0, 1, 1, 1]
+    fast_state, flask_state = candidate_state(services, twins[11]), candidate_state(services, twins[12])
+    assert fast_state[:2] == flask_state[:2] == ("in_validation", 5)  # 2 votes left: short of 3
+    assert [(annotator, label) for _, annotator, label in fast_state[2]] == [
+        ("102", "negative"),
+        ("103", "positive"),
+    ]
+    assert [(a, label) for _, a, label in flask_state[2]] == [(a, label) for _, a, label in fast_state[2]]
+
+
+def test_only_an_ordinary_webhook_is_answered_before_flask(services: Services) -> None:
+    """Every request that is not an ordinary webhook reaches the app behind, untouched."""
+    reached: list[str] = []
+
+    def behind(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        reached.append(
+            f"{environ['REQUEST_METHOD']} {environ['PATH_INFO']}?{environ.get('QUERY_STRING', '')}"
+        )
+        start_response("418 I'M A TEAPOT", [("Content-Type", "text/plain")])
+        return [b"behind"]
+
+    fast_path = WebhookFastPath(behind, services, render_error)
+
+    def status_of(**kwargs: Any) -> str:
+        environ = EnvironBuilder(**kwargs).get_environ()
+        started: list[str] = []
+        body = b"".join(fast_path(environ, lambda status, headers, *_: started.append(status)))
+        assert body  # every answer has a body
+        return started[0]
+
+    body = json.dumps({"action": "PROJECT_UPDATED"}).encode()
+    json_type = "application/json"
+    limit = services.settings.max_body_bytes
+    # An ordinary webhook, refused (no secret) or ignored (an action we do not handle): answered here.
+    assert status_of(path=FAST, method="POST", data=body, content_type=json_type) == "401 UNAUTHORIZED"
+    assert status_of(path=FAST, method="POST", data=body, content_type=json_type, headers=SECRET) == "200 OK"
+    charset = "application/json; charset=utf-8"
+    assert status_of(path=FAST, method="POST", data=body, content_type=charset, headers=SECRET) == "200 OK"
+    assert reached == []
+    # Everything else goes behind.
+    behind_cases: list[dict[str, Any]] = [
+        {"path": FAST, "method": "GET"},
+        {"path": FAST + "/", "method": "POST", "data": body, "content_type": json_type},
+        {"path": "/api/rounds", "method": "POST", "data": body, "content_type": json_type},
+        {"path": FAST, "method": "POST", "data": body, "content_type": json_type, "query_string": "a=1"},
+        {"path": FAST, "method": "POST", "data": body, "content_type": "text/plain"},
+        {"path": FAST, "method": "POST", "data": body, "content_type": "application/vnd.api+json"},
+        {"path": FAST, "method": "POST", "data": b"x" * (limit + 1), "content_type": json_type},
+    ]
+    for case in behind_cases:
+        assert status_of(**case) == "418 I'M A TEAPOT", case
+    chunked = EnvironBuilder(path=FAST, method="POST", data=body, content_type=json_type).get_environ()
+    del chunked["CONTENT_LENGTH"]  # a chunked body: its length is not known up front
+    list(fast_path(chunked, lambda *_: None))
+    assert len(reached) == len(behind_cases) + 1
