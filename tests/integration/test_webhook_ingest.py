@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -351,6 +352,38 @@ def test_only_each_annotators_latest_counting_annotation_is_their_vote(services:
         ("103", "positive"),
     ]
     assert candidate.status == "escalated"  # 2 of 3 agree with the writer: one more vote is wanted
+
+
+@dataclass
+class RecordedWork:
+    """The work queue port, recording what the webhook path asks for."""
+
+    escalations: list[int] = field(default_factory=list)
+
+    def push_soon(self, round_id: int) -> None:
+        pass
+
+    def escalate_soon(self, round_id: int) -> None:
+        self.escalations.append(round_id)
+
+
+def test_only_a_candidate_waiting_for_votes_asks_label_studio_for_more(services: Services) -> None:
+    """A decided candidate that gets more annotations than its task asked for (Label Studio does not
+    stop annotators at the overlap) needs nothing from Label Studio; an escalated one does."""
+    services.work = work = RecordedWork()
+    round_id = add_round(services)  # 3 votes first, up to 5
+    candidate_id = add_candidate(services, round_id, task_id=87)  # overlap 3
+    for annotation_id, annotator in ((1, 101), (2, 102), (3, 103)):
+        ingest_webhook(services, annotation_payload(annotation_id, 87, annotator, "negative"))
+    assert candidate_state(services, candidate_id)[0] == "accepted"
+    assert ingest_webhook(services, annotation_payload(4, 87, 104, "negative")).candidates_changed == 1
+    assert candidate_state(services, candidate_id)[0] == "accepted"  # 4 of 4: still accepted
+    assert work.escalations == []
+    # One of them changes their mind: 3 of 4 is short of unanimity, a fifth vote is wanted.
+    changed = annotation_payload(4, 87, 104, "positive", updated=T0 + timedelta(minutes=1))
+    assert ingest_webhook(services, changed).candidates_changed == 1
+    assert candidate_state(services, candidate_id)[0] == "escalated"
+    assert work.escalations == [round_id]
 
 
 def test_time_zones_are_compared_as_instants(services: Services) -> None:

@@ -22,6 +22,14 @@ from dynaval.domain.policy import DecisionPolicy
 from dynaval.domain.votes import AnnotationRecord, current_ballots
 
 VALIDATION_STATUSES = frozenset(o.value for o in Outcome)
+WAITING_STATUSES = frozenset(o.value for o in Outcome if not o.is_final)
+"""Statuses of a candidate that waits for more votes: only these make Label Studio ask for more."""
+
+
+def wants_more_annotations(status: str, wanted_votes: int, label_studio_overlap: int) -> bool:
+    """Whether Label Studio must be asked for more annotations of the candidate's task. A decided
+    candidate never is, even when it got more votes than its task asked for."""
+    return status in WAITING_STATUSES and wanted_votes > label_studio_overlap
 
 
 def lock_candidate(session: Session, candidate_id: str) -> CandidateRow | None:

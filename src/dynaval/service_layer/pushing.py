@@ -16,7 +16,7 @@ from sqlmodel import Session, col, select
 from dynaval.adapters.orm import AnnotationRow, CandidateRow, GoldItemRow, RoundRow, utcnow
 from dynaval.domain.errors import Unavailable
 from dynaval.domain.policy import DecisionPolicy
-from dynaval.service_layer.decisions import refresh_decision
+from dynaval.service_layer.decisions import WAITING_STATUSES, refresh_decision
 from dynaval.service_layer.gold import gold_to_push
 from dynaval.service_layer.services import Services
 from dynaval.settings import Settings
@@ -242,6 +242,8 @@ def apply_escalations(services: Services, round_id: int) -> int:
                 CandidateRow.round_id == round_id,
                 col(CandidateRow.label_studio_task_id).is_not(None),
                 col(CandidateRow.wanted_votes) > col(CandidateRow.label_studio_overlap),
+                # A decided candidate that got more votes than its task asked for wants nothing.
+                col(CandidateRow.status).in_(WAITING_STATUSES),
             )
         ).all()
         work = []

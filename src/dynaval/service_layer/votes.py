@@ -40,7 +40,12 @@ from dynaval.adapters.orm import (
 )
 from dynaval.domain.errors import DomainError, InvalidInput, NotFound
 from dynaval.domain.votes import AnnotationRecord
-from dynaval.service_layer.decisions import evaluate_decision, lock_candidate, refresh_decision
+from dynaval.service_layer.decisions import (
+    evaluate_decision,
+    lock_candidate,
+    refresh_decision,
+    wants_more_annotations,
+)
 from dynaval.service_layer.gold import apply_gold_rule, gold_item_for_task, store_gold_answer
 from dynaval.service_layer.rounds import get_round
 from dynaval.service_layer.services import Services
@@ -262,7 +267,7 @@ def _apply_annotation(
         },
     )
     connection.execute(statements.insert_history, {"candidate_id": candidate.id, **change.history})
-    return 1, change.wanted_votes > candidate.label_studio_overlap
+    return 1, wants_more_annotations(change.status, change.wanted_votes, candidate.label_studio_overlap)
 
 
 @dataclass(frozen=True)
