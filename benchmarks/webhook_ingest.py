@@ -16,8 +16,8 @@ script measures both in one run, on this machine:
    captured from Label Studio through a throwaway webhook to a tiny local receiver; many are made
    from it for the round's real tasks, with distinct annotation ids and annotators. A warm-up first
    gives each task its 3 annotators. After it, about 80 % are ANNOTATION_CREATED (a further
-   annotator's first annotation of a task, up to 7 annotators per task, as Label Studio lets an
-   annotator annotate a task once) and 20 % ANNOTATION_UPDATED (an earlier annotation edited, 20 %
+   annotator's first annotation of a task, up to 7 annotators per task, as an annotator usually
+   annotates a task once) and 20 % ANNOTATION_UPDATED (an earlier annotation edited, 20 %
    of labels against the writer's); a task with all its annotators gets updates only. They are
    sent to ``POST /webhooks/label-studio`` by ``--clients`` threads on keep-alive connections
    (``http.client``: the load generator shares the machine, so it must cost little), ``--requests``
@@ -590,8 +590,8 @@ class PayloadFactory:
     def mix(self, n: int, rng: random.Random) -> list[bytes]:
         """``n`` bodies over tasks in random order: about 80 % ANNOTATION_CREATED (a further
         annotator's first annotation of the task) and 20 % ANNOTATION_UPDATED (an earlier annotation
-        edited). A task that has all its annotators gets updates only, as in Label Studio, where an
-        annotator annotates a task once: a candidate ends with a handful of annotations."""
+        edited). A task that has all its annotators gets updates only: an annotator usually
+        annotates a task once (Label Studio would take more), so a candidate ends with a handful."""
         bodies = []
         order = list(self._tasks)
         for i in range(n):

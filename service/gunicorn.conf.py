@@ -30,4 +30,5 @@ def post_worker_init(worker: object) -> None:
     flight. (Loading a model does the same for torch and transformers: adapters/predictor.py.)"""
     import gc
 
+    gc.collect()  # nothing that is already garbage is kept for good
     gc.freeze()

@@ -79,7 +79,9 @@ class TransformersPredictor:
         self._lock = threading.Lock()
         # The model and the modules torch and transformers brought in live as long as the process
         # (some 340,000 objects): out of the garbage collector's sight, a full collection no longer
-        # walks them, a pause of about 200 ms for every request in flight.
+        # walks them, a pause of about 200 ms for every request in flight. Garbage is collected
+        # first, so that none of it is kept for good.
+        gc.collect()
         gc.freeze()
 
     @property

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -52,8 +53,17 @@ def error_body(code: str, message: str, field: str | None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "field": field}}
 
 
-def render_error(error: Exception) -> tuple[int, dict[str, Any], dict[str, str]]:
-    """Status, JSON body and extra headers of the answer to ``error`` (no HTTP exception)."""
+def render_error(error: Exception, *, max_body_bytes: int) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """Status, JSON body and extra headers of the answer to ``error``: the Flask routes' error
+    handlers and the webhook's path in front of Flask both answer with this."""
+    if isinstance(error, HTTPException):
+        status = error.code or 500
+        field = "body" if status == 413 else None
+        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(status, "http_error")
+        message = {
+            413: f"the body must be at most {max_body_bytes} bytes",
+        }.get(status, error.description or error.name)
+        return status, error_body(code, message, field), {}
     if isinstance(error, DomainError):
         headers = {"Retry-After": "5"} if isinstance(error, Unavailable) else {}
         return status_of(error), error_body(error.code, error.message, error.field), headers
@@ -98,27 +108,19 @@ def create_app(
     def openapi() -> Any:
         return jsonify(build_openapi(app))
 
+    max_body_bytes = services.settings.max_body_bytes
+
     def render(error: Exception) -> Any:
-        status, body, headers = render_error(error)
+        status, body, headers = render_error(error, max_body_bytes=max_body_bytes)
         return jsonify(body), status, headers
 
-    app.register_error_handler(DomainError, render)
-    app.register_error_handler(OperationalError, render)
-
-    @app.errorhandler(HTTPException)
-    def http_error(error: HTTPException) -> Any:
-        status = error.code or 500
-        field = "body" if status == 413 else None
-        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(status, "http_error")
-        message = {
-            413: f"the body must be at most {services.settings.max_body_bytes} bytes",
-        }.get(status, error.description or error.name)
-        return jsonify(error_body(code, message, field)), status
-
-    app.register_error_handler(Exception, render)
+    for kind in (DomainError, OperationalError, HTTPException, Exception):
+        app.register_error_handler(kind, render)
     # Label Studio's webhook is answered before Flask's request machinery (the same use case and
     # error bodies); see dynaval.entrypoints.webhook_wsgi.
-    app.wsgi_app = WebhookFastPath(app.wsgi_app, services, render_error)  # type: ignore[method-assign]
+    app.wsgi_app = WebhookFastPath(  # type: ignore[method-assign]
+        app.wsgi_app, services, functools.partial(render_error, max_body_bytes=max_body_bytes)
+    )
 
     run_background = start_background if start_background is not None else services.settings.embedded_worker
     if run_background:

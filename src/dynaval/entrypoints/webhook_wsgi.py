@@ -17,6 +17,10 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from werkzeug.http import HTTP_STATUS_CODES
+from werkzeug.sansio.utils import get_content_length
+from werkzeug.wsgi import LimitedStream
+
 from dynaval.adapters.label_studio import WEBHOOK_SECRET_HEADER
 from dynaval.entrypoints.guards import parse_json
 from dynaval.service_layer import votes
@@ -28,17 +32,6 @@ _SECRET_ENVIRON_KEY = "HTTP_" + WEBHOOK_SECRET_HEADER.upper().replace("-", "_")
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 ErrorRenderer = Callable[[Exception], tuple[int, dict[str, Any], dict[str, str]]]
-
-_REASONS = {
-    200: "OK",
-    401: "UNAUTHORIZED",
-    404: "NOT FOUND",
-    409: "CONFLICT",
-    413: "REQUEST ENTITY TOO LARGE",
-    422: "UNPROCESSABLE ENTITY",
-    500: "INTERNAL SERVER ERROR",
-    503: "SERVICE UNAVAILABLE",
-}
 
 
 class WebhookFastPath:
@@ -62,7 +55,7 @@ class WebhookFastPath:
             status, body, headers = self._render_error(error)
         data = (json.dumps(body, separators=(",", ":")) + "\n").encode()
         start_response(
-            f"{status} {_REASONS.get(status, 'ERROR')}",
+            f"{status} {HTTP_STATUS_CODES.get(status, 'Unknown').upper()}",
             [("Content-Type", "application/json"), ("Content-Length", str(len(data))), *headers.items()],
         )
         return [data]
@@ -76,13 +69,13 @@ class WebhookFastPath:
         mimetype = str(environ.get("CONTENT_TYPE", "")).split(";", 1)[0].strip().lower()
         if mimetype != "application/json":
             return None
-        try:
-            length = int(environ.get("CONTENT_LENGTH") or "")
-        except ValueError:
-            return None
-        return length if 0 <= length <= self._max_body_bytes else None
+        # Werkzeug's reading of the length, as Flask's: None for a chunked body or a malformed one.
+        length = get_content_length(environ.get("CONTENT_LENGTH"), environ.get("HTTP_TRANSFER_ENCODING"))
+        return length if length is not None and length <= self._max_body_bytes else None
 
     def _handle(self, environ: dict[str, Any], length: int) -> dict[str, Any]:
         votes.check_webhook_secret(self._services, environ.get(_SECRET_ENVIRON_KEY))
-        data = environ["wsgi.input"].read(length) if length else b""
+        # As Flask reads it: a body shorter than its Content-Length (the client went away) raises
+        # Werkzeug's ClientDisconnected, a 400.
+        data = LimitedStream(environ["wsgi.input"], length).read() if length else b""
         return votes.ingest_webhook(self._services, parse_json(data, strict=False)).to_dict()
