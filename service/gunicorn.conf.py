@@ -6,6 +6,7 @@ DYNAVAL_THREADS, DYNAVAL_ACCESS_LOG.
 """
 
 import os
+from typing import Any
 
 chdir = os.path.dirname(os.path.abspath(__file__))
 wsgi_app = "wsgi:application()"
@@ -23,12 +24,9 @@ errorlog = "-"
 loglevel = os.environ.get("DYNAVAL_LOG_LEVEL", "info")
 
 
-def post_worker_init(worker: object) -> None:
-    """Once the app is loaded: move every object so far (some 220,000: Flask, SQLAlchemy, the Label
-    Studio client's classes) out of the garbage collector's sight. They live as long as the worker;
-    a full collection would otherwise walk them all, a pause of up to 200 ms for every request in
-    flight. (Loading a model does the same for torch and transformers: adapters/predictor.py.)"""
-    import gc
+def post_worker_init(worker: Any) -> None:
+    """Once the app is loaded: what it loaded leaves the garbage collector's sight, and so does each
+    model it loads later (a full collection walking them paused every request in flight)."""
+    from dynaval.entrypoints.app import prepare_long_running_process
 
-    gc.collect()  # nothing that is already garbage is kept for good
-    gc.freeze()
+    prepare_long_running_process(worker.wsgi)

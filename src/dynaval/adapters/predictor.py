@@ -3,7 +3,6 @@ served through a micro-batcher so that one forward pass answers several waiting 
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import queue
 import threading
@@ -77,12 +76,6 @@ class TransformersPredictor:
         self._labels = tuple(str(id2label[i]) for i in range(len(id2label)))
         self._max_length = max_length
         self._lock = threading.Lock()
-        # The model and the modules torch and transformers brought in live as long as the process
-        # (some 340,000 objects): out of the garbage collector's sight, a full collection no longer
-        # walks them, a pause of about 200 ms for every request in flight. Garbage is collected
-        # first, so that none of it is kept for good.
-        gc.collect()
-        gc.freeze()
 
     @property
     def labels(self) -> tuple[str, ...]:

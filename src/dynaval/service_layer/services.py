@@ -45,6 +45,8 @@ class ModelRegistry:
     factory: PredictorFactory
     max_batch: int = 32
     max_wait_s: float = 0.005
+    after_load: Callable[[], None] | None = None
+    """Called once a new model is loaded (the service freezes long-lived objects there)."""
     _batchers: dict[Path, MicroBatcher] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -57,6 +59,8 @@ class ModelRegistry:
                     self.factory(key), max_batch=self.max_batch, max_wait_s=self.max_wait_s
                 )
                 self._batchers[key] = batcher
+                if self.after_load is not None:
+                    self.after_load()
             return batcher
 
     def get_path(self, folder: str | Path) -> MicroBatcher:
