@@ -13,21 +13,21 @@ script measures both in one run, on this machine:
    through the SDK by 3 annotators, on a separate project with the same labelling config and no
    webhook (so nothing of ours is timed there). Reported: median latency and overall rate.
 3. The service's webhook ingest: one real payload of each action (ANNOTATION_CREATED / _UPDATED) is
-   captured from Label Studio through a throwaway webhook to a tiny local receiver; many are made
-   from it for the round's real tasks, with distinct annotation ids and annotators. A warm-up first
-   gives each task its 3 annotators. After it, about 80 % are ANNOTATION_CREATED (a further
-   annotator's first annotation of a task, up to 7 annotators per task, as an annotator usually
-   annotates a task once) and 20 % ANNOTATION_UPDATED (an earlier annotation edited, 20 %
-   of labels against the writer's); a task with all its annotators gets updates only. They are
-   sent to ``POST /webhooks/label-studio`` by ``--clients`` threads on keep-alive connections
-   (``http.client``: the load generator shares the machine, so it must cost little), ``--requests``
-   in all (or until ``--time-cap``). Each measurement runs ``--repeats`` times; the medians of
-   requests/s, p50 and p99 are reported, with the ratio service rate / Label Studio annotation rate
-   (goal: >= 30x, no errors). Those clients send back to back, so their requests queue and their
-   latency says how long the queue is. The latency goal (p99 <= 25 ms) is measured at the
-   throughput goal instead: ``--repeats`` steady runs of ``--paced-seconds`` each at 30x Label
-   Studio's measured rate (open loop: each request is due at a fixed time and its latency counts
-   from then, waiting for a client thread included). A last run with one client
+   captured from Label Studio through a throwaway webhook to a recording proxy
+   (``tests/support/webhook_proxy.py``); many are made from it for the round's real tasks, with
+   distinct annotation ids and annotators. A warm-up first gives each task its 3 annotators. After
+   it, about 80 % are ANNOTATION_CREATED (a further annotator's first annotation of a task, up to 7
+   annotators per task, as an annotator usually annotates a task once) and 20 % ANNOTATION_UPDATED
+   (an earlier annotation edited, 20 % of labels against the writer's); a task with all its
+   annotators gets updates only. They are sent to ``POST /webhooks/label-studio`` by ``--clients``
+   threads on keep-alive connections (``http.client``: the load generator shares the machine, so it
+   must cost little), ``--requests`` in all (or until ``--time-cap``). Each measurement runs
+   ``--repeats`` times; the medians of requests/s, p50 and p99 are reported, with the ratio service
+   rate / Label Studio annotation rate (goal: >= 30x, no errors). Those clients send back to back,
+   so their requests queue and their latency says how long the queue is. The latency goal (p99 <= 25
+   ms) is measured at the throughput goal instead: ``--repeats`` steady runs of ``--paced-seconds``
+   each at 30x Label Studio's measured rate (open loop: each request is due at a fixed time and its
+   latency counts from then, waiting for a client thread included). A last run with one client
    (``--single-requests``) gives the latency without queueing, which is what an annotation request
    waits for at Label Studio's real pace. The gunicorn processes' CPU time per webhook is printed
    too: unlike the rates, it hardly depends on what else the machine runs.
@@ -64,7 +64,6 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
@@ -76,8 +75,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:  # for tests.support (the tiny model)
+if str(REPO_ROOT) not in sys.path:  # for tests.support (the tiny model, the payload capture)
     sys.path.insert(0, str(REPO_ROOT))
+
+from tests.support.webhook_proxy import capture_payloads  # noqa: E402
 
 from dynaval.devtools.label_studio_server import Annotator, LabelStudioServer, free_port  # noqa: E402
 
@@ -385,77 +386,6 @@ def wait_escalations_applied(
 
 
 # ---------------------------------------------------------------------------------------- Label Studio
-
-
-class _Catcher(BaseHTTPRequestHandler):
-    bodies: list[dict[str, Any]]
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length)
-        with contextlib.suppress(ValueError):
-            type(self).bodies.append(json.loads(body))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"{}")
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-def capture_payloads(server: LabelStudioServer, label_config: str, annotator: Annotator) -> dict[str, Any]:
-    """One real webhook payload per action, from a throwaway project whose webhook hits a local receiver."""
-    bodies: list[dict[str, Any]] = []
-
-    class Catcher(_Catcher):
-        pass
-
-    Catcher.bodies = bodies
-    receiver = ThreadingHTTPServer((HOST, 0), Catcher)
-    thread = threading.Thread(target=receiver.serve_forever, daemon=True)
-    thread.start()
-    try:
-        ls = server.client
-        project = ls.projects.create(
-            title="bench: payload capture",
-            label_config=label_config,
-            maximum_annotations=2,
-            show_overlap_first=True,
-            overlap_cohort_percentage=100,
-        )
-        assert project.id is not None
-        ls.webhooks.create(
-            url=f"http://{HOST}:{receiver.server_address[1]}/hook",
-            project=project.id,
-            send_payload=True,
-            send_for_all_actions=False,
-            actions=["ANNOTATION_CREATED", "ANNOTATION_UPDATED"],
-        )
-        imported = ls.projects.import_tasks(
-            id=project.id,
-            request=[
-                {"candidate_id": str(uuid.uuid4()), "text": "The staff were lovely and the room was clean."}
-            ],
-            return_task_ids=True,
-        )
-        task_id = int((imported.task_ids or [])[0])
-        annotation_id = server.annotate(task_id, annotator.id, "positive", lead_time_s=7.25)
-        server.update_annotation(annotation_id, "negative")
-        deadline = time.monotonic() + 15
-        by_action: dict[str, Any] = {}
-        while time.monotonic() < deadline and len(by_action) < 2:
-            for body in list(bodies):
-                by_action.setdefault(str(body.get("action")), body)
-            time.sleep(0.05)
-    finally:
-        receiver.shutdown()
-        receiver.server_close()
-    missing = {"ANNOTATION_CREATED", "ANNOTATION_UPDATED"} - set(by_action)
-    if missing:
-        raise BenchmarkError(f"Label Studio sent no {', '.join(sorted(missing))} webhook to the receiver")
-    return by_action
 
 
 def measure_label_studio(
@@ -770,7 +700,10 @@ def run(args: argparse.Namespace) -> int:
         )
 
         print("capturing real webhook payloads ...", flush=True)
-        captured = capture_payloads(server, label_config, annotators[0])
+        try:
+            captured = capture_payloads(server, annotators[0].id)
+        except RuntimeError as exc:
+            raise BenchmarkError(str(exc)) from exc
         sizes = {action: len(json.dumps(body)) for action, body in captured.items()}
         project_keys = len(captured["ANNOTATION_CREATED"].get("project", {}))
         print(f"  sizes {sizes} bytes, project object with {project_keys} keys")

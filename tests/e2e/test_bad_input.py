@@ -7,8 +7,6 @@ our database and Label Studio's projects.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from sqlalchemy import text
 
 from tests.fixtures.service import WEBHOOK_SECRET, WRITER_TOKEN, LiveService
 from tests.support.tiny_model import build_tiny_model
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.labelstudio
 
@@ -224,15 +223,6 @@ def vote_rows(service: LiveService) -> dict[str, Any]:
         }
         statuses = connection.execute(text('SELECT id, status FROM "candidate" ORDER BY id')).all()
     return {**counts, "candidates": [tuple(s) for s in statuses]}
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def pushed_task(service: LiveService, round_id: int) -> int:

@@ -10,8 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from tests.fixtures.service import (
     LiveService,
     free_port,
 )
+from tests.support.waiting import wait_for
 
 SECRET_VARIABLES = (
     "DYNAVAL_WEBHOOK_SECRET",
@@ -81,15 +80,6 @@ def assert_one_line_error(done: subprocess.CompletedProcess[str], *, status: int
     assert lines[0].startswith("dynaval: "), done.stderr
     assert done.returncode == status, done.stderr
     return lines[0]
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # ------------------------------------------------------------------------------ without a server
@@ -262,7 +252,9 @@ def test_sync_reconciles_votes_whose_webhooks_were_lost(
         body: dict[str, Any] = live_service.call("GET", f"/api/candidates/{candidate_id}").json()
         return body
 
-    wait_for("the candidate in Label Studio", lambda: candidate()["status"] == "in_validation")
+    wait_for(
+        "the candidate in Label Studio", lambda: candidate()["status"] == "in_validation", timeout_s=30.0
+    )
     task_id = candidate()["label_studio_task_id"]
 
     # The votes happen while the service is not listening: their webhooks are lost.

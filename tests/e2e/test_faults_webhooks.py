@@ -64,6 +64,7 @@ from tests.fixtures.service import (
 from tests.support.fault_report import record_scenario
 from tests.support.gunicorn_service import GunicornService
 from tests.support.mirror_label_studio import MirrorGateway
+from tests.support.waiting import wait_for
 from tests.support.webhook_proxy import (
     CLOSED,
     FORWARDED,
@@ -243,14 +244,6 @@ def serve(
         yield live
     finally:
         live.close()
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def open_round(

@@ -13,8 +13,6 @@ minute per database on 2 cores); ``DYNAVAL_FUZZ_EXAMPLES=300`` searches ten time
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -25,6 +23,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import Case, CheckContext, GenerationMode, Response
 
 from tests.fixtures.service import LEAD_TOKEN, WEBHOOK_SECRET, WRITER_TOKEN, LiveService
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.labelstudio
 
@@ -38,15 +37,6 @@ class RealIds:
     candidate_id: str
     project_id: int
     task_id: int
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture

@@ -14,8 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,7 @@ from tests.fixtures.service import (
     WRITER_TOKEN,
     LiveService,
 )
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.labelstudio
 
@@ -51,15 +50,6 @@ class Case:
     task_id: int = 0
     annotations: dict[str, int] = field(default_factory=dict)  # "A" -> id of that annotator's vote
     final_votes: dict[str, str | None] = field(default_factory=dict)  # "A" -> label of the current vote
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def build_cases() -> list[Case]:
@@ -157,7 +147,7 @@ class Round:
             task = self.ls.tasks.get(id=case.task_id)
             return int(task.overlap) == overlap and not task.is_labeled
 
-        wait_for(f"task {case.task_id} overlap {overlap}", raised)
+        wait_for(f"task {case.task_id} overlap {overlap}", raised, timeout_s=30.0)
 
 
 def test_validation_loop_end_to_end(
@@ -203,6 +193,7 @@ def test_validation_loop_end_to_end(
     wait_for(
         "every fooled candidate in Label Studio",
         lambda: all(rnd.status(c) == "in_validation" for c in fooled),
+        timeout_s=30.0,
     )
     for case in cases:
         body = rnd.candidate(case)

@@ -11,7 +11,6 @@ from flask import Flask
 from dynaval.adapters.predictor import Prediction
 from dynaval.entrypoints.app import freeze_long_lived_objects, prepare_long_running_process
 from dynaval.service_layer.services import ModelRegistry, Services
-from tests.integration.test_webhook_http import app, services  # noqa: F401  (fixtures)
 
 
 class FixedPredictor:
@@ -50,8 +49,8 @@ def test_the_registry_calls_after_load_once_per_model_it_loads(tmp_path: Path) -
 
 
 def test_a_long_running_process_freezes_what_it_loaded_and_each_model_after(
-    app: Flask,  # noqa: F811
-    services: Services,  # noqa: F811
+    app: Flask,
+    services: Services,
 ) -> None:
     gc.unfreeze()
     try:

@@ -12,21 +12,17 @@ from __future__ import annotations
 import functools
 import io
 import json
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.test import EnvironBuilder
 
-from dynaval.bootstrap import bootstrap
-from dynaval.entrypoints.app import create_app, render_error
+from dynaval.entrypoints.app import render_error
 from dynaval.entrypoints.webhook_wsgi import WEBHOOK_PATH, WebhookFastPath
 from dynaval.service_layer.services import Services
-from tests.fixtures.service import WEBHOOK_SECRET, make_settings
+from tests.fixtures.service import WEBHOOK_SECRET
 from tests.integration.test_webhook_ingest import (
     PROJECT,
     T0,
@@ -39,28 +35,6 @@ from tests.integration.test_webhook_ingest import (
 FAST = WEBHOOK_PATH
 VIA_FLASK = WEBHOOK_PATH + "?via=flask"
 SECRET = {"X-Dynaval-Webhook-Secret": WEBHOOK_SECRET}
-
-
-@pytest.fixture
-def services(database_url: str, tmp_path: Path) -> Iterator[Services]:
-    settings = make_settings(
-        database_url=database_url,
-        data_dir=tmp_path,
-        label_studio_url="http://127.0.0.1:9",  # never called on this path
-        label_studio_api_key="unused-label-studio-key",
-        public_url="http://127.0.0.1:9",
-        model_dir=tmp_path,
-    )
-    built = bootstrap(settings)
-    try:
-        yield built
-    finally:
-        built.close()
-
-
-@pytest.fixture
-def app(services: Services) -> Flask:
-    return create_app(services, start_background=False)
 
 
 def answer(client: FlaskClient, path: str, **kwargs: Any) -> tuple[int, Any, str | None]:

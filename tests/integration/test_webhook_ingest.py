@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,33 +26,14 @@ from dynaval.adapters.orm import (
     DeletedAnnotationRow,
     RoundRow,
 )
-from dynaval.bootstrap import bootstrap
 from dynaval.domain.errors import InvalidInput, NotFound
 from dynaval.domain.votes import current_ballots
 from dynaval.service_layer.decisions import annotation_records_of
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.votes import ingest_webhook, reconcile_round
-from tests.fixtures.service import make_settings
 
 PROJECT = 4242
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def services(database_url: str, tmp_path: Path) -> Iterator[Services]:
-    settings = make_settings(
-        database_url=database_url,
-        data_dir=tmp_path,
-        label_studio_url="http://127.0.0.1:9",  # never called on this path
-        label_studio_api_key="unused-label-studio-key",
-        public_url="http://127.0.0.1:9",
-        model_dir=tmp_path,
-    )
-    built = bootstrap(settings)
-    try:
-        yield built
-    finally:
-        built.close()
 
 
 def add_round(services: Services, project_id: int = PROJECT) -> int:

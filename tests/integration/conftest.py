@@ -1,0 +1,38 @@
+"""Fixtures of the integration tests that run the service's use cases without Label Studio."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from flask import Flask
+
+from dynaval.bootstrap import bootstrap
+from dynaval.entrypoints.app import create_app
+from dynaval.service_layer.services import Services
+from tests.fixtures.service import make_settings
+
+
+@pytest.fixture
+def services(database_url: str, tmp_path: Path) -> Iterator[Services]:
+    """The service's parts on SQLite and on PostgreSQL, with a Label Studio that is never called."""
+    settings = make_settings(
+        database_url=database_url,
+        data_dir=tmp_path,
+        label_studio_url="http://127.0.0.1:9",  # never called on this path
+        label_studio_api_key="unused-label-studio-key",
+        public_url="http://127.0.0.1:9",
+        model_dir=tmp_path,
+    )
+    built = bootstrap(settings)
+    try:
+        yield built
+    finally:
+        built.close()
+
+
+@pytest.fixture
+def app(services: Services) -> Flask:
+    """The Flask app around ``services``, without the background worker."""
+    return create_app(services, start_background=False)
