@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,9 @@ from dynaval.bootstrap import bootstrap
 from dynaval.entrypoints.app import create_app
 from dynaval.service_layer.services import Services
 from tests.fixtures.service import make_settings
+from tests.support.label_studio_copy import LabelStudioCopy
+
+PROJECT = 4242
 
 
 @pytest.fixture
@@ -36,3 +40,29 @@ def services(database_url: str, tmp_path: Path) -> Iterator[Services]:
 def app(services: Services) -> Flask:
     """The Flask app around ``services``, without the background worker."""
     return create_app(services, start_background=False)
+
+
+@dataclass
+class RecordedWork:
+    """The work queue port, recording what the use cases ask for."""
+
+    escalations: list[int] = field(default_factory=list)
+    verifications: list[int] = field(default_factory=list)
+
+    def push_soon(self, round_id: int) -> None:
+        pass
+
+    def escalate_soon(self, round_id: int) -> None:
+        self.escalations.append(round_id)
+
+    def verify_soon(self, round_id: int) -> None:
+        self.verifications.append(round_id)
+
+
+@pytest.fixture
+def label_studio(services: Services) -> Iterator[LabelStudioCopy]:
+    """A fake of our Label Studio port holding project PROJECT; the work queue records requests."""
+    copy = LabelStudioCopy(project_id=PROJECT)
+    services.label_studio = copy  # type: ignore[assignment]
+    services.work = RecordedWork()
+    yield copy

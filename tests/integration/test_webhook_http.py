@@ -4,7 +4,8 @@ An ordinary webhook (POST, a JSON body of known length, no query string) is answ
 :class:`dynaval.entrypoints.webhook_wsgi.WebhookFastPath`; anything else reaches the Flask route.
 A query string sends the same request to the Flask route, so each case is sent both ways and the
 answers and the stored state are compared. Candidates are written straight into the database (SQLite
-and PostgreSQL), as in ``test_webhook_ingest.py``.
+and PostgreSQL), as in ``test_verified_votes.py``, whose fake of our Label Studio port holds what
+Label Studio has.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.test import EnvironBuilder
@@ -22,15 +24,30 @@ from werkzeug.test import EnvironBuilder
 from dynaval.entrypoints.app import render_error
 from dynaval.entrypoints.webhook_wsgi import WEBHOOK_PATH, WebhookFastPath
 from dynaval.service_layer.services import Services
+from dynaval.service_layer.verification import verify_round
 from tests.fixtures.service import WEBHOOK_SECRET
-from tests.integration.test_webhook_ingest import (
+from tests.integration.test_verified_votes import (
     PROJECT,
-    T0,
     add_candidate,
     add_round,
-    annotation_payload,
     candidate_state,
+    waiting_tasks,
 )
+from tests.support.label_studio_copy import T0, LabelStudioCopy, annotation_json, deletion_webhook, webhook
+
+
+def annotation_payload(
+    annotation_id: int,
+    task_id: int,
+    annotator: int,
+    label: str | None,
+    *,
+    project_id: int = PROJECT,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    action = kwargs.pop("action", "ANNOTATION_CREATED")
+    return webhook(action, project_id, annotation_json(annotation_id, task_id, annotator, label, **kwargs))
+
 
 FAST = WEBHOOK_PATH
 VIA_FLASK = WEBHOOK_PATH + "?via=flask"
@@ -43,6 +60,7 @@ def answer(client: FlaskClient, path: str, **kwargs: Any) -> tuple[int, Any, str
     return response.status_code, response.get_json(), response.headers.get("Retry-After")
 
 
+@pytest.mark.usefixtures("label_studio")
 def test_refusals_are_the_same_on_both_paths_and_write_nothing(app: Flask, services: Services) -> None:
     round_id = add_round(services)
     candidate_id = add_candidate(services, round_id, task_id=11)
@@ -59,7 +77,7 @@ def test_refusals_are_the_same_on_both_paths_and_write_nothing(app: Flask, servi
         (422, {"json": ["ANNOTATION_CREATED"], "headers": SECRET}),
         (422, {"json": {**good, "action": 5}, "headers": SECRET}),
         (422, {"json": {**good, "project": {"id": 2**63}}, "headers": SECRET}),
-        (422, {"json": {**good, "annotation": {**good["annotation"], "id": "1"}}, "headers": SECRET}),
+        (422, {"json": {**good, "annotation": {**good["annotation"], "task": "11"}}, "headers": SECRET}),
         (422, {"json": {"action": "ANNOTATIONS_DELETED", "project": {"id": PROJECT}}, "headers": SECRET}),
         (404, {"json": annotation_payload(1, 11, 101, "negative", project_id=999), "headers": SECRET}),
         (404, {"json": annotation_payload(1, 12, 101, "negative"), "headers": SECRET}),
@@ -75,10 +93,14 @@ def test_refusals_are_the_same_on_both_paths_and_write_nothing(app: Flask, servi
             if status != 200:
                 assert set(fast[1]["error"]) == {"code", "message", "field"}
     assert candidate_state(services, candidate_id) == before
+    assert waiting_tasks(services) == []
 
 
-def test_votes_sent_either_way_end_in_the_same_state(app: Flask, services: Services) -> None:
-    """One candidate gets its webhooks before Flask, its twin the same ones through Flask."""
+def test_votes_sent_either_way_end_in_the_same_state(
+    app: Flask, services: Services, label_studio: LabelStudioCopy
+) -> None:
+    """One candidate gets its webhooks before Flask, its twin the same ones through Flask; each
+    webhook's task is read back from Label Studio after it."""
     round_id = add_round(services)
     twins = {
         11: add_candidate(services, round_id, task_id=11),
@@ -87,30 +109,32 @@ def test_votes_sent_either_way_end_in_the_same_state(app: Flask, services: Servi
     answers: dict[int, list[tuple[int, Any, str | None]]] = {11: [], 12: []}
     with app.test_client() as client:
         for task, path, base in ((11, FAST, 0), (12, VIA_FLASK, 100)):
-            steps = [
-                annotation_payload(base + 1, task, 101, "negative"),
-                annotation_payload(base + 2, task, 102, "negative"),
-                annotation_payload(base + 2, task, 102, "negative"),  # repeated: changes nothing
-                annotation_payload(base + 3, task, 103, "negative"),
-                annotation_payload(
-                    base + 3,
-                    task,
-                    103,
-                    "positive",
-                    updated=T0 + timedelta(minutes=1),
-                    action="ANNOTATION_UPDATED",
-                ),
-                {
-                    "action": "ANNOTATIONS_DELETED",
-                    "project": {"id": PROJECT},
-                    "annotations": [{"id": base + 1}],
-                },
+            edited = annotation_json(base + 3, task, 103, "positive", updated=T0 + timedelta(minutes=1))
+            # (what happens in Label Studio, the webhook that comes): "put" or "delete" an annotation,
+            # or None for a webhook about nothing Label Studio has (forged, or a repeat).
+            steps: list[tuple[str | None, Any]] = [
+                (None, annotation_payload(base + 99, task, 109, "negative")),  # forged
+                ("put", annotation_json(base + 1, task, 101, "negative")),
+                ("put", annotation_json(base + 2, task, 102, "negative")),
+                (None, annotation_payload(base + 2, task, 102, "negative")),  # repeated: changes nothing
+                ("put", annotation_json(base + 3, task, 103, "negative")),
+                ("put", edited),
+                ("delete", base + 1),
             ]
-            for body in steps:
+            for change, argument in steps:
+                if change == "put":
+                    label_studio.put(argument)
+                    body = webhook("ANNOTATION_CREATED", PROJECT, argument)
+                elif change == "delete":
+                    label_studio.delete(argument)
+                    body = deletion_webhook(PROJECT, [argument])
+                else:
+                    body = argument
                 answers[task].append(answer(client, path, json=body, headers=SECRET))
+                verify_round(services, round_id)
     assert answers[11] == answers[12]
-    assert [a[0] for a in answers[11]] == [200] * 6
-    assert [a[1]["candidates_changed"] for a in answers[11]] == [1, 1, 0, 1, 1, 1]
+    assert [a[0] for a in answers[11]] == [200] * 7
+    assert [a[1]["tasks_to_verify"] for a in answers[11]] == [1] * 7
     fast_state, flask_state = candidate_state(services, twins[11]), candidate_state(services, twins[12])
     assert fast_state[:2] == flask_state[:2] == ("in_validation", 5)  # 2 votes left: short of 3
     assert [(annotator, label) for _, annotator, label in fast_state[2]] == [
@@ -155,6 +179,7 @@ def raw_answer(app: Flask, path: str, stream: Any, content_length: int) -> tuple
     return started[0], json.loads(data)
 
 
+@pytest.mark.usefixtures("label_studio")
 def test_a_client_that_goes_away_mid_body_gets_the_same_answer_both_ways(
     app: Flask, services: Services
 ) -> None:
@@ -171,6 +196,7 @@ def test_a_client_that_goes_away_mid_body_gets_the_same_answer_both_ways(
     assert fast == raw_answer(app, VIA_FLASK, ResetStream(body, 100), len(body))
     assert fast[0] in ("400 BAD REQUEST", "500 INTERNAL SERVER ERROR"), fast
     assert candidate_state(services, candidate_id) == before
+    assert waiting_tasks(services) == []
 
 
 def test_a_database_failure_gets_the_same_answer_both_ways(app: Flask, services: Services) -> None:
@@ -180,7 +206,7 @@ def test_a_database_failure_gets_the_same_answer_both_ways(app: Flask, services:
     add_candidate(services, round_id, task_id=11)
     with services.database.engine.begin() as connection:
         cascade = "" if services.database.is_sqlite else " CASCADE"
-        connection.exec_driver_sql(f"DROP TABLE annotation{cascade}")
+        connection.exec_driver_sql(f"DROP TABLE task_check{cascade}")
     with app.test_client() as client:
         fast = answer(client, FAST, json=annotation_payload(1, 11, 101, "negative"), headers=SECRET)
         flask = answer(client, VIA_FLASK, json=annotation_payload(1, 11, 101, "negative"), headers=SECRET)

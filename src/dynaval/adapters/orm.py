@@ -79,10 +79,14 @@ class CandidateRow(SQLModel, table=True):
     override_reason: str | None = Field(default=None, sa_column=Column(Text))
     override_by: str | None = Field(default=None, max_length=64)
     override_at: datetime | None = None
+    label_studio_read_at: datetime | None = None
+    """When the copy of Label Studio's annotations that this candidate holds was read (the start of
+    the read); an older read is never applied over it."""
 
 
 class AnnotationRow(SQLModel, table=True):
-    """One Label Studio annotation as we keep it. Votes are derived from these rows."""
+    """One Label Studio annotation as the service read it back from Label Studio with its own key
+    (never from a webhook's content). Votes are derived from these rows."""
 
     __tablename__ = "annotation"
     # The dashboard's cache of round figures is keyed by the count and the latest of these per round.
@@ -100,18 +104,25 @@ class AnnotationRow(SQLModel, table=True):
     created_at: datetime
     updated_at: datetime
     received_at: datetime = Field(default_factory=utcnow)
-    source: str = Field(default="webhook", max_length=16)
+    source: str = Field(default="reconcile", max_length=16)
+    """Which read stored it: ``verification`` (a task a webhook named) or ``reconcile`` (every task)."""
 
 
-class DeletedAnnotationRow(SQLModel, table=True):
-    """A Label Studio annotation id that was deleted. Label Studio never reuses annotation ids, so a
-    creation or update of it that arrives after its deletion (webhooks come in any order) is stale."""
+class TaskCheckRow(SQLModel, table=True):
+    """A Label Studio task whose annotations must be read back from Label Studio.
 
-    __tablename__ = "deleted_annotation"
+    A webhook only says that a task changed; its content is never stored. The task waits here until
+    the service reads it with its own key (one row per task however many webhooks came). A read
+    that started after ``requested_at`` settles the request; a webhook that arrives during a read
+    keeps its row, so the task is read again.
+    """
 
-    id: int = Field(primary_key=True, sa_type=BigInteger)
-    round_id: int = Field(foreign_key="round.id", index=True)
-    deleted_at: datetime = Field(default_factory=utcnow)
+    __tablename__ = "task_check"
+    __table_args__ = (Index("ix_task_check_round_requested", "round_id", "requested_at"),)
+
+    task_id: int = Field(primary_key=True, sa_type=BigInteger)
+    round_id: int = Field(foreign_key="round.id")
+    requested_at: datetime = Field(default_factory=utcnow)
 
 
 class DecisionRow(SQLModel, table=True):
@@ -148,6 +159,8 @@ class GoldItemRow(SQLModel, table=True):
     push_attempted_at: datetime | None = None
     pushed_at: datetime | None = None
     label_studio_task_id: int | None = Field(default=None, sa_type=BigInteger)
+    label_studio_read_at: datetime | None = None
+    """As :attr:`CandidateRow.label_studio_read_at`, for the item's gold answers."""
 
 
 class GoldAnswerRow(SQLModel, table=True):

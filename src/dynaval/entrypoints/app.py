@@ -25,7 +25,7 @@ from dynaval.entrypoints.auth import Unauthorized
 from dynaval.entrypoints.openapi import build_openapi
 from dynaval.entrypoints.webhook_wsgi import WebhookFastPath
 from dynaval.service_layer.services import Services
-from dynaval.service_layer.votes import WebhookUnauthorized
+from dynaval.service_layer.webhooks import WebhookUnauthorized
 from dynaval.settings import Settings
 
 log = logging.getLogger(__name__)

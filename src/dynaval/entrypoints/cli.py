@@ -100,7 +100,7 @@ def cmd_build_default_model(args: argparse.Namespace) -> int:
 
 def cmd_sync(args: argparse.Namespace) -> int:
     from dynaval.service_layer.rounds import get_round
-    from dynaval.service_layer.votes import sync_round
+    from dynaval.service_layer.verification import sync_round
 
     services = _services()
     try:

@@ -26,7 +26,17 @@ from dynaval.entrypoints.schemas import (
     OverrideCreate,
     RoundCreate,
 )
-from dynaval.service_layer import agreement, annotators, candidates, dataset, gold, overrides, rounds, votes
+from dynaval.service_layer import (
+    agreement,
+    annotators,
+    candidates,
+    dataset,
+    gold,
+    overrides,
+    rounds,
+    verification,
+    webhooks,
+)
 from dynaval.service_layer.services import Services
 
 api = Blueprint("api", __name__)
@@ -217,7 +227,7 @@ def audit_log(round_id: int) -> Any:
 )
 @requires(Role.LEAD)
 def sync_round(round_id: int) -> Any:
-    return jsonify(votes.sync_round(_services(), round_id))
+    return jsonify(verification.sync_round(_services(), round_id))
 
 
 @api.get("/api/rounds/<int:round_id>/dataset")
@@ -275,9 +285,9 @@ def dataset_download(services: Services, round_id: int, fmt: str) -> Response:
 )
 def label_studio_webhook() -> Any:
     services = _services()
-    votes.check_webhook_secret(services, request.headers.get(WEBHOOK_SECRET_HEADER))
+    webhooks.check_webhook_secret(services, request.headers.get(WEBHOOK_SECRET_HEADER))
     # Lenient: whatever Label Studio's encoder writes (NaN included) is read; the adapter cleans text.
-    result = votes.ingest_webhook(services, _json_payload(strict=False))
+    result = webhooks.ingest_webhook(services, _json_payload(strict=False))
     return jsonify(result.to_dict())
 
 

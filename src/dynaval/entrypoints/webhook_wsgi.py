@@ -4,7 +4,7 @@ Label Studio posts one webhook per annotation, inside the annotator's own reques
 one route that sees a steady stream. Flask's per-request work (request context, URL matching, the
 limiter, session and error-handler lookups) costs about as much as applying the vote, so an
 ordinary webhook is answered here, before Flask: the same secret check, the same use case
-(:func:`dynaval.service_layer.votes.ingest_webhook`), the same error bodies.
+(:func:`dynaval.service_layer.webhooks.ingest_webhook`), the same error bodies.
 
 Anything out of the ordinary (another method, a query string, no ``Content-Length``, a body over
 the limit, a body that is not declared JSON) goes on to the Flask route, which handles every odd
@@ -23,7 +23,7 @@ from werkzeug.wsgi import LimitedStream
 
 from dynaval.adapters.label_studio import WEBHOOK_SECRET_HEADER
 from dynaval.entrypoints.guards import parse_json
-from dynaval.service_layer import votes
+from dynaval.service_layer import webhooks
 from dynaval.service_layer.services import Services
 
 WEBHOOK_PATH = "/webhooks/label-studio"
@@ -74,8 +74,8 @@ class WebhookFastPath:
         return length if length is not None and length <= self._max_body_bytes else None
 
     def _handle(self, environ: dict[str, Any], length: int) -> dict[str, Any]:
-        votes.check_webhook_secret(self._services, environ.get(_SECRET_ENVIRON_KEY))
+        webhooks.check_webhook_secret(self._services, environ.get(_SECRET_ENVIRON_KEY))
         # As Flask reads it: a body shorter than its Content-Length (the client went away) raises
         # Werkzeug's ClientDisconnected, a 400.
         data = LimitedStream(environ["wsgi.input"], length).read() if length else b""
-        return votes.ingest_webhook(self._services, parse_json(data, strict=False)).to_dict()
+        return webhooks.ingest_webhook(self._services, parse_json(data, strict=False)).to_dict()

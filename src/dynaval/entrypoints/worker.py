@@ -1,10 +1,13 @@
-"""Background work on the task queue (huey): pushes, escalations, the sweep and the scheduled reconcile.
+"""Background work on the task queue (huey): pushes, verification of webhooks, escalations, the
+sweep and the scheduled reconcile.
 
-Work is asked for as it arises: a stored candidate asks for a push of its round, a webhook whose
-decision wants more votes asks for an escalation. A push Label Studio fails is tried again when the
-round's backoff runs out (``push_retry_at``). Once a minute a periodic sweep scores candidates a
-crash left unscored and pushes and escalates every live round (the safety net for lost work), and
-reconciles them every ``DYNAVAL_RECONCILE_INTERVAL_S``. Every task is idempotent: the push lease,
+Work is asked for as it arises: a stored candidate asks for a push of its round, a webhook asks for
+its task to be read back from Label Studio (verification), a read whose decision wants more votes
+asks for an escalation. A push Label Studio fails is tried again when the
+round's backoff runs out (``push_retry_at``), a verification Label Studio failed a little later.
+Once a minute a periodic sweep scores candidates a crash left unscored, pushes, verifies and
+escalates every live round (the safety net for lost work), and reconciles them every
+``DYNAVAL_RECONCILE_INTERVAL_S``. Every task is idempotent: the push lease,
 row locks and Label Studio lookups keep several consumers, on one machine or several, from doing
 the same work twice.
 
@@ -25,7 +28,7 @@ from dynaval.adapters.orm import RoundRow, as_utc
 from dynaval.domain.errors import DomainError, Unavailable
 from dynaval.service_layer.pushing import apply_escalations, background_pass, push_pending
 from dynaval.service_layer.services import Services
-from dynaval.service_layer.votes import reconcile_live_rounds
+from dynaval.service_layer.verification import reconcile_live_rounds, verify_pending_rounds, verify_round
 
 log = logging.getLogger(__name__)
 LAST_RECONCILE_KEY = "dynaval:last-reconcile"
@@ -70,16 +73,29 @@ class QueuedWork:
                 log.warning("round %s: escalation postponed: %s", round_id, exc.message)
                 escalate_round.schedule((round_id,), delay=max(1.0, self._settings.push_retry_base_s))
 
+        @huey.task(name="dynaval.verify_round")
+        def verify_round_task(round_id: int) -> None:
+            # From now on a webhook asks again: its task may be missing from the read that follows.
+            huey.get(_flag("verify", round_id))
+            try:
+                verify_round(services, round_id)
+            except Unavailable as exc:
+                log.warning("round %s: verification postponed: %s", round_id, exc.message)
+                if huey.put_if_empty(_flag("verify", round_id), "1"):
+                    verify_round_task.schedule((round_id,), delay=max(1.0, self._settings.push_retry_base_s))
+
         @huey.periodic_task(crontab(minute="*"), name="dynaval.sweep")
         def sweep() -> None:
             try:
                 background_pass(services)
+                verify_pending_rounds(services)
                 self._reconcile_when_due(services)
             except DomainError as exc:
                 log.warning("sweep postponed: %s", exc.message)
 
         self._push_round = push_round
         self._escalate_round = escalate_round
+        self._verify_round = verify_round_task
         self.sweep = sweep
 
     def push_soon(self, round_id: int) -> None:
@@ -87,6 +103,9 @@ class QueuedWork:
 
     def escalate_soon(self, round_id: int) -> None:
         self._enqueue("escalate", round_id, self._escalate_round)
+
+    def verify_soon(self, round_id: int) -> None:
+        self._enqueue("verify", round_id, self._verify_round)
 
     def _enqueue(self, kind: str, round_id: int, task: object) -> None:
         flag = _flag(kind, round_id)

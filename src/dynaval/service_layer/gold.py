@@ -17,7 +17,6 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
-from dynaval.adapters.label_studio import ParsedAnnotation
 from dynaval.adapters.orm import (
     AnnotationRow,
     AnnotatorStatusRow,
@@ -72,33 +71,6 @@ def gold_item_for_task(session: Session, round_id: int, task_id: int) -> GoldIte
             GoldItemRow.round_id == round_id, GoldItemRow.label_studio_task_id == task_id
         )
     ).first()
-
-
-def store_gold_answer(session: Session, gold_item: GoldItemRow, parsed: ParsedAnnotation) -> bool:
-    """Insert or update one gold answer; an older delivery never overwrites a newer one."""
-    row = session.get(GoldAnswerRow, parsed.annotation_id)
-    if row is not None and as_utc(row.updated_at) > as_utc(parsed.updated_at):
-        return False
-    if row is None:
-        row = GoldAnswerRow(
-            id=parsed.annotation_id,
-            gold_item_id=gold_item.id,
-            round_id=gold_item.round_id,
-            annotator_id=parsed.annotator_id,
-            updated_at=parsed.updated_at,
-        )
-    elif (row.label, row.was_cancelled, row.annotator_id) == (
-        parsed.label,
-        parsed.was_cancelled,
-        parsed.annotator_id,
-    ):
-        return False
-    row.annotator_id = parsed.annotator_id
-    row.label = parsed.label
-    row.was_cancelled = parsed.was_cancelled
-    row.updated_at = parsed.updated_at
-    session.add(row)
-    return True
 
 
 @dataclass(frozen=True)

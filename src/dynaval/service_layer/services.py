@@ -27,6 +27,9 @@ class WorkQueue(Protocol):
     def escalate_soon(self, round_id: int) -> None:
         """Raise the Label Studio overlap of the round's tasks whose decision wants more votes."""
 
+    def verify_soon(self, round_id: int) -> None:
+        """Read back from Label Studio the round's tasks that webhooks named."""
+
 
 class NoWorkQueue:
     """Asks for nothing: for commands that do their Label Studio work themselves (``dynaval sync``)."""
@@ -35,6 +38,9 @@ class NoWorkQueue:
         pass
 
     def escalate_soon(self, round_id: int) -> None:
+        pass
+
+    def verify_soon(self, round_id: int) -> None:
         pass
 
 
@@ -83,8 +89,8 @@ class Services:
     work: WorkQueue = field(default_factory=NoWorkQueue)
     task_queue: Any = None
     """The huey instance behind ``work`` (the composition root sets both), or None."""
-    webhook_rounds: dict[int, Any] = field(default_factory=dict)
-    """Rounds by Label Studio project id, as the webhook path reads them (they never change)."""
+    webhook_rounds: dict[int, int] = field(default_factory=dict)
+    """Round ids by Label Studio project id, as the webhook path reads them (they never change)."""
 
     def health(self) -> dict[str, object]:
         """What ``GET /health`` reports: the service answers and its database does."""
