@@ -16,7 +16,7 @@ from sqlalchemy import text
 
 from tests.fixtures.service import WEBHOOK_SECRET, WRITER_TOKEN, LiveService
 from tests.support.tiny_model import build_tiny_model
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, wait_verified
 
 pytestmark = pytest.mark.labelstudio
 
@@ -199,7 +199,7 @@ def test_webhook_bad_requests_write_nothing(live_service: LiveService, world: di
     assert_error(hook({**payload, "project": {"id": 99999999}}), 404, "project.id")
     assert_error(hook({**payload, "project": "x"}), 422, "project.id")
     assert_error(hook(payload), 404, "annotation.task")  # a task that is no candidate of this round
-    assert_error(hook({**payload, "annotation": {"task": 1}}), 422, "annotation")
+    assert_error(hook({**payload, "annotation": {"id": 1}}), 422, "annotation.task")
     assert_error(hook({**payload, "annotation": "x"}), 422, "annotation")
     assert_error(
         hook({"action": "ANNOTATIONS_DELETED", "project": {"id": world["project"]}, "annotations": "all"}),
@@ -213,7 +213,7 @@ def test_webhook_bad_requests_write_nothing(live_service: LiveService, world: di
 
 # ------------------------------------------------- forged and malformed webhooks, over HTTP
 
-VOTE_TABLES = ("annotation", "decision", "deleted_annotation", "gold_answer", "annotator_status")
+VOTE_TABLES = ("annotation", "decision", "task_check", "gold_answer", "annotator_status")
 
 
 def vote_rows(service: LiveService) -> dict[str, Any]:
@@ -244,6 +244,7 @@ def two_rounds(live_service: LiveService, world: dict[str, Any]) -> dict[str, An
     """Two open rounds of the same service, each with one candidate imported into its project."""
     other = live_service.call("POST", "/api/rounds", json={"name": "other", "task": "sentiment"}).json()
     return {
+        "round": world["open"],
         "project": world["project"],
         "task": pushed_task(live_service, world["open"]),
         "other_project": other["label_studio_project_id"],
@@ -310,10 +311,13 @@ def test_forged_webhooks_are_refused_and_write_nothing(
     assert_error(post_hook(live_service, vote(two_rounds["other_project"], two_rounds["task"])), 404,
                  "annotation.task")  # fmt: skip
     assert vote_rows(live_service) == before
-    # The same webhook, signed and addressed right, is applied: the refusals were the forgeries'.
-    applied = post_hook(live_service, good)
-    assert applied.status_code == 200 and applied.json()["handled"] is True, applied.text
-    assert vote_rows(live_service)["annotation"] == before["annotation"] + 1
+    # The same webhook, signed and addressed right, is taken as a hint: its task is read back from
+    # Label Studio, which has no annotation 555001, so no vote is stored.
+    hinted = post_hook(live_service, good)
+    assert hinted.status_code == 200, hinted.text
+    assert hinted.json() == {"action": "ANNOTATION_CREATED", "handled": True, "tasks_to_verify": 1}
+    wait_verified(live_service.call, two_rounds["round"])
+    assert vote_rows(live_service) == before
 
 
 def test_malformed_webhooks_are_4xx_naming_the_field_and_write_nothing(
@@ -340,18 +344,11 @@ def test_malformed_webhooks_are_4xx_naming_the_field_and_write_nothing(
     for project_id in ("12", 2**63, 2**64, -1, 0, True, 1.5, None, [project]):
         refused({**good, "project": {"id": project_id}}, 422, "project.id")
     refused({**good, "project": project}, 422, "project.id")
-    # The annotation: wrong types, ids out of 64-bit range, unreadable times.
-    for name, value in (
-        ("id", 2**63), ("id", "555001"), ("id", None), ("id", 1.0), ("id", True),
-        ("task", 2**64), ("task", -task), ("task", str(task)), ("task", [task]),
-        ("completed_by", 2**63), ("completed_by", True), ("completed_by", None), ("completed_by", "7"),
-        ("result", "positive"), ("result", {"choices": ["positive"]}),
-        ("created_at", "yesterday"), ("updated_at", "2026-13-45T00:00:00Z"),
-        ("created_at", "0001-01-01T00:00:00+01:00"),  # before year 1 in UTC
-    ):  # fmt: skip
+    # The annotation's task: the one thing read from it (wrong types, ids out of 64-bit range).
+    for value in (2**63, 2**64, -task, 0, str(task), [task], None, True, 1.5):
         malformed = vote(project, task)
-        malformed["annotation"][name] = value
-        refused(malformed, 422, "annotation")
+        malformed["annotation"]["task"] = value
+        refused(malformed, 422, "annotation.task")
     refused({**good, "annotation": "x"}, 422, "annotation")
     refused({**good, "annotation": None}, 422, "annotation")
     deleted = {"action": "ANNOTATIONS_DELETED", "project": {"id": project}}
@@ -361,33 +358,36 @@ def test_malformed_webhooks_are_4xx_naming_the_field_and_write_nothing(
     padding = "x" * live_service.services.settings.max_body_bytes
     refused({**good, "padding": padding}, 413, "body")
     refused({**good, "padding": padding}, 413, "body", secret=None)
+    deleted_ids = [{"id": i} for i in range(1, 5_002)]
+    refused({**deleted, "annotations": deleted_ids}, 413, "annotations")  # more than Label Studio sends
     assert vote_rows(live_service) == before
 
 
-def test_a_webhook_with_odd_but_readable_values_is_stored_clean(
+def test_a_webhooks_content_beyond_its_ids_is_never_read(
     live_service: LiveService, two_rounds: dict[str, Any]
 ) -> None:
-    """Label Studio's encoder may write NaN; an annotator's reason may hold characters no database
-    stores. The vote is kept (a lost vote is worse), its text cleaned."""
-    flagged = [
-        {"from_name": "label", "to_name": "text", "type": "choices", "value": {"choices": ["positive"]}},
-        {"from_name": "flag", "to_name": "text", "type": "choices", "value": {"choices": ["flag"]}},
-        {"from_name": "flag_reason", "to_name": "text", "type": "textarea",
-         "value": {"text": ["bad\u0000\ud800 text"]}},
-        {"from_name": "label", "to_name": "text", "type": "choices", "value": "not an object"},
-        "not a region",
-    ]  # fmt: skip
-    body = vote(two_rounds["project"], two_rounds["task"], result=flagged)
-    raw = json.dumps(body).replace('"lead_time": 3.5', '"lead_time": NaN')
+    """Wrong types, ids past 64 bits, unreadable times, a bogus result, NaN: none of it is read, so
+    none of it is refused or stored. The webhook only names its task, which is read back from Label
+    Studio, which has no such annotation: no vote."""
+    before = vote_rows(live_service)
+    project, task = two_rounds["project"], two_rounds["task"]
+    for name, value in (
+        ("id", 2**63), ("id", "555001"), ("id", None), ("id", 1.0),
+        ("completed_by", 2**63), ("completed_by", True), ("completed_by", None), ("completed_by", "7"),
+        ("result", "positive"), ("result", {"choices": ["positive"]}), ("result", ["not a region"]),
+        ("created_at", "yesterday"), ("updated_at", "2026-13-45T00:00:00Z"),
+        ("updated_at", "9999-12-31T23:59:59Z"),
+    ):  # fmt: skip
+        odd = vote(project, task)
+        odd["annotation"][name] = value
+        hinted = post_hook(live_service, odd)
+        assert hinted.status_code == 200 and hinted.json()["tasks_to_verify"] == 1, (name, value, hinted.text)
+    raw = json.dumps(vote(project, task)).replace('"lead_time": 3.5', '"lead_time": NaN')
     assert "NaN" in raw
-    response = post_hook(live_service, data=raw.encode(), headers={"Content-Type": "application/json"})
-    assert response.status_code == 200 and response.json()["handled"] is True, response.text
-    with live_service.services.database.engine.connect() as connection:
-        stored = connection.execute(
-            text('SELECT label, flagged, flag_reason, lead_time_s FROM "annotation" WHERE id = 555001')
-        ).one()
-    assert stored.label == "positive" and stored.flagged
-    assert stored.flag_reason == "bad? text" and stored.lead_time_s is None
+    hinted = post_hook(live_service, data=raw.encode(), headers={"Content-Type": "application/json"})
+    assert hinted.status_code == 200 and hinted.json()["handled"] is True, hinted.text
+    wait_verified(live_service.call, two_rounds["round"])
+    assert vote_rows(live_service) == before
 
 
 def test_values_no_database_stores_are_refused_naming_the_field(

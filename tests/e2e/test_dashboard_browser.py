@@ -30,8 +30,8 @@ from label_studio_sdk import LabelStudio
 from playwright.sync_api import BrowserContext, Locator, Page, Route
 
 from dynaval.domain.provenance import pseudonym
-from tests.e2e.test_validation_loop import wait_for
 from tests.fixtures.service import LEAD_TOKEN, PSEUDONYM_SECRET, WRITER_TOKEN, LiveService
+from tests.support.waiting import wait_for, wait_verified
 
 pytestmark = pytest.mark.labelstudio
 
@@ -258,6 +258,7 @@ def build_scenario(live: LiveService, ls_server: Any, annotators: list[Any]) -> 
     wait_for("Label Studio asks for a third vote", lambda: raised(sc.ids["esc_acc"]))
     vote("esc_acc", "C", POS)
     settled("esc_acc", "accepted")
+    wait_verified(call, sc.round_id)  # the "open" candidate's vote too
 
     second = call("POST", "/api/rounds", json={"name": "Sentiment round 2", "task": "sentiment"})
     assert second.status_code == 201, second.text

@@ -9,8 +9,8 @@ import pytest
 from label_studio_sdk import LabelStudio
 
 from dynaval.domain.provenance import pseudonym
-from tests.e2e.test_validation_loop import wait_for
 from tests.fixtures.service import PSEUDONYM_SECRET, WRITER_TOKEN, LiveService
+from tests.support.waiting import wait_for, wait_verified
 
 pytestmark = pytest.mark.labelstudio
 
@@ -60,6 +60,7 @@ def test_gold_exclusion_changes_a_decision_and_a_lead_reverses_it(
         candidates.append(response.json()["id"])
 
     def candidate(cid: str) -> dict[str, Any]:
+        wait_verified(call, round_id)  # what Label Studio holds now, once the service read it back
         body: dict[str, Any] = call("GET", f"/api/candidates/{cid}").json()
         return body
 
@@ -123,6 +124,7 @@ def test_gold_exclusion_changes_a_decision_and_a_lead_reverses_it(
 
     # The gold rule now leaves D to the lead, whatever D answers.
     annotate(gold_tasks[2][0], d.id, WRONG[gold_tasks[2][1]])
+    wait_verified(call, round_id)
     report = {
         r["annotator"]: r for r in call("GET", f"/api/rounds/{round_id}/annotators").json()["annotators"]
     }

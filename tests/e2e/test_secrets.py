@@ -15,6 +15,7 @@ HMACs of the pseudonym secret that another secret does not reproduce.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -30,8 +31,8 @@ from sqlalchemy import inspect, text
 from dynaval.bootstrap import bootstrap
 from dynaval.domain.provenance import pseudonym, verify_prediction
 from dynaval.entrypoints.app import create_app
-from tests.e2e.test_validation_loop import wait_for
 from tests.fixtures.service import LiveService, free_port, make_settings
+from tests.support.waiting import wait_for, wait_verified
 
 pytestmark = pytest.mark.labelstudio
 
@@ -162,6 +163,7 @@ def test_no_secret_reaches_a_log_an_error_an_export_or_the_database(
         raw_writer_of[ids[-1]] = writer_id
 
     def candidate(cid: str) -> dict[str, Any]:
+        wait_verified(functools.partial(live.call, token=LEAD), round_id)
         body: dict[str, Any] = live.call("GET", f"/api/candidates/{cid}", token=LEAD).json()
         return body
 

@@ -32,7 +32,7 @@ from tests.fixtures.service import (
     WRITER_TOKEN,
     LiveService,
 )
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, wait_verified
 
 pytestmark = pytest.mark.labelstudio
 
@@ -127,6 +127,8 @@ class Round:
         self.id = 0
 
     def candidate(self, case: Case) -> dict[str, Any]:
+        """The candidate as the API shows it, once the round's webhooks so far were read back."""
+        wait_verified(self.service.call, self.id)
         response = self.service.call("GET", f"/api/candidates/{case.id}")
         assert response.status_code == 200, response.text
         body: dict[str, Any] = response.json()

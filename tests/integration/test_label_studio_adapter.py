@@ -173,6 +173,42 @@ def test_export_sees_updates_and_deletions(
     )
 
 
+def test_read_tasks_reads_only_the_tasks_asked_for_in_batches(
+    gateway: SdkLabelStudioGateway,
+    label_studio_server: LabelStudioServer,
+    label_studio_annotators: list[Annotator],
+    task_type: TaskType,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The verification read: Label Studio's current copy of some tasks, cancelled annotations
+    included, unannotated ones present, deleted annotations absent, an unknown task absent."""
+    project_id = gateway.create_project(title="read back", label_config=task_type.label_config, overlap=2)
+    tasks = _tasks(5)
+    task_ids = gateway.import_tasks(project_id=project_id, tasks=tasks)
+    a, b = label_studio_annotators[:2]
+    kept = label_studio_server.annotate(task_ids[0], a.id, "positive")
+    skipped = label_studio_server.annotate(task_ids[0], b.id, None, cancelled=True)
+    gone = label_studio_server.annotate(task_ids[1], a.id, "negative")
+    label_studio_server.delete_annotation(gone)
+    label_studio_server.annotate(task_ids[3], b.id, "neutral")  # a task not asked for
+    # Two reads of two tasks each, whatever the number asked for.
+    monkeypatch.setattr("dynaval.adapters.label_studio.READ_BATCH_SIZE", 2)
+    unknown = max(task_ids) + 10_000
+
+    read = gateway.read_tasks(
+        project_id=project_id, task_ids=[task_ids[0], task_ids[1], task_ids[2], unknown], task_type=task_type
+    )
+
+    by_task = {t.task_id: t for t in read}
+    assert set(by_task) == {task_ids[0], task_ids[1], task_ids[2]}
+    assert {p.annotation_id: p.was_cancelled for p in by_task[task_ids[0]].annotations} == {
+        kept: False,
+        skipped: True,
+    }
+    assert by_task[task_ids[1]].annotations == []
+    assert by_task[task_ids[2]].candidate_id == tasks[2]["candidate_id"]
+
+
 def test_set_task_overlap_reopens_the_task(
     gateway: SdkLabelStudioGateway,
     label_studio_server: LabelStudioServer,

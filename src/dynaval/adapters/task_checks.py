@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CompoundSelect, Delete, Insert, Select, bindparam, literal, select, union_all
+from sqlalchemy import CompoundSelect, Delete, Insert, Select, bindparam, func, literal, select, union_all
 from sqlalchemy import delete as sa_delete
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -184,3 +184,12 @@ def rounds_with_pending_checks(connection: Connection) -> list[int]:
     return [
         int(r) for (r,) in connection.execute(select(check.c.round_id).distinct().order_by(check.c.round_id))
     ]
+
+
+def waiting(connection: Connection, round_id: int) -> tuple[int, datetime | None]:
+    """How many of the round's tasks wait to be read back, and since when the longest has waited."""
+    check = _table(TaskCheckRow)
+    count, oldest = connection.execute(
+        select(func.count(), func.min(check.c.requested_at)).where(check.c.round_id == round_id)
+    ).one()
+    return int(count), oldest

@@ -168,11 +168,19 @@ def run_round(service_url: str, lead: str, writer: str, server: LabelStudioServe
             label = rng.choice([lab for lab in round_body["labels"] if lab != right])
         server.annotate(task_id, annotators[who].id, label, lead_time_s=round(rng.uniform(3, 30), 1))
 
+    def read_back() -> None:
+        """Wait until the service has read every task a webhook named back from Label Studio."""
+        _wait(
+            "the votes read back from Label Studio",
+            lambda: call("GET", f"/api/rounds/{round_id}", lead)["verification"]["tasks_waiting"] == 0,
+        )
+
     for c in fooled:
         vote(c["id"], 0)
         vote(c["id"], 1)
     ever_escalated: set[str] = set()
     for who in (2, 3):
+        read_back()
         waiting = [c["id"] for c in fooled if candidate(c["id"])["status"] in ("escalated", "in_validation")]
         ever_escalated.update(cid for cid in waiting if candidate(cid)["status"] == "escalated")
         time.sleep(2)  # let the task queue raise the tasks' overlap in Label Studio

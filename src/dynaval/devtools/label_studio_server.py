@@ -456,6 +456,30 @@ class LabelStudioServer:
             annotators.append(self._sign_up(email, password, invite_token))
         return annotators
 
+    def log_in(self, annotator: Annotator) -> httpx.Client:
+        """A session logged in through Label Studio's login form, as the annotator's browser has
+        it: whatever the annotator can read or do through the API, this client can (close it)."""
+        session = httpx.Client(base_url=self.url, timeout=30.0, follow_redirects=False)
+        try:
+            form = session.get("/user/login/")
+            _raise_for(form, "open the login form")
+            csrf = session.cookies.get("csrftoken")
+            if not csrf:
+                raise LabelStudioServerError("the login form set no CSRF cookie")
+            response = session.post(
+                "/user/login/",
+                data={"email": annotator.email, "password": annotator.password, "csrfmiddlewaretoken": csrf},
+                headers={"Referer": f"{self.url}/user/login/"},
+            )
+            if response.status_code != 302:
+                raise LabelStudioServerError(
+                    f"{annotator.email} could not log in (HTTP {response.status_code})"
+                )
+        except BaseException:
+            session.close()
+            raise
+        return session
+
     def annotate(
         self,
         task_id: int,

@@ -9,8 +9,9 @@ from typing import Any
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
+from dynaval.adapters import task_checks
 from dynaval.adapters.database import MAX_SERIAL_ID
-from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow, utcnow
+from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow, as_utc, utcnow
 from dynaval.domain.agreement import nominal_alpha
 from dynaval.domain.errors import Conflict, InvalidInput, NotFound
 from dynaval.domain.metrics import round_counts
@@ -213,4 +214,12 @@ def round_summary(services: Services, round_id: int) -> dict[str, Any]:
             "annotations": int(annotations),
             "agreement": alpha.to_dict(),
             "validation_cost": cost,
+            "verification": _verification_backlog(session, round_id),
         }
+
+
+def _verification_backlog(session: Session, round_id: int) -> dict[str, Any]:
+    """Tasks whose webhooks came but that were not read back from Label Studio yet: their votes
+    are not counted until they are (seconds, normally)."""
+    count, oldest = task_checks.waiting(session.connection(), round_id)
+    return {"tasks_waiting": count, "oldest_waiting_since": as_utc(oldest).isoformat() if oldest else None}
