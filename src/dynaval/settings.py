@@ -146,6 +146,11 @@ class Settings(BaseSettings):
         description="First wait before pushing again after Label Studio failed; doubles per failure.",
     )
     push_retry_max_s: float = Field(default=120.0, description="Longest wait between push attempts.")
+    verify_delay_s: float = Field(
+        default=1.0,
+        ge=0.0,
+        description="How long the tasks webhooks named gather before one read of them from Label Studio.",
+    )
 
     @property
     def resolved_session_cookie_secure(self) -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 from huey import Huey, crontab
 
@@ -105,14 +106,21 @@ class QueuedWork:
         self._enqueue("escalate", round_id, self._escalate_round)
 
     def verify_soon(self, round_id: int) -> None:
-        self._enqueue("verify", round_id, self._verify_round)
+        # The tasks of the webhooks that come meanwhile gather for one read: at Label Studio's own
+        # pace a read of one task costs Label Studio about half an annotation's time, a read of ten
+        # hardly more (docs/trust.md).
+        delay = self._settings.verify_delay_s
+        self._enqueue("verify", round_id, self._verify_round, delay_s=delay)
 
-    def _enqueue(self, kind: str, round_id: int, task: object) -> None:
+    def _enqueue(self, kind: str, round_id: int, task: Any, *, delay_s: float = 0.0) -> None:
         flag = _flag(kind, round_id)
         try:
             if self._huey.put_if_empty(flag, "1"):
                 try:
-                    task(round_id)  # type: ignore[operator]
+                    if delay_s > 0:
+                        task.schedule((round_id,), delay=delay_s)
+                    else:
+                        task(round_id)
                 except Exception:
                     self._huey.get(flag)  # not enqueued: the next caller must try again
                     raise

@@ -26,12 +26,12 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlmodel import Session, col, delete, select
+from sqlalchemy.engine import Connection
+from sqlmodel import Session, select
 
-from dynaval.adapters import task_checks
+from dynaval.adapters import task_checks, vote_store
 from dynaval.adapters.label_studio import READ_BATCH_SIZE, ExportedTask, ParsedAnnotation
 from dynaval.adapters.orm import (
-    AnnotationRow,
     CandidateRow,
     GoldAnswerRow,
     GoldItemRow,
@@ -40,7 +40,8 @@ from dynaval.adapters.orm import (
     utcnow,
 )
 from dynaval.domain.task_type import TaskType
-from dynaval.service_layer.decisions import lock_candidate, refresh_decision, wants_more_annotations
+from dynaval.domain.votes import AnnotationRecord
+from dynaval.service_layer.decisions import evaluate_decision, wants_more_annotations
 from dynaval.service_layer.gold import apply_gold_rule, gold_item_for_task
 from dynaval.service_layer.rounds import get_round
 from dynaval.service_layer.services import Services
@@ -78,6 +79,7 @@ class _Round:
     id: int
     project_id: int | None
     task_type: TaskType
+    policy: dict[str, Any]
 
 
 def _round(services: Services, round_id: int) -> _Round:
@@ -87,6 +89,7 @@ def _round(services: Services, round_id: int) -> _Round:
             id=round_id,
             project_id=round_row.label_studio_project_id,
             task_type=services.catalog.get(round_row.task_type),
+            policy=dict(round_row.policy),
         )
 
 
@@ -185,6 +188,10 @@ def reconcile_live_rounds(services: Services) -> dict[int, ReadReport]:
 
 # --------------------------------------------------------------- applying Label Studio's copy
 
+CHUNK_TASKS = 50
+"""Candidates' tasks applied per transaction: enough to amortise the statements, few enough that a
+webhook waiting for SQLite's write lock waits a few milliseconds."""
+
 
 def _apply_read(
     services: Services,
@@ -196,20 +203,39 @@ def _apply_read(
     *,
     progress: Callable[[int, int], None] | None = None,
 ) -> None:
-    """Apply each task's copy, one transaction per task (a webhook never waits long for the lock);
+    """Apply each task's copy: candidates' tasks in chunks, gold items' one by one (they are few);
     then the gold rule for the annotators whose gold answers changed, and escalations."""
     report.tasks += len(tasks)
-    gold_annotators: set[str] = set()
-    wants_more_votes = False
-    for done, task in enumerate(tasks, start=1):
-        with services.database.unit_of_work() as session:
-            gold_item = _gold_item_of_task(session, target.id, task)
-            if gold_item is not None:
-                report.gold_tasks += 1
-                gold_annotators |= _apply_gold_answers(session, gold_item, task.annotations, read_at, report)
+    with services.database.reading() as session:
+        kinds = vote_store.task_kinds(session.connection(), target.id, [t.task_id for t in tasks])
+    for task in tasks:
+        if task.task_id not in kinds:
+            kind = _adopt(services, target.id, task, report)
+            if kind is None:
+                report.unknown_tasks += 1
             else:
-                wants_more_votes |= _apply_candidate_task(session, target.id, task, read_at, report, source)
+                kinds[task.task_id] = kind
+    done = 0
+    wants_more_votes = False
+    candidate_tasks = [t for t in tasks if kinds.get(t.task_id) == "candidate"]
+    for start in range(0, len(candidate_tasks), CHUNK_TASKS):
+        chunk = candidate_tasks[start : start + CHUNK_TASKS]
+        with services.database.transaction() as connection:
+            wants_more_votes |= _apply_candidates(connection, target, chunk, read_at, report, source)
+        done += len(chunk)
+        if progress:
+            progress(done, len(tasks))
+    gold_annotators: set[str] = set()
+    for task in tasks:
+        if kinds.get(task.task_id) != "gold":
+            continue
+        with services.database.unit_of_work() as session:
+            gold_item = gold_item_for_task(session, target.id, task.task_id)
+            assert gold_item is not None
+            report.gold_tasks += 1
+            gold_annotators |= _apply_gold_answers(session, gold_item, task.annotations, read_at, report)
             session.commit()
+        done += 1
         if progress:
             progress(done, len(tasks))
     if gold_annotators:
@@ -222,117 +248,135 @@ def _apply_read(
         services.work.escalate_soon(target.id)
 
 
-def _apply_candidate_task(
-    session: Session, round_id: int, task: ExportedTask, read_at: datetime, report: ReadReport, source: str
-) -> bool:
-    """Make one candidate's stored annotations equal the task's copy; returns whether Label Studio
-    must be asked for more annotations."""
-    candidate_id = session.exec(
-        select(CandidateRow.id).where(
-            CandidateRow.label_studio_task_id == task.task_id, CandidateRow.round_id == round_id
-        )
-    ).first()
-    if candidate_id is None and task.candidate_id:
-        candidate_id = _adopt_task(session, round_id, task.candidate_id, task.task_id, report)
-    if candidate_id is None:
-        report.unknown_tasks += 1
-        return False
-    candidate = lock_candidate(session, candidate_id)
-    assert candidate is not None
-    if candidate.label_studio_read_at is not None and as_utc(candidate.label_studio_read_at) >= read_at:
-        report.newer_read_kept += 1
-        return False
-    report.annotations_seen += len(task.annotations)
-    _make_annotations_equal(session, candidate, task.annotations, report, source)
-    candidate.label_studio_read_at = read_at
-    session.add(candidate)
-    session.flush()
-    round_row = session.get(RoundRow, round_id)
-    assert round_row is not None
-    if not refresh_decision(session, candidate, round_row, cause=source):
-        return False
-    report.decisions_changed += 1
-    return wants_more_annotations(candidate.status, candidate.wanted_votes, candidate.label_studio_overlap)
-
-
-def _make_annotations_equal(
-    session: Session,
-    candidate: CandidateRow,
-    annotations: Sequence[ParsedAnnotation],
+def _apply_candidates(
+    connection: Connection,
+    target: _Round,
+    tasks: Sequence[ExportedTask],
+    read_at: datetime,
     report: ReadReport,
     source: str,
-) -> None:
-    stored = {
-        row.id: row
-        for row in session.exec(select(AnnotationRow).where(AnnotationRow.candidate_id == candidate.id)).all()
+) -> bool:
+    """Make the stored annotations of these tasks' candidates equal the copies read, and decide
+    each again; returns whether Label Studio must be asked for more annotations."""
+    locked = vote_store.lock_candidates(connection, target.id, [t.task_id for t in tasks])
+    excluded = vote_store.excluded_annotators(connection, target.id)
+    unseen = {
+        a.annotation_id
+        for t in tasks
+        if t.task_id in locked
+        for a in t.annotations
+        if a.annotation_id not in locked[t.task_id].annotations
     }
-    incoming = {parsed.annotation_id: parsed for parsed in annotations}
     # Label Studio never gives one annotation to two tasks; an id stored for another candidate
     # would be a corrupt read, and is left alone rather than moved.
-    foreign = set(
-        session.exec(
-            select(AnnotationRow.id).where(
-                col(AnnotationRow.id).in_(set(incoming) - set(stored)),
-                AnnotationRow.candidate_id != candidate.id,
-            )
-        ).all()
-    )
-    if foreign:
-        log.warning(
-            "candidate %s: annotation ids %s belong to another candidate; not moved",
-            candidate.id,
-            sorted(foreign),
-        )
+    foreign = vote_store.annotation_owners(connection, unseen)
+    writes = vote_store.VoteWrites()
     now = utcnow()
-    for annotation_id, parsed in incoming.items():
-        if annotation_id in foreign:
+    wants_more_votes = False
+    for task in tasks:
+        candidate = locked.get(task.task_id)
+        if candidate is None:
             continue
-        row = stored.get(annotation_id)
-        if row is not None and _same_annotation(row, parsed):
+        if candidate.read_at is not None and candidate.read_at >= read_at:
+            report.newer_read_kept += 1
             continue
-        if row is None:
-            row = AnnotationRow(
-                id=annotation_id,
-                candidate_id=candidate.id,
-                round_id=candidate.round_id,
-                annotator_id=parsed.annotator_id,
-                created_at=parsed.created_at,
-                updated_at=parsed.updated_at,
-            )
-        _copy_annotation(row, parsed)
-        row.received_at = now  # when it last changed here: the dashboard's figure cache keys on it
-        row.source = source
-        session.add(row)
-        report.added_or_updated += 1
-    gone = [annotation_id for annotation_id in stored if annotation_id not in incoming]
-    if gone:
-        session.execute(delete(AnnotationRow).where(col(AnnotationRow.id).in_(gone)))
-        report.deleted += len(gone)
-    session.flush()
+        report.annotations_seen += len(task.annotations)
+        current = dict(candidate.annotations)
+        incoming = {a.annotation_id: a for a in task.annotations}
+        for annotation_id, parsed in incoming.items():
+            values = _columns(parsed)
+            stored = candidate.annotations.get(annotation_id)
+            if stored == values:
+                continue
+            if stored is None and annotation_id in foreign:
+                log.warning(
+                    "annotation %s of task %s belongs to another candidate; not moved",
+                    annotation_id,
+                    task.task_id,
+                )
+                continue
+            row = {"id": annotation_id, **values, "received_at": now, "source": source}
+            if stored is None:
+                writes.inserted.append({**row, "candidate_id": candidate.id, "round_id": target.id})
+            else:
+                writes.updated.append(row)
+            current[annotation_id] = values
+            report.added_or_updated += 1
+        for annotation_id in [i for i in candidate.annotations if i not in incoming]:
+            writes.deleted.append(annotation_id)
+            del current[annotation_id]
+            report.deleted += 1
+        change = evaluate_decision(
+            status=candidate.status,
+            override_outcome=candidate.override_outcome,
+            stored_decision=candidate.decision,
+            writer_label=candidate.writer_label,
+            records=[_record(annotation_id, values) for annotation_id, values in current.items()],
+            policy=target.policy,
+            excluded=excluded,
+            cause=source,
+        )
+        if change is None:
+            writes.read_only.append({"candidate_id": candidate.id, "read_at": read_at})
+            continue
+        writes.decisions.append(
+            {
+                "candidate_id": candidate.id,
+                "status": change.status,
+                "decision": change.decision,
+                "wanted_votes": change.wanted_votes,
+                "decided_at": change.decided_at,
+                "read_at": read_at,
+            }
+        )
+        writes.history.append({"candidate_id": candidate.id, **change.history})
+        report.decisions_changed += 1
+        wants_more_votes |= wants_more_annotations(
+            change.status, change.wanted_votes, candidate.label_studio_overlap
+        )
+    vote_store.write(connection, writes)
+    return wants_more_votes
 
 
-def _same_annotation(row: AnnotationRow, parsed: ParsedAnnotation) -> bool:
-    return (
-        row.annotator_id == parsed.annotator_id
-        and row.label == parsed.label
-        and row.flagged == parsed.flagged
-        and row.flag_reason == parsed.reason
-        and row.was_cancelled == parsed.was_cancelled
-        and row.lead_time_s == parsed.lead_time_s
-        and as_utc(row.created_at) == parsed.created_at
-        and as_utc(row.updated_at) == parsed.updated_at
+def _columns(parsed: ParsedAnnotation) -> dict[str, Any]:
+    """The stored columns of an annotation as read (those of :data:`vote_store.ANNOTATION_FIELDS`)."""
+    return {
+        "annotator_id": parsed.annotator_id,
+        "label": parsed.label,
+        "flagged": parsed.flagged,
+        "flag_reason": parsed.reason,
+        "was_cancelled": parsed.was_cancelled,
+        "lead_time_s": parsed.lead_time_s,
+        "created_at": parsed.created_at,
+        "updated_at": parsed.updated_at,
+    }
+
+
+def _record(annotation_id: int, values: dict[str, Any]) -> AnnotationRecord:
+    return AnnotationRecord(
+        annotation_id=annotation_id,
+        annotator=values["annotator_id"],
+        label=values["label"],
+        flagged=values["flagged"],
+        reason=values["flag_reason"],
+        was_cancelled=values["was_cancelled"],
+        updated_at=values["updated_at"],
     )
 
 
-def _copy_annotation(row: AnnotationRow, parsed: ParsedAnnotation) -> None:
-    row.annotator_id = parsed.annotator_id
-    row.label = parsed.label
-    row.flagged = parsed.flagged
-    row.flag_reason = parsed.reason
-    row.was_cancelled = parsed.was_cancelled
-    row.lead_time_s = parsed.lead_time_s
-    row.created_at = parsed.created_at
-    row.updated_at = parsed.updated_at
+def _adopt(services: Services, round_id: int, task: ExportedTask, report: ReadReport) -> str | None:
+    """A task created by an import whose answer never came back: link it to the candidate or gold
+    item its data names. Returns what it now is (``"candidate"`` or ``"gold"``), or None."""
+    if not task.candidate_id:
+        return None
+    with services.database.unit_of_work() as session:
+        if _adopt_task(session, round_id, task.candidate_id, task.task_id, report) is not None:
+            session.commit()
+            return "candidate"
+        if _gold_item_of_task(session, round_id, task) is not None:
+            session.commit()
+            return "gold"
+    return None
 
 
 def _adopt_task(
