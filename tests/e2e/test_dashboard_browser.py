@@ -5,9 +5,9 @@ A round with gold items gets candidates from writers (the tiny test model always
 Studio (accepted, rejected, escalated, flagged and still open candidates; one annotator fails the
 gold items and is excluded), then a lead uses the dashboard as a person would: the login, every
 page checked against the API's figures, the queue's filter, search and paging, an override with
-its audit trail and export, an exclusion toggled by hand, and the logout. Every page is
-screenshotted into test-artifacts/screenshots/. The pages must load nothing from outside the
-service and raise no script error.
+its audit trail and export, an exclusion toggled by hand, and the logout, after which a copy of
+the session cookie opens nothing. Every page is screenshotted into test-artifacts/screenshots/.
+The pages must load nothing from outside the service and raise no script error.
 
 A second test checks, table-driven and without a browser, that every dashboard page redirects
 to the login without credentials and answers 403 to a writer's token.
@@ -27,9 +27,10 @@ from urllib.parse import urlsplit
 import pyarrow.parquet as pq
 import pytest
 from label_studio_sdk import LabelStudio
-from playwright.sync_api import BrowserContext, Locator, Page, Route
+from playwright.sync_api import Browser, BrowserContext, Locator, Page, Route
 
 from dynaval.domain.provenance import pseudonym
+from dynaval.entrypoints.pages import SESSION_COOKIE
 from tests.e2e.test_validation_loop import wait_for
 from tests.fixtures.service import LEAD_TOKEN, PSEUDONYM_SECRET, WRITER_TOKEN, LiveService
 
@@ -165,6 +166,31 @@ def login(page: Page, base: str, token: str) -> int:
     assert password.get_attribute("type") == "password"
     password.fill(token)
     return submit(page, page.get_by_test_id("login-submit"))
+
+
+def logout(page: Page) -> int:
+    """Sign out with the page's button (a form posting the CSRF token)."""
+    return submit(page, page.get_by_test_id("nav-logout"))
+
+
+def session_cookie(context: BrowserContext) -> dict[str, Any]:
+    (cookie,) = [dict(c) for c in context.cookies() if c["name"] == SESSION_COOKIE]
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Lax" and cookie["path"] == "/dashboard"
+    return cookie
+
+
+def refused_after_logout(browser: Browser, cookie: dict[str, Any], base: str, paths: list[str]) -> None:
+    """Another browser with a copy of the session cookie is sent to the login on every page."""
+    thief = browser.new_context()
+    try:
+        thief.add_cookies([cookie])  # type: ignore[list-item]
+        other = thief.new_page()
+        for path in paths:
+            assert goto(other, base + path) == 200
+            assert path_of(other.url) == LOGIN_PATH, path
+            assert other.get_by_test_id("nav-lead").count() == 0, path
+    finally:
+        thief.close()
 
 
 # ------------------------------------------------------------------------------------ the scenario
@@ -434,6 +460,7 @@ def test_lead_uses_the_dashboard_in_a_browser(
     live_service: LiveService,
     label_studio_server: Any,
     label_studio_annotators: list[Any],
+    browser: Browser,
     browser_context: BrowserContext,
     page: Page,
     screenshot_dir: Path,
@@ -617,12 +644,16 @@ def test_lead_uses_the_dashboard_in_a_browser(
         page, api(f"/api/rounds/{rid}"), api(f"/api/rounds/{rid}/agreement"), every_field=True
     )
 
-    # (7) After the logout every page leads to the login again.
-    goto(page, base + "/dashboard/logout")
-    for path in ("/dashboard/rounds", f"/dashboard/rounds/{rid}", f"/dashboard/candidates/{target}"):
+    # (7) After the logout every page leads to the login again, also for a copy of the cookie.
+    cookie = session_cookie(browser_context)
+    assert SESSION_COOKIE not in page.evaluate("document.cookie")  # HttpOnly: no script reads it
+    assert logout(page) == 200 and path_of(page.url) == LOGIN_PATH
+    paths = ["/dashboard/rounds", f"/dashboard/rounds/{rid}", f"/dashboard/candidates/{target}"]
+    for path in paths:
         goto(page, base + path)
         assert path_of(page.url) == LOGIN_PATH, path
     shoot(page, screenshot_dir, "logged-out")
+    refused_after_logout(browser, cookie, base, paths)
 
     assert outside == [], f"pages tried to load from outside the service: {outside}"
     assert script_errors == [], script_errors
