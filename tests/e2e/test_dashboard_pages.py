@@ -15,6 +15,7 @@ import hmac
 import io
 import json
 import random
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -47,7 +48,9 @@ from dynaval.bootstrap import bootstrap
 from dynaval.domain.policy import DecisionPolicy
 from dynaval.domain.provenance import pseudonym
 from dynaval.domain.votes import current_votes
+from dynaval.entrypoints import pages as dashboard_pages
 from dynaval.entrypoints.app import create_app, shutdown
+from dynaval.entrypoints.headers import DATA_POLICY, PAGE_POLICY
 from dynaval.entrypoints.pages import SESSION_COOKIE
 from dynaval.service_layer import dashboard
 from dynaval.service_layer.dashboard import FiguresCache
@@ -611,6 +614,114 @@ def test_the_login_needs_its_csrf_token_and_gives_a_new_session_id(
         f"/dashboard/candidates/{cid}/override", data=body, headers={"Sec-Fetch-Site": "same-origin"}
     )
     assert ours.status_code == 303
+
+
+# ----------------------------------------------------------------------------- security headers
+
+
+class InlineCode(HTMLParser):
+    """Every inline script, inline style and event handler attribute on a page."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.found: list[str] = []
+        self._in_script = False
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = dict(attrs)
+        for name in attributes:
+            if name == "style" or name.startswith("on"):
+                self.found.append(f"<{tag} {name}=...>")
+        if tag == "style":
+            self.found.append("<style>")
+        if tag == "script":
+            # A data block (JSON) is never executed, so the policy does not apply to it.
+            kind = attributes.get("type") or ""
+            self._in_script = "src" not in attributes and kind != "application/json"
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script and data.strip():
+            self.found.append(f"<script>{data.strip()[:40]}")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "script":
+            self._in_script = False
+
+
+def test_every_answer_sends_the_security_headers_and_pages_hold_no_inline_code(
+    client: FlaskClient, seeded: Seeded
+) -> None:
+    def common(response: TestResponse, what: str) -> None:
+        assert response.headers["X-Content-Type-Options"] == "nosniff", what
+        assert response.headers["X-Frame-Options"] == "DENY", what
+        assert response.headers["Referrer-Policy"] == "same-origin", what
+        assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"], what
+
+    pages = [path for path in page_paths(seeded) if "/export/" not in path]
+    pages += [f"/dashboard/candidates/{seeded.ids['filler0']}", "/dashboard/candidates/nope"]
+    for path in pages:
+        response = lead(client, path)
+        assert response.mimetype == "text/html", path
+        common(response, path)
+        policy = response.headers["Content-Security-Policy"]
+        assert policy == PAGE_POLICY, path
+        assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
+        assert response.headers["Cache-Control"] == "no-store", path
+        assert InlineCode(response.get_data(as_text=True)).found == [], path
+    heatmap = lead(client, f"/dashboard/rounds/{seeded.round_id}/annotators").get_data(as_text=True)
+    # The heatmap's colours are classes (dashboard.css), one per step of 0.05.
+    assert re.search(r'<td data-testid="pair-[^"]+" class="heat-(1?[0-9]|20)">', heatmap)
+    # Pages without a lead: the login, the leads-only page, the refused form.
+    signed_out = client.application.test_client()
+    login_page = signed_out.get("/dashboard/login")
+    forbidden = lead(signed_out, "/dashboard/rounds", token=WRITER_TOKEN)
+    expired = signed_out.post("/dashboard/login", data={"token": LEAD_TOKEN})
+    to_login = signed_out.get("/dashboard/rounds")  # a redirect, with a line of HTML
+    assert to_login.status_code == 302
+    for what, response in (
+        ("login", login_page),
+        ("forbidden", forbidden),
+        ("expired", expired),
+        ("redirect", to_login),
+    ):
+        common(response, what)
+        assert response.headers["Content-Security-Policy"] == PAGE_POLICY, what
+        assert response.headers["Cache-Control"] == "no-store", what
+        assert InlineCode(response.get_data(as_text=True)).found == [], what
+    # Data: the JSON API, the downloads, the redirects, the errors.
+    rid = seeded.round_id
+    data = [
+        lead(client, f"/api/rounds/{rid}"),
+        lead(client, f"/api/rounds/{rid}/agreement"),
+        lead(client, f"/dashboard/rounds/{rid}/export/dataset.jsonl"),
+        lead(client, f"/dashboard/rounds/{rid}/export/dataset.parquet"),
+        lead(client, f"/dashboard/rounds/{rid}/export/agreement.json"),
+        client.get("/api/rounds"),
+        client.get("/api/nothing-here"),
+        client.get("/health"),
+    ]
+    for response in data:
+        what = f"{response.request.path} {response.status_code}"
+        common(response, what)
+        assert response.headers["Content-Security-Policy"] == DATA_POLICY, what
+        assert response.headers["Cache-Control"] == "no-store", what
+        response.close()
+    # The static files hold no data: the browser may keep them.
+    script = client.get("/dashboard/static/dashboard.js")
+    common(script, "dashboard.js")
+    assert "no-store" not in script.headers.get("Cache-Control", "")
+    script.close()
+
+
+def test_every_heatmap_class_has_a_colour_in_the_stylesheet() -> None:
+    """The heatmap's colours moved from style attributes to classes: each class the template filter
+    can give a cell has its colour in dashboard.css."""
+    css = (Path(dashboard_pages.__file__).parent / "static" / "dashboard.css").read_text()
+    given = {dashboard_pages._heat(value) for value in [None, -0.5, 1.5, *(i / 1000 for i in range(1001))]}
+    assert given == {"heat-none", *(f"heat-{i}" for i in range(21))}
+    for name in given:
+        assert re.search(rf"td\.{name} \{{ background-color: [^;]+; \}}", css), name
 
 
 # ------------------------------------------------------------------------------------ the figures

@@ -214,13 +214,17 @@ def _when(value: str | None) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+HEAT_STEPS = 20
+
+
 @pages.app_template_filter("heat")
 def _heat(value: float | None) -> str:
-    """A heatmap background: red (0) through amber to green (1); grey when undefined."""
+    """A heatmap cell's class: ``heat-0`` (red, 0) through amber to ``heat-20`` (green, 1), in steps
+    of 0.05; ``heat-none`` (grey) when undefined. Classes, not a style attribute: the pages'
+    Content-Security-Policy allows no inline style (dashboard.css defines the colours)."""
     if value is None:
-        return "background-color: #f1f5f9"
-    hue = round(120 * max(0.0, min(1.0, value)))
-    return f"background-color: hsl({hue}, 70%, {88 - 18 * value:.0f}%)"
+        return "heat-none"
+    return f"heat-{round(HEAT_STEPS * max(0.0, min(1.0, value)))}"
 
 
 @pages.errorhandler(DomainError)
