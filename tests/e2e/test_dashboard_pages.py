@@ -1,6 +1,8 @@
-"""The lead's dashboard without a browser: who may see the pages, that their figures equal the API's,
-the decision queue's order, paging and filters, overrides (form and API) and their audit log, the
-annotators page and the downloads.
+"""The lead's dashboard without a browser: who may see the pages, the sessions (kept in the
+database: the logout, the lifetime and idle timeout, copied cookies, the CSRF tokens of the login
+and the forms), the security headers, that the figures equal the API's, the decision queue's order,
+paging and filters, overrides (form and API) and their audit log, the annotators page and the
+downloads.
 
 Most tests drive the app with Flask's test client, on SQLite and PostgreSQL, over a round written
 straight into the database (decisions taken by the real rule from stored annotations), with Label
