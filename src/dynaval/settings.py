@@ -91,13 +91,24 @@ class Settings(BaseSettings):
     signing_secret: str = Field(default="", repr=False)
     session_secret: str = Field(
         default="",
-        description="Key of the dashboard's session cookie; derived from signing_secret if unset.",
+        description="Key of the dashboard's CSRF tokens and lead-token fingerprints; derived from "
+        "signing_secret if unset (changing it ends every dashboard session).",
         repr=False,
     )
 
     session_cookie_secure: bool | None = Field(
         default=None,
-        description="Send the dashboard's cookie over HTTPS only; default: when public_url is https.",
+        description="Send the dashboard's cookies over HTTPS only; default: when public_url is https.",
+    )
+    session_lifetime_s: float = Field(
+        default=4 * 3600.0,
+        gt=0,
+        description="A dashboard session ends this long after its login, however busy the lead is.",
+    )
+    session_idle_s: float = Field(
+        default=30 * 60.0,
+        gt=0,
+        description="A dashboard session no page used for this long ends.",
     )
     dashboard_wait_ms: float = Field(
         default=500.0,
@@ -246,8 +257,8 @@ class Settings(BaseSettings):
 
     @property
     def resolved_session_secret(self) -> str:
-        """The session cookie's key: ``session_secret``, or one derived from the signing secret
-        (HMAC, so the cookie key never equals a secret used elsewhere)."""
+        """The dashboard sessions' key: ``session_secret``, or one derived from the signing secret
+        (HMAC, so it never equals a secret used elsewhere)."""
         if self.session_secret:
             return self.session_secret
         return hmac.new(self.signing_secret.encode(), b"dynaval:session-cookie", hashlib.sha256).hexdigest()

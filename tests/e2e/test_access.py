@@ -84,7 +84,8 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("GET", "/dashboard/"): PUBLIC,
     ("GET", "/dashboard/login"): PUBLIC,
     ("POST", "/dashboard/login"): Access("login"),
-    ("GET", "/dashboard/logout"): Access("public", answer="to login"),
+    # Without a live session there is nothing to end: anyone is sent back to the login.
+    ("POST", "/dashboard/logout"): Access("public", answer="to login"),
     ("GET", "/dashboard/static/<path:filename>"): PUBLIC,
     ("GET", "/dashboard/rounds"): PAGE,
     ("GET", "/dashboard/rounds/<int:round_id>"): PAGE,
@@ -258,7 +259,14 @@ def path_of(rule: str, seeded: Seeded) -> str:
 
 def call(client: FlaskClient, method: str, path: str, caller: Caller) -> TestResponse:
     if path == "/dashboard/login" and method == "POST":
-        return client.post(path, data={"token": caller.token or ""}, headers=caller.headers)
+        # Typed into the form, as a browser would send it: with the form's CSRF token. In a browser
+        # of its own, so that the lead's session does not open the pages for the callers after it.
+        browser = client.application.test_client()
+        form = browser.get(path).get_data(as_text=True)
+        csrf = form.split('name="csrf_token" value="')[1].split('"')[0]
+        return browser.post(
+            path, data={"token": caller.token or "", "csrf_token": csrf}, headers=caller.headers
+        )
     if path.startswith("/dashboard/"):  # forms, posted with the bearer header (no CSRF token needed)
         return client.open(path, method=method, data={}, headers=caller.headers)
     body: dict[str, Any] | None = None

@@ -5,11 +5,17 @@ A round with gold items gets candidates from writers (the tiny test model always
 Studio (accepted, rejected, escalated, flagged and still open candidates; one annotator fails the
 gold items and is excluded), then a lead uses the dashboard as a person would: the login, every
 page checked against the API's figures, the queue's filter, search and paging, an override with
-its audit trail and export, an exclusion toggled by hand, and the logout. Every page is
-screenshotted into test-artifacts/screenshots/. The pages must load nothing from outside the
-service and raise no script error.
+its audit trail and export, an exclusion toggled by hand, and the logout, after which a copy of
+the session cookie opens nothing. Every page is screenshotted into test-artifacts/screenshots/.
+The pages must load nothing from outside the service, raise no script error, send the security
+headers, and make the browser report no Content-Security-Policy violation (the charts and the
+heatmap's colours included).
 
-A second test checks, table-driven and without a browser, that every dashboard page redirects
+A second test checks the security headers on their own: the policy is enforced (an injected inline
+script or style is refused), no page can be framed, and a session ended by the logout is refused
+in another browser that copied its cookie.
+
+A third test checks, table-driven and without a browser, that every dashboard page redirects
 to the login without credentials and answers 403 to a writer's token.
 """
 
@@ -27,9 +33,11 @@ from urllib.parse import urlsplit
 import pyarrow.parquet as pq
 import pytest
 from label_studio_sdk import LabelStudio
-from playwright.sync_api import BrowserContext, Locator, Page, Route
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Locator, Page, Response, Route
 
 from dynaval.domain.provenance import pseudonym
+from dynaval.entrypoints.headers import DATA_POLICY, PAGE_POLICY
+from dynaval.entrypoints.pages import SESSION_COOKIE
 from tests.fixtures.service import LEAD_TOKEN, PSEUDONYM_SECRET, WRITER_TOKEN, LiveService
 from tests.support.waiting import wait_for, wait_verified
 
@@ -165,6 +173,64 @@ def login(page: Page, base: str, token: str) -> int:
     assert password.get_attribute("type") == "password"
     password.fill(token)
     return submit(page, page.get_by_test_id("login-submit"))
+
+
+def logout(page: Page) -> int:
+    """Sign out with the page's button (a form posting the CSRF token)."""
+    return submit(page, page.get_by_test_id("nav-logout"))
+
+
+# The browser reports each violation of the page's Content-Security-Policy as this event; the
+# script is added by the browser's debugging protocol, which the policy does not govern.
+REPORT_CSP_VIOLATIONS = """
+document.addEventListener('securitypolicyviolation', (e) => {
+  console.error('Content Security Policy violation: ' + e.violatedDirective + ' ' + e.blockedURI);
+});
+"""
+
+
+def watch_csp(context: BrowserContext, page: Page) -> list[str]:
+    """Every Content-Security-Policy violation the page's console reports from now on."""
+    reports: list[str] = []
+
+    def note(message: ConsoleMessage) -> None:
+        if "Content Security Policy" in message.text or "Content-Security-Policy" in message.text:
+            reports.append(message.text)
+
+    context.add_init_script(REPORT_CSP_VIOLATIONS)
+    page.on("console", note)
+    return reports
+
+
+def check_security_headers(response: Response, *, page: bool) -> None:
+    """The answer's security headers: the pages' policy on HTML pages, the data policy on the rest."""
+    headers = response.headers  # lower-case names
+    what = f"{response.url} {response.status}"
+    assert headers.get("content-security-policy") == (PAGE_POLICY if page else DATA_POLICY), what
+    assert headers.get("x-frame-options") == "DENY", what
+    assert headers.get("x-content-type-options") == "nosniff", what
+    assert headers.get("referrer-policy") == "same-origin", what
+    assert headers.get("cache-control") == "no-store", what
+
+
+def session_cookie(context: BrowserContext) -> dict[str, Any]:
+    (cookie,) = [dict(c) for c in context.cookies() if c["name"] == SESSION_COOKIE]
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Lax" and cookie["path"] == "/dashboard"
+    return cookie
+
+
+def refused_after_logout(browser: Browser, cookie: dict[str, Any], base: str, paths: list[str]) -> None:
+    """Another browser with a copy of the session cookie is sent to the login on every page."""
+    thief = browser.new_context()
+    try:
+        thief.add_cookies([cookie])  # type: ignore[list-item]
+        other = thief.new_page()
+        for path in paths:
+            assert goto(other, base + path) == 200
+            assert path_of(other.url) == LOGIN_PATH, path
+            assert other.get_by_test_id("nav-lead").count() == 0, path
+    finally:
+        thief.close()
 
 
 # ------------------------------------------------------------------------------------ the scenario
@@ -435,6 +501,7 @@ def test_lead_uses_the_dashboard_in_a_browser(
     live_service: LiveService,
     label_studio_server: Any,
     label_studio_annotators: list[Any],
+    browser: Browser,
     browser_context: BrowserContext,
     page: Page,
     screenshot_dir: Path,
@@ -459,6 +526,9 @@ def test_lead_uses_the_dashboard_in_a_browser(
     browser_context.route(re.compile(r"^(?!https?://(127\.0\.0\.1|localhost)[:/]).*"), refuse)
     script_errors: list[str] = []
     page.on("pageerror", lambda error: script_errors.append(str(error)))
+    csp_reports = watch_csp(browser_context, page)
+    documents: list[Response] = []  # every page and download the browser got from the service
+    page.on("response", lambda r: documents.append(r) if r.request.resource_type == "document" else None)
     for name in SCREENSHOTS:
         (screenshot_dir / f"{name}.png").unlink(missing_ok=True)
 
@@ -598,6 +668,13 @@ def test_lead_uses_the_dashboard_in_a_browser(
     assert d_row["excluded"] and (d_row["gold_correct"], d_row["gold_total"]) == (0, 2)
     if page.locator("canvas").count():
         check_charts(page)
+    # The heatmap is coloured by classes (no inline style under the policy): every pair cell has one.
+    colours = page.evaluate(
+        """() => [...document.querySelectorAll('[data-testid="pairwise-heatmap"] td[data-testid^="pair-"]')]
+              .map(td => getComputedStyle(td).backgroundColor)"""
+    )
+    assert colours and all(c not in ("rgba(0, 0, 0, 0)", "transparent") for c in colours), colours
+    assert len(set(colours)) > 1, colours
     shoot(page, screenshot_dir, "annotators")
 
     # (6) A lead excludes A by hand, then reinstates D.
@@ -618,17 +695,103 @@ def test_lead_uses_the_dashboard_in_a_browser(
         page, api(f"/api/rounds/{rid}"), api(f"/api/rounds/{rid}/agreement"), every_field=True
     )
 
-    # (7) After the logout every page leads to the login again.
-    goto(page, base + "/dashboard/logout")
-    for path in ("/dashboard/rounds", f"/dashboard/rounds/{rid}", f"/dashboard/candidates/{target}"):
+    # (7) After the logout every page leads to the login again, also for a copy of the cookie.
+    cookie = session_cookie(browser_context)
+    assert SESSION_COOKIE not in page.evaluate("document.cookie")  # HttpOnly: no script reads it
+    assert logout(page) == 200 and path_of(page.url) == LOGIN_PATH
+    paths = ["/dashboard/rounds", f"/dashboard/rounds/{rid}", f"/dashboard/candidates/{target}"]
+    for path in paths:
         goto(page, base + path)
         assert path_of(page.url) == LOGIN_PATH, path
     shoot(page, screenshot_dir, "logged-out")
+    refused_after_logout(browser, cookie, base, paths)
 
     assert outside == [], f"pages tried to load from outside the service: {outside}"
     assert script_errors == [], script_errors
+    assert csp_reports == [], csp_reports
+    served = [r for r in documents if r.url.startswith(base)]
+    assert len(served) > 20
+    for response in served:
+        if 300 <= response.status < 400:
+            continue  # the redirects' own headers are checked without a browser
+        check_security_headers(
+            response, page=response.headers.get("content-type", "").startswith("text/html")
+        )
     for name in SCREENSHOTS:
         assert (screenshot_dir / f"{name}.png").stat().st_size > 0, name
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_the_browser_enforces_the_headers_and_refuses_a_logged_out_session(
+    live_service: LiveService, browser: Browser, browser_context: BrowserContext, page: Page
+) -> None:
+    base = live_service.url
+    created = live_service.call("POST", "/api/rounds", json={"name": "Headers round", "task": "sentiment"})
+    assert created.status_code == 201, created.text
+    rid = created.json()["id"]
+    csp_reports = watch_csp(browser_context, page)
+
+    # The login page and the pages behind it send the headers.
+    login_page = page.goto(base + LOGIN_PATH)
+    assert login_page is not None and login_page.status == 200
+    check_security_headers(login_page, page=True)
+    assert login(page, base, LEAD_TOKEN) == 200 and path_of(page.url) == "/dashboard/rounds"
+    for path in ("/dashboard/rounds", f"/dashboard/rounds/{rid}", f"/dashboard/rounds/{rid}/annotators"):
+        response = page.goto(base + path)
+        assert response is not None and response.status == 200, path
+        check_security_headers(response, page=True)
+        if page.locator("canvas").count():
+            check_charts(page)
+    assert csp_reports == [], csp_reports  # the charts drew within the policy
+
+    # The policy is enforced: an injected inline script does not run, an inline style is refused.
+    injected = page.evaluate(
+        """() => new Promise((resolve) => {
+              const seen = [];
+              document.addEventListener('securitypolicyviolation', (e) => seen.push(e.effectiveDirective));
+              const script = document.createElement('script');
+              script.textContent = 'window.injected = true';
+              document.body.appendChild(script);
+              document.body.setAttribute('style', 'background: red');
+              setTimeout(() => resolve({ran: window.injected === true, seen,
+                                         background: getComputedStyle(document.body).backgroundColor}), 500);
+          })"""
+    )
+    assert injected["ran"] is False, injected
+    assert "script-src-elem" in injected["seen"] and "style-src-attr" in injected["seen"], injected
+    assert injected["background"] != "rgb(255, 0, 0)", injected
+    # The console reports them too: the watch on every other page sees violations when there are some.
+    assert any("script-src" in r for r in csp_reports) and any("style-src" in r for r in csp_reports)
+    csp_reports.clear()
+
+    # No page can be framed (the override and exclusion forms could be, before). The login page
+    # needs no cookie, so only the headers keep it out of the frame.
+    framing = browser_context.new_page()
+    framing.set_content(f'<iframe src="{base}{LOGIN_PATH}"></iframe>')
+    framing.wait_for_timeout(500)
+    (framed,) = [f for f in framing.frames if f != framing.main_frame]
+    assert framed.locator('input[name="token"]').count() == 0, framed.url
+    framing.close()
+
+    # The session cookie is HttpOnly, SameSite=Lax, for the dashboard only; a copy works until the
+    # logout, and not after it.
+    cookie = session_cookie(browser_context)
+    copy = browser.new_context()
+    try:
+        copy.add_cookies([cookie])  # type: ignore[list-item]
+        other = copy.new_page()
+        assert goto(other, base + "/dashboard/rounds") == 200 and path_of(other.url) == "/dashboard/rounds"
+        assert text_of(other, "nav-lead").startswith("lead-")
+        assert goto(page, base + "/dashboard/rounds") == 200
+        assert logout(page) == 200 and path_of(page.url) == LOGIN_PATH
+        assert goto(other, base + "/dashboard/rounds") == 200
+        assert path_of(other.url) == LOGIN_PATH  # the copy is refused too
+        assert [c for c in copy.cookies() if c["name"] == SESSION_COOKIE] == []  # and forgotten
+    finally:
+        copy.close()
+    assert [c for c in browser_context.cookies() if c["name"] == SESSION_COOKIE] == []
+    refused_after_logout(browser, cookie, base, ["/dashboard/rounds", f"/dashboard/rounds/{rid}/annotators"])
+    assert csp_reports == [], csp_reports
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

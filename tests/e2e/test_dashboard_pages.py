@@ -1,6 +1,8 @@
-"""The lead's dashboard without a browser: who may see the pages, that their figures equal the API's,
-the decision queue's order, paging and filters, overrides (form and API) and their audit log, the
-annotators page and the downloads.
+"""The lead's dashboard without a browser: who may see the pages, the sessions (kept in the
+database: the logout, the lifetime and idle timeout, copied cookies, the CSRF tokens of the login
+and the forms), the security headers, that the figures equal the API's, the decision queue's order,
+paging and filters, overrides (form and API) and their audit log, the annotators page and the
+downloads.
 
 Most tests drive the app with Flask's test client, on SQLite and PostgreSQL, over a round written
 straight into the database (decisions taken by the real rule from stored annotations), with Label
@@ -11,9 +13,11 @@ Label Studio: a vote that arrives after an override does not change the candidat
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import json
 import random
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,6 +30,7 @@ import pyarrow.parquet as pq
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from pydantic import ValidationError
 from sqlalchemy import delete, func
 from sqlmodel import col, select
 from werkzeug.test import TestResponse
@@ -35,15 +40,20 @@ from dynaval.adapters.orm import (
     AnnotatorStatusRow,
     AuditEventRow,
     CandidateRow,
+    DashboardSessionRow,
     DecisionRow,
     ExclusionEventRow,
     RoundRow,
+    as_utc,
 )
 from dynaval.bootstrap import bootstrap
 from dynaval.domain.policy import DecisionPolicy
 from dynaval.domain.provenance import pseudonym
 from dynaval.domain.votes import current_votes
+from dynaval.entrypoints import pages as dashboard_pages
 from dynaval.entrypoints.app import create_app, shutdown
+from dynaval.entrypoints.headers import DATA_POLICY, PAGE_POLICY
+from dynaval.entrypoints.pages import SESSION_COOKIE
 from dynaval.service_layer import dashboard
 from dynaval.service_layer.dashboard import FiguresCache
 from dynaval.service_layer.decisions import annotation_records_of, refresh_decision
@@ -342,22 +352,57 @@ def test_posts_without_a_lead_write_nothing(client: FlaskClient, services: Servi
     assert api(client, f"/api/rounds/{rid}/audit") == {"events": []}
 
 
-def test_the_login_form_sets_a_session_and_the_logout_ends_it(client: FlaskClient, seeded: Seeded) -> None:
+def form_token(html: str) -> str:
+    """The CSRF token of the (first) form on a page."""
+    return html.split('name="csrf_token" value="')[1].split('"')[0]
+
+
+def sign_in(client: FlaskClient, token: str = NAMED_TOKEN) -> TestResponse:
+    """Type ``token`` into the login form, as a browser would: the form's CSRF token comes along."""
+    csrf = form_token(client.get("/dashboard/login").get_data(as_text=True))
+    return client.post("/dashboard/login", data={"token": token, "csrf_token": csrf})
+
+
+def session_cookie(client: FlaskClient) -> str | None:
+    cookie = client.get_cookie(SESSION_COOKIE, path="/dashboard")
+    return None if cookie is None else cookie.value
+
+
+def sign_out(client: FlaskClient) -> TestResponse:
+    csrf = form_token(client.get("/dashboard/rounds").get_data(as_text=True))
+    return client.post("/dashboard/logout", data={"csrf_token": csrf})
+
+
+def session_rows(services: Services) -> list[DashboardSessionRow]:
+    with services.database.unit_of_work() as session:
+        return list(session.exec(select(DashboardSessionRow)).all())
+
+
+def test_the_login_form_sets_a_session_and_the_logout_ends_it(
+    client: FlaskClient, services: Services, seeded: Seeded
+) -> None:
     form = PageIds(client.get("/dashboard/login").get_data(as_text=True))
     assert form.ids("login-submit") == [""] and form.ids("nav-rounds") == [""]
     html = client.get("/dashboard/login").get_data(as_text=True)
     assert '<form method="post"' in html and 'name="token" type="password"' in html
 
-    wrong = client.post("/dashboard/login", data={"token": "not-a-token-of-anyone-0123456"})
+    wrong = sign_in(client, "not-a-token-of-anyone-0123456")
     assert wrong.status_code == 401 and 'name="token" type="password"' in wrong.get_data(as_text=True)
-    writer = client.post("/dashboard/login", data={"token": WRITER_TOKEN})
+    writer = sign_in(client, WRITER_TOKEN)
     assert writer.status_code == 403 and "leads only" in writer.get_data(as_text=True)
     assert client.get("/dashboard/rounds").status_code == 302  # neither left a session
+    assert session_cookie(client) is None and session_rows(services) == []
 
-    signed_in = client.post("/dashboard/login", data={"token": NAMED_TOKEN})
-    assert signed_in.status_code in (302, 303) and signed_in.headers["Location"] == "/dashboard/rounds"
-    cookie = client.get_cookie("dynaval_session")
-    assert cookie is not None and cookie.http_only and NAMED_TOKEN not in cookie.value
+    signed_in = sign_in(client)
+    assert signed_in.status_code == 303 and signed_in.headers["Location"] == "/dashboard/rounds"
+    cookie = client.get_cookie(SESSION_COOKIE, path="/dashboard")
+    assert cookie is not None and cookie.http_only and cookie.same_site == "Lax"
+    assert NAMED_TOKEN not in cookie.value
+    # The database holds the session under the SHA-256 of its id, never the id or the token.
+    (row,) = session_rows(services)
+    assert row.id_hash == hashlib.sha256(cookie.value.encode()).hexdigest() != cookie.value
+    assert row.lead == "grace" and row.revoked_at is None
+    assert NAMED_TOKEN not in repr(row) and cookie.value not in repr(row)
     rounds = client.get("/dashboard/rounds")
     assert rounds.status_code == 200
     assert PageIds(rounds.get_data(as_text=True)).text("nav-lead") == "grace"
@@ -370,9 +415,315 @@ def test_the_login_form_sets_a_session_and_the_logout_ends_it(client: FlaskClien
     assert client.post(f"/dashboard/candidates/{cid}/override", data=body).status_code == 400
     assert api(client, f"/api/candidates/{cid}")["status"] == "rejected"
 
-    assert client.get("/dashboard/logout").headers["Location"] == "/dashboard/login"
+    # The logout is a POST with that token too: without it the session goes on.
+    assert client.get("/dashboard/logout").status_code == 405
+    assert client.post("/dashboard/logout").status_code == 400
+    assert client.post("/dashboard/logout", data={"csrf_token": "0" * 64}).status_code == 400
+    assert client.get("/dashboard/rounds").status_code == 200
+    out = sign_out(client)
+    assert (out.status_code, out.headers["Location"]) == (303, "/dashboard/login")
+    assert session_cookie(client) is None  # the browser forgets the cookie
+    (row,) = session_rows(services)
+    assert row.revoked_at is not None  # and the server the session
     for path in page_paths(seeded):
         assert client.get(path).status_code == 302, path
+    # A logout without a live session has nothing to end: back to the login, no token needed.
+    again = client.post("/dashboard/logout")
+    assert (again.status_code, again.headers["Location"]) == (303, "/dashboard/login")
+
+
+def test_a_copied_session_cookie_is_refused_after_the_logout_on_every_worker(
+    app: Flask, client: FlaskClient, services: Services, seeded: Seeded
+) -> None:
+    """Two apps on one database stand for two gunicorn workers or two machines: a session begun on
+    one holds on the other, and the logout on one ends it on both, for every copy of the cookie."""
+    other = create_app(bootstrap(services.settings), start_background=False)
+    try:
+        assert sign_in(client).status_code == 303
+        session_id = session_cookie(client)
+        assert session_id is not None
+        copies = [app.test_client(), other.test_client()]
+        for copy in copies:
+            copy.set_cookie(SESSION_COOKIE, session_id, path="/dashboard")
+            assert copy.get("/dashboard/rounds").status_code == 200
+        assert sign_out(client).status_code == 303
+        for copy in copies:
+            for path in page_paths(seeded):
+                refused = copy.get(path)
+                assert (refused.status_code, refused.headers["Location"]) == (302, "/dashboard/login"), path
+            # The refusal tells the browser to forget the cookie, which no longer names a session.
+            assert session_cookie(copy) is None
+        # A form posted with a copy and the page's token writes nothing either.
+        cid = seeded.ids["rej1"]
+        thief = other.test_client()
+        thief.set_cookie(SESSION_COOKIE, session_id, path="/dashboard")
+        csrf = hmac.new(
+            services.settings.resolved_session_secret.encode(), f"csrf:{session_id}".encode(), hashlib.sha256
+        ).hexdigest()
+        posted = thief.post(
+            f"/dashboard/candidates/{cid}/override",
+            data={"csrf_token": csrf, "outcome": "accepted", "reason": "After the logout."},
+        )
+        assert posted.status_code == 302
+        assert api(client, f"/api/candidates/{cid}")["status"] == "rejected"
+    finally:
+        shutdown(other)
+
+
+def test_removing_a_lead_token_from_the_configuration_ends_its_sessions(
+    client: FlaskClient, services: Services, seeded: Seeded
+) -> None:
+    assert sign_in(client).status_code == 303
+    session_id = session_cookie(client)
+    assert session_id is not None
+    without_grace = services.settings.model_copy(update={"lead_tokens": [LEAD_TOKEN]})
+    other = create_app(bootstrap(without_grace), start_background=False)
+    try:
+        copy = other.test_client()
+        copy.set_cookie(SESSION_COOKIE, session_id, path="/dashboard")
+        assert copy.get("/dashboard/rounds").status_code == 302
+        assert client.get("/dashboard/rounds").status_code == 200  # where the token is still configured
+    finally:
+        shutdown(other)
+
+
+@pytest.fixture
+def short_sessions(database_url: str, tmp_path: Path) -> Iterator[Flask]:
+    """The app with a session lifetime of 10 minutes and an idle timeout of 2."""
+    settings = make_settings(
+        database_url=database_url,
+        data_dir=tmp_path / "data",
+        label_studio_url=f"http://127.0.0.1:{free_port()}",
+        label_studio_api_key="unused-in-these-tests",
+        public_url="http://127.0.0.1:8000",
+        model_dir=tmp_path / "no-model",
+        session_lifetime_s=600,
+        session_idle_s=120,
+    )
+    application = create_app(bootstrap(settings), start_background=False)
+    try:
+        yield application
+    finally:
+        shutdown(application)
+
+
+def _age_session(services: Services, **moved: timedelta) -> None:
+    """Move the session's times back, as if that much time had passed."""
+    with services.database.unit_of_work() as session:
+        (row,) = session.exec(
+            select(DashboardSessionRow).where(col(DashboardSessionRow.revoked_at).is_(None))
+        )
+        for name, delta in moved.items():
+            setattr(row, name, as_utc(getattr(row, name)) - delta)
+        session.add(row)
+        session.commit()
+
+
+def test_a_session_ends_after_its_lifetime_and_after_idling_as_configured(short_sessions: Flask) -> None:
+    services: Services = short_sessions.extensions["dynaval"]
+    client = short_sessions.test_client()
+    signed_in = sign_in(client, LEAD_TOKEN)
+    assert signed_in.status_code == 303
+    assert "Max-Age=600" in signed_in.headers["Set-Cookie"]
+    (row,) = session_rows(services)
+    assert as_utc(row.expires_at) - as_utc(row.created_at) == timedelta(seconds=600)
+
+    # Used within the idle timeout: it holds, and the use is noted.
+    _age_session(services, last_seen_at=timedelta(seconds=100))
+    assert client.get("/dashboard/rounds").status_code == 200
+    (row,) = session_rows(services)
+    assert datetime.now(UTC) - as_utc(row.last_seen_at) < timedelta(seconds=10)
+    # Unused for longer than the idle timeout: refused.
+    _age_session(services, last_seen_at=timedelta(seconds=121))
+    refused = client.get("/dashboard/rounds")
+    assert (refused.status_code, refused.headers["Location"]) == (302, "/dashboard/login")
+    assert session_cookie(client) is None
+
+    # Past its lifetime: refused however busy the lead was.
+    assert sign_in(client, LEAD_TOKEN).status_code == 303
+    _age_session(services, created_at=timedelta(seconds=601), expires_at=timedelta(seconds=601))
+    assert client.get("/dashboard/rounds").status_code == 302
+    # Rows that can no longer hold are deleted at the next login.
+    assert sign_in(client, LEAD_TOKEN).status_code == 303
+    assert len(session_rows(services)) == 1
+
+
+def test_session_defaults_are_short() -> None:
+    settings = make_settings(
+        database_url="sqlite://",
+        data_dir=Path("unused"),
+        label_studio_url="http://127.0.0.1:1",
+        label_studio_api_key="unused-in-these-tests",
+        public_url="http://127.0.0.1:8000",
+        model_dir=Path("unused"),
+    )
+    assert (settings.session_lifetime_s, settings.session_idle_s) == (4 * 3600, 30 * 60)
+    for bad in ({"session_lifetime_s": 0}, {"session_idle_s": -1}):
+        with pytest.raises(ValidationError):
+            settings.model_validate({**settings.model_dump(), **bad})
+
+
+def test_the_login_needs_its_csrf_token_and_gives_a_new_session_id(
+    client: FlaskClient, services: Services, seeded: Seeded
+) -> None:
+    def refused(response: TestResponse) -> None:
+        assert response.status_code == 400
+        shown = PageIds(response.get_data(as_text=True))
+        assert "form has expired" in shown.text("login-error")
+        assert session_cookie(client) is None and session_rows(services) == []
+
+    url = "/dashboard/login"
+    refused(client.post(url, data={"token": NAMED_TOKEN}))  # no token, no login cookie yet
+    csrf = form_token(client.get(url).get_data(as_text=True))
+    refused(client.post(url, data={"token": NAMED_TOKEN}))  # the login cookie, no token
+    refused(client.post(url, data={"token": NAMED_TOKEN, "csrf_token": "0" * 64}))
+    # Another origin (Label Studio on another port is the same site): refused even with the token.
+    for site in ("same-site", "cross-site"):
+        refused(
+            client.post(
+                url, data={"token": NAMED_TOKEN, "csrf_token": csrf}, headers={"Sec-Fetch-Site": site}
+            )
+        )
+    # The token belongs to the login cookie it was derived from: another browser's cookie fails.
+    elsewhere = client.application.test_client()
+    elsewhere.get(url)
+    refused(elsewhere.post(url, data={"token": NAMED_TOKEN, "csrf_token": csrf}))
+
+    # A session id planted in the browser before the login is never the one signed in.
+    client.set_cookie(SESSION_COOKIE, "planted-session-id-0123456789abcdef", path="/dashboard")
+    assert client.post(url, data={"token": NAMED_TOKEN, "csrf_token": csrf}).status_code == 303
+    first = session_cookie(client)
+    assert first is not None and first != "planted-session-id-0123456789abcdef"
+    assert client.get("/dashboard/rounds").status_code == 200
+    # Signing in again gives a new id and revokes the one the browser held.
+    assert sign_in(client).status_code == 303
+    second = session_cookie(client)
+    assert second is not None and second != first
+    copy = client.application.test_client()
+    copy.set_cookie(SESSION_COOKIE, first, path="/dashboard")
+    assert copy.get("/dashboard/rounds").status_code == 302
+    assert client.get("/dashboard/rounds").status_code == 200
+    # A session form posted from another origin is refused, with the right token too.
+    cid = seeded.ids["rej1"]
+    page_csrf = form_token(client.get(f"/dashboard/candidates/{cid}").get_data(as_text=True))
+    body = {"csrf_token": page_csrf, "outcome": "accepted", "reason": "Sarcasm."}
+    framed = client.post(
+        f"/dashboard/candidates/{cid}/override", data=body, headers={"Sec-Fetch-Site": "same-site"}
+    )
+    assert framed.status_code == 400
+    assert api(client, f"/api/candidates/{cid}")["status"] == "rejected"
+    ours = client.post(
+        f"/dashboard/candidates/{cid}/override", data=body, headers={"Sec-Fetch-Site": "same-origin"}
+    )
+    assert ours.status_code == 303
+
+
+# ----------------------------------------------------------------------------- security headers
+
+
+class InlineCode(HTMLParser):
+    """Every inline script, inline style and event handler attribute on a page."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.found: list[str] = []
+        self._in_script = False
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = dict(attrs)
+        for name in attributes:
+            if name == "style" or name.startswith("on"):
+                self.found.append(f"<{tag} {name}=...>")
+        if tag == "style":
+            self.found.append("<style>")
+        if tag == "script":
+            # A data block (JSON) is never executed, so the policy does not apply to it.
+            kind = attributes.get("type") or ""
+            self._in_script = "src" not in attributes and kind != "application/json"
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script and data.strip():
+            self.found.append(f"<script>{data.strip()[:40]}")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "script":
+            self._in_script = False
+
+
+def test_every_answer_sends_the_security_headers_and_pages_hold_no_inline_code(
+    client: FlaskClient, seeded: Seeded
+) -> None:
+    def common(response: TestResponse, what: str) -> None:
+        assert response.headers["X-Content-Type-Options"] == "nosniff", what
+        assert response.headers["X-Frame-Options"] == "DENY", what
+        assert response.headers["Referrer-Policy"] == "same-origin", what
+        assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"], what
+
+    pages = [path for path in page_paths(seeded) if "/export/" not in path]
+    pages += [f"/dashboard/candidates/{seeded.ids['filler0']}", "/dashboard/candidates/nope"]
+    for path in pages:
+        response = lead(client, path)
+        assert response.mimetype == "text/html", path
+        common(response, path)
+        policy = response.headers["Content-Security-Policy"]
+        assert policy == PAGE_POLICY, path
+        assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
+        assert response.headers["Cache-Control"] == "no-store", path
+        assert InlineCode(response.get_data(as_text=True)).found == [], path
+    heatmap = lead(client, f"/dashboard/rounds/{seeded.round_id}/annotators").get_data(as_text=True)
+    # The heatmap's colours are classes (dashboard.css), one per step of 0.05.
+    assert re.search(r'<td data-testid="pair-[^"]+" class="heat-(1?[0-9]|20)">', heatmap)
+    # Pages without a lead: the login, the leads-only page, the refused form.
+    signed_out = client.application.test_client()
+    login_page = signed_out.get("/dashboard/login")
+    forbidden = lead(signed_out, "/dashboard/rounds", token=WRITER_TOKEN)
+    expired = signed_out.post("/dashboard/login", data={"token": LEAD_TOKEN})
+    to_login = signed_out.get("/dashboard/rounds")  # a redirect, with a line of HTML
+    assert to_login.status_code == 302
+    for what, response in (
+        ("login", login_page),
+        ("forbidden", forbidden),
+        ("expired", expired),
+        ("redirect", to_login),
+    ):
+        common(response, what)
+        assert response.headers["Content-Security-Policy"] == PAGE_POLICY, what
+        assert response.headers["Cache-Control"] == "no-store", what
+        assert InlineCode(response.get_data(as_text=True)).found == [], what
+    # Data: the JSON API, the downloads, the redirects, the errors.
+    rid = seeded.round_id
+    data = [
+        lead(client, f"/api/rounds/{rid}"),
+        lead(client, f"/api/rounds/{rid}/agreement"),
+        lead(client, f"/dashboard/rounds/{rid}/export/dataset.jsonl"),
+        lead(client, f"/dashboard/rounds/{rid}/export/dataset.parquet"),
+        lead(client, f"/dashboard/rounds/{rid}/export/agreement.json"),
+        client.get("/api/rounds"),
+        client.get("/api/nothing-here"),
+        client.get("/health"),
+    ]
+    for response in data:
+        what = f"{response.request.path} {response.status_code}"
+        common(response, what)
+        assert response.headers["Content-Security-Policy"] == DATA_POLICY, what
+        assert response.headers["Cache-Control"] == "no-store", what
+        response.close()
+    # The static files hold no data: the browser may keep them.
+    script = client.get("/dashboard/static/dashboard.js")
+    common(script, "dashboard.js")
+    assert "no-store" not in script.headers.get("Cache-Control", "")
+    script.close()
+
+
+def test_every_heatmap_class_has_a_colour_in_the_stylesheet() -> None:
+    """The heatmap's colours moved from style attributes to classes: each class the template filter
+    can give a cell has its colour in dashboard.css."""
+    css = (Path(dashboard_pages.__file__).parent / "static" / "dashboard.css").read_text()
+    given = {dashboard_pages._heat(value) for value in [None, -0.5, 1.5, *(i / 1000 for i in range(1001))]}
+    assert given == {"heat-none", *(f"heat-{i}" for i in range(21))}
+    for name in given:
+        assert re.search(rf"td\.{name} \{{ background-color: [^;]+; \}}", css), name
 
 
 # ------------------------------------------------------------------------------------ the figures
@@ -513,9 +864,15 @@ def test_the_session_cookie_is_secure_when_the_service_is_served_over_https(tmp_
         application = create_app(bootstrap(settings), start_background=False)
         try:
             client = application.test_client()
-            response = client.post("/dashboard/login", data={"token": LEAD_TOKEN})
-            assert response.status_code in (302, 303)
-            assert ("Secure" in response.headers["Set-Cookie"]) is secure, public_url
+            login_page = client.get("/dashboard/login")
+            assert ("Secure" in login_page.headers["Set-Cookie"]) is secure, public_url
+            response = sign_in(client, LEAD_TOKEN)
+            assert response.status_code == 303
+            set_cookies = response.headers.getlist("Set-Cookie")
+            (session_set,) = [c for c in set_cookies if c.startswith(f"{SESSION_COOKIE}=")]
+            assert ("Secure" in session_set) is secure, public_url
+            assert "HttpOnly" in session_set and "SameSite=Lax" in session_set
+            assert "Path=/dashboard;" in session_set or session_set.endswith("Path=/dashboard")
         finally:
             shutdown(application)
 
@@ -634,8 +991,8 @@ def test_an_override_through_the_form_is_audited_and_moves_the_candidate_into_th
     app: Flask, client: FlaskClient, services: Services, seeded: Seeded
 ) -> None:
     rid, cid = seeded.round_id, seeded.ids["rej1"]
-    signed_in = client.post("/dashboard/login", data={"token": NAMED_TOKEN})
-    assert signed_in.status_code in (302, 303)
+    signed_in = sign_in(client)
+    assert signed_in.status_code == 303
     form = client.get(f"/dashboard/candidates/{cid}").get_data(as_text=True)
     csrf = form.split('name="csrf_token" value="')[1].split('"')[0]
     url = f"/dashboard/candidates/{cid}/override"

@@ -7,8 +7,9 @@ own, werkzeug's request lines, SQLAlchemy's statements with their parameters, th
 HTTP client (httpx, httpcore) and the test's HTTP client (urllib3). A handful of refused calls
 present real secrets in the wrong place. Then the logs, the refusals, the exports and a dump of
 every table are searched for every secret: each writer, lead and exporter token, the Label Studio
-API key, the webhook, pseudonym, signing and session secrets, and the ``project.token`` that Label
-Studio puts in each webhook payload (recorded on its way in). The exports must also hold no raw
+API key, the webhook, pseudonym, signing and session secrets, the id of a lead's dashboard session
+(signed in through the form, used, then signed out), and the ``project.token`` that Label Studio
+puts in each webhook payload (recorded on its way in). The exports must also hold no raw
 writer id, no submitter name and no Label Studio username or email, and their pseudonyms must be
 HMACs of the pseudonym secret that another secret does not reproduce.
 """
@@ -26,6 +27,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+import requests
 from sqlalchemy import inspect, text
 
 from dynaval.bootstrap import bootstrap
@@ -187,8 +189,34 @@ def test_no_secret_reaches_a_log_an_error_an_export_or_the_database(
     )
     sync()
 
+    # The lead signs in to the dashboard: the session id in the cookie is a secret too.
+    dashboard = live.url + "/dashboard"
+    login_form = live.session.get(dashboard + "/login", timeout=60)
+    login_csrf = login_form.text.split('name="csrf_token" value="')[1].split('"')[0]
+    signed_in = live.session.post(
+        dashboard + "/login",
+        data={"token": LEAD, "csrf_token": login_csrf},
+        timeout=60,
+        allow_redirects=False,
+    )
+    assert signed_in.status_code == 303, signed_in.text
+    session_id = live.session.cookies.get("dynaval_session", path="/dashboard")
+    assert isinstance(session_id, str) and len(session_id) >= 32
+    dashboard_pages = [
+        live.session.get(dashboard + path, timeout=60)
+        for path in (
+            "/rounds",
+            f"/rounds/{round_id}",
+            f"/candidates/{ids[0]}",
+            f"/rounds/{round_id}/annotators",
+        )
+    ]
+    assert [p.status_code for p in dashboard_pages] == [200, 200, 200, 200]
+
     # Refusals, several of them with a real secret in the wrong place.
     base = f"/api/rounds/{round_id}"
+    login_form = live.session.get(dashboard + "/login", timeout=60)  # the login took its cookie
+    login_csrf = login_form.text.split('name="csrf_token" value="')[1].split('"')[0]
     refusals = {
         "unknown token": live.call("GET", "/api/rounds", token="not-a-token-of-anyone-0123456789"),
         "lead token, wrong scheme": live.call(
@@ -218,10 +246,13 @@ def test_no_secret_reaches_a_log_an_error_an_export_or_the_database(
             json={"action": "ANNOTATION_CREATED", "project": {"id": 1}},
         ),
         "dashboard login with the webhook secret": live.session.post(
-            live.url + "/dashboard/login", data={"token": WEBHOOK}, timeout=60
+            dashboard + "/login", data={"token": WEBHOOK, "csrf_token": login_csrf}, timeout=60
         ),
         "dashboard login as a writer": live.session.post(
-            live.url + "/dashboard/login", data={"token": WRITER_A}, timeout=60
+            dashboard + "/login", data={"token": WRITER_A, "csrf_token": login_csrf}, timeout=60
+        ),
+        "dashboard login without the form's token": requests.post(
+            dashboard + "/login", data={"token": LEAD}, timeout=60
         ),
     }
     assert {k: r.status_code for k, r in refusals.items()} == {
@@ -236,7 +267,15 @@ def test_no_secret_reaches_a_log_an_error_an_export_or_the_database(
         "webhook secret as a lead token": 401,
         "dashboard login with the webhook secret": 401,
         "dashboard login as a writer": 403,
+        "dashboard login without the form's token": 400,
     }
+    # The logout revokes the session in the database (its statements are logged too).
+    rounds_page = live.session.get(dashboard + "/rounds", timeout=60)
+    logout_csrf = rounds_page.text.split('name="csrf_token" value="')[1].split('"')[0]
+    signed_out = live.session.post(
+        dashboard + "/logout", data={"csrf_token": logout_csrf}, timeout=60, allow_redirects=False
+    )
+    assert signed_out.status_code == 303
 
     # Exports, by the exporter: the dataset as JSONL and as Parquet, and the agreement report.
     jsonl = live.call("GET", f"{base}/dataset?format=jsonl", token=EXPORTER)
@@ -267,6 +306,7 @@ def test_no_secret_reaches_a_log_an_error_an_export_or_the_database(
         "the signing secret": SIGNING,
         "the session secret": SESSION,
         "the payload's project.token": project_token,
+        "the dashboard session id": session_id,
     }
     assert all(len(s) >= 16 for s in secrets.values())
 
@@ -284,6 +324,10 @@ def test_no_secret_reaches_a_log_an_error_an_export_or_the_database(
         if response.headers["Content-Type"].startswith("application/json"):
             error = response.json()["error"]
             assert error["field"], name
+
+    # The dashboard's pages (their CSRF tokens are HMACs of the session id, never the id).
+    for response in [*dashboard_pages, rounds_page]:
+        assert found_in(response.text, secrets) == [], response.url
 
     # The exports: no secret, no raw writer id or submitter name, no Label Studio identity.
     exported = {

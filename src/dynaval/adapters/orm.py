@@ -223,3 +223,22 @@ class AuditEventRow(SQLModel, table=True):
     status_before: str = Field(max_length=20)
     status_after: str = Field(max_length=20)
     at: datetime = Field(default_factory=utcnow)
+
+
+class DashboardSessionRow(SQLModel, table=True):
+    """A lead's dashboard session. The browser's cookie holds a random id; this row holds only its
+    SHA-256, so whoever reads the table (a backup, a log of statements) cannot use a session."""
+
+    __tablename__ = "dashboard_session"
+
+    id_hash: str = Field(primary_key=True, max_length=64)
+    lead: str = Field(max_length=64)
+    """The name the lead's token was configured under at the login (for operators)."""
+    token_fingerprint: str = Field(max_length=64)
+    """HMAC of the lead's token under the session key: the session holds while a configured lead
+    token still has this fingerprint, so removing the token from the configuration ends it."""
+    created_at: datetime = Field(default_factory=utcnow)
+    last_seen_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime = Field(index=True)
+    revoked_at: datetime | None = None
+    """Set by the logout: the id is refused from then on, wherever it was copied to."""

@@ -117,12 +117,13 @@ def create_app(
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["dynaval"] = services
 
-    from dynaval.entrypoints import guards, pages
+    from dynaval.entrypoints import guards, headers, pages
     from dynaval.entrypoints.routes import api
 
     app.register_blueprint(api)
     pages.init_app(app)
     guards.init_app(app)
+    headers.init_app(app)
 
     @app.get("/openapi.json")
     def openapi() -> Any:

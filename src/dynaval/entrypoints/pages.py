@@ -2,9 +2,15 @@
 
 Every page needs the lead credential: the session cookie the login form sets, or an
 ``Authorization: Bearer <lead token>`` header. Without one a page redirects to the login; a
-writer's token gets 403. The session holds no token, only an HMAC fingerprint of it, checked
-against the configured lead tokens on every request (so removing a token ends its sessions).
-Forms posted with the session carry a CSRF token derived from it.
+writer's token gets 403. The cookie holds only a random session id; the session itself lives in
+the database (``service_layer.dashboard_sessions``), so the logout, the lifetime and the idle
+timeout hold on every worker and machine, and a copied cookie dies with its session.
+
+Every form posted with the session carries a CSRF token derived from the session id; the login
+form, posted before any session exists, carries one derived from a random value in a cookie of its
+own (signed double submit). Cookies alone protect nothing here: Label Studio, on another port of
+the same host, is the same site for SameSite and may even set cookies for this host. Browsers that
+say so (``Sec-Fetch-Site``) have posts from another origin refused outright.
 
 Each handler parses the request, calls one use case (``service_layer.dashboard`` and the API's
 own use cases) and renders a template; the templates only display.
@@ -14,6 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
+import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import wraps
@@ -29,19 +37,18 @@ from flask import (
     redirect,
     render_template,
     request,
-    session,
     url_for,
 )
+from werkzeug.wrappers import Response as BaseResponse
 
 from dynaval.domain.errors import DomainError
 from dynaval.entrypoints.app import status_of
 from dynaval.entrypoints.auth import Caller, Role, Unauthorized, caller_of, caller_of_token
 from dynaval.entrypoints.routes import dataset_download
-from dynaval.service_layer import agreement, dataset, gold, overrides
+from dynaval.service_layer import agreement, dashboard_sessions, dataset, gold, overrides
 from dynaval.service_layer import dashboard as use_cases
 from dynaval.service_layer.dashboard import FiguresCache
 from dynaval.service_layer.services import Services
-from dynaval.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -54,21 +61,19 @@ pages = Blueprint(
 )
 
 SESSION_COOKIE = "dynaval_session"
-SESSION_KEY = "lead"
+LOGIN_COOKIE = "dynaval_login"
+"""Holds the random value the login form's CSRF token is derived from (before any session)."""
+COOKIE_PATH = "/dashboard"  # the API never reads the cookies: they are not sent there
 CACHE = "dynaval_dashboard_figures"
 DASH = "—"
+FORM_EXPIRED = "The form has expired: reload the page and try again."
+CROSS_ORIGIN = frozenset({"cross-site", "same-site"})
+"""``Sec-Fetch-Site`` values of a request another origin (Label Studio's port included) started."""
 
 
 def init_app(app: Flask) -> None:
-    """Register the dashboard on ``app``: its blueprint, the session cookie and the figures cache."""
+    """Register the dashboard on ``app``: its blueprint and the figures cache."""
     services: Services = app.extensions["dynaval"]
-    app.secret_key = services.settings.resolved_session_secret
-    app.config.update(
-        SESSION_COOKIE_NAME=SESSION_COOKIE,
-        SESSION_COOKIE_HTTPONLY=True,
-        SESSION_COOKIE_SAMESITE="Lax",
-        SESSION_COOKIE_SECURE=services.settings.resolved_session_cookie_secure,
-    )
     app.extensions[CACHE] = FiguresCache(wait_s=services.settings.dashboard_wait_ms / 1000)
     app.register_blueprint(pages)
 
@@ -86,31 +91,68 @@ def _cache() -> FiguresCache:
 # ------------------------------------------------------------------------------------ the lead
 
 
-def _fingerprint(settings: Settings, token: str) -> str:
-    return hmac.new(
-        settings.resolved_session_secret.encode(), b"lead:" + token.encode(), hashlib.sha256
-    ).hexdigest()
+def _mac(purpose: str, value: str) -> str:
+    key = _services().settings.resolved_session_secret.encode()
+    return hmac.new(key, f"{purpose}:{value}".encode(), hashlib.sha256).hexdigest()
 
 
-def _session_caller(settings: Settings) -> Caller | None:
-    """The lead whose token the session's fingerprint matches, or None."""
-    kept = session.get(SESSION_KEY)
-    if not isinstance(kept, str):
+def _same(presented: str, wanted: str) -> bool:
+    return bool(wanted) and hmac.compare_digest(presented.encode(), wanted.encode())
+
+
+def _session_caller() -> Caller | None:
+    """The lead whose session the cookie names, if it holds; the id lands on ``g.session_id``."""
+    session_id = request.cookies.get(SESSION_COOKIE, "")
+    if not session_id:
         return None
-    found = None
-    for credential in settings.lead_credentials:
-        if hmac.compare_digest(kept, _fingerprint(settings, credential.token)) and found is None:
-            found = Caller(Role.LEAD, credential.name)
-    return found
+    found = dashboard_sessions.resolve(_services(), session_id)
+    if found is None:
+        return None
+    g.session_id = session_id
+    return Caller(Role.LEAD, found.lead)
 
 
 def _csrf_token() -> str:
     """The token a form posted with the session must carry (empty without a session)."""
-    kept = session.get(SESSION_KEY)
-    if not isinstance(kept, str):
-        return ""
-    key = _services().settings.resolved_session_secret.encode()
-    return hmac.new(key, b"csrf:" + kept.encode(), hashlib.sha256).hexdigest()
+    session_id = g.get("session_id")
+    return _mac("csrf", session_id) if session_id else ""
+
+
+def _from_another_origin() -> bool:
+    return request.headers.get("Sec-Fetch-Site", "").lower() in CROSS_ORIGIN
+
+
+def _form_is_ours(wanted: str) -> bool:
+    """A form posted with a cookie came from our own page: its CSRF token is ``wanted``, and the
+    browser (when it says) saw it start on this origin."""
+    return not _from_another_origin() and _same(request.form.get("csrf_token", ""), wanted)
+
+
+def _set_cookie(response: BaseResponse, name: str, value: str, *, path: str, max_age: int | None) -> None:
+    response.set_cookie(
+        name,
+        value,
+        max_age=max_age,
+        path=path,
+        secure=_services().settings.resolved_session_cookie_secure,
+        httponly=True,
+        samesite="Lax",
+    )
+
+
+def _delete_cookie(response: BaseResponse, name: str, *, path: str) -> None:
+    response.delete_cookie(
+        name,
+        path=path,
+        secure=_services().settings.resolved_session_cookie_secure,
+        httponly=True,
+        samesite="Lax",
+    )
+
+
+def _forget_session(response: BaseResponse) -> BaseResponse:
+    _delete_cookie(response, SESSION_COOKIE, path=COOKIE_PATH)
+    return response
 
 
 def lead_page(view: F) -> F:
@@ -128,18 +170,16 @@ def lead_page(view: F) -> F:
             except Unauthorized:
                 caller = None
         else:
-            caller = _session_caller(settings)
+            caller = _session_caller()
         if caller is None:
-            return redirect(url_for("dashboard.login"))
+            response = redirect(url_for("dashboard.login"))
+            # A cookie naming a session that ended is of no use any more.
+            return _forget_session(response) if request.cookies.get(SESSION_COOKIE) else response
         if caller.role is not Role.LEAD:
             return render_template("forbidden.html"), 403
         g.caller = caller
-        if request.method == "POST" and not header:
-            presented = request.form.get("csrf_token", "")
-            if not hmac.compare_digest(presented.encode(), _csrf_token().encode()):
-                return render_template(
-                    "error.html", status=400, message="The form has expired: reload the page and try again."
-                ), 400
+        if request.method == "POST" and not header and not _form_is_ours(_csrf_token()):
+            return render_template("error.html", status=400, message=FORM_EXPIRED), 400
         return view(*args, **kwargs)
 
     return guarded  # type: ignore[return-value]
@@ -150,6 +190,7 @@ def _page_globals() -> dict[str, Any]:
     caller = g.get("caller")
     return {
         "lead_name": caller.name if caller is not None and caller.role is Role.LEAD else None,
+        "signed_in": bool(g.get("session_id")),
         "csrf_token": _csrf_token,
         "DASH": DASH,
     }
@@ -173,13 +214,17 @@ def _when(value: str | None) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+HEAT_STEPS = 20
+
+
 @pages.app_template_filter("heat")
 def _heat(value: float | None) -> str:
-    """A heatmap background: red (0) through amber to green (1); grey when undefined."""
+    """A heatmap cell's class: ``heat-0`` (red, 0) through amber to ``heat-20`` (green, 1), in steps
+    of 0.05; ``heat-none`` (grey) when undefined. Classes, not a style attribute: the pages'
+    Content-Security-Policy allows no inline style (dashboard.css defines the colours)."""
     if value is None:
-        return "background-color: #f1f5f9"
-    hue = round(120 * max(0.0, min(1.0, value)))
-    return f"background-color: hsl({hue}, 70%, {88 - 18 * value:.0f}%)"
+        return "heat-none"
+    return f"heat-{round(HEAT_STEPS * max(0.0, min(1.0, value)))}"
 
 
 @pages.errorhandler(DomainError)
@@ -197,27 +242,57 @@ def home() -> Any:
     return redirect(url_for("dashboard.rounds"))
 
 
+def _login_page(*, error: str | None = None, status: int = 200) -> Any:
+    """The login form, with a CSRF token derived from the random value in the login cookie (a new
+    one when the browser has none)."""
+    nonce = request.cookies.get(LOGIN_COOKIE, "")
+    fresh = len(nonce) < 32
+    if fresh:
+        nonce = secrets.token_urlsafe(32)
+    response = current_app.make_response(
+        (render_template("login.html", error=error, login_csrf=_mac("login", nonce)), status)
+    )
+    if fresh:
+        _set_cookie(response, LOGIN_COOKIE, nonce, path=url_for("dashboard.login"), max_age=None)
+    return response
+
+
 @pages.get("/login")
 def login() -> Any:
-    return render_template("login.html")
+    return _login_page()
 
 
 @pages.post("/login")
 def login_submit() -> Any:
-    session.clear()
-    caller = caller_of_token(_services().settings, request.form.get("token", "").strip())
+    nonce = request.cookies.get(LOGIN_COOKIE, "")
+    if not nonce or not _form_is_ours(_mac("login", nonce)):
+        return _login_page(error=FORM_EXPIRED, status=400)
+    token = request.form.get("token", "").strip()
+    caller = caller_of_token(_services().settings, token)
     if caller is None:
-        return render_template("login.html", error="Unknown token."), 401
-    if caller.role is not Role.LEAD:
-        return render_template("login.html", error="The dashboard is for leads only."), 403
-    session[SESSION_KEY] = _fingerprint(_services().settings, request.form.get("token", "").strip())
-    return redirect(url_for("dashboard.rounds"), code=303)
+        return _login_page(error="Unknown token.", status=401)
+    if caller.role is not Role.LEAD or caller.name is None:
+        return _login_page(error="The dashboard is for leads only.", status=403)
+    session_id = dashboard_sessions.start(
+        _services(), lead=caller.name, token=token, replacing=request.cookies.get(SESSION_COOKIE)
+    )
+    response = redirect(url_for("dashboard.rounds"), code=303)
+    max_age = math.ceil(_services().settings.session_lifetime_s)  # the server ends it anyway
+    _set_cookie(response, SESSION_COOKIE, session_id, path=COOKIE_PATH, max_age=max_age)
+    _delete_cookie(response, LOGIN_COOKIE, path=url_for("dashboard.login"))
+    return response
 
 
-@pages.get("/logout")
+@pages.post("/logout")
 def logout() -> Any:
-    session.clear()
-    return redirect(url_for("dashboard.login"))
+    """End the session (revoked in the database, so a copy of the cookie dies too) and forget the
+    cookie. A session that already ended needs no form; a live one needs the page's CSRF token."""
+    session_id = request.cookies.get(SESSION_COOKIE, "")
+    if session_id and dashboard_sessions.resolve(_services(), session_id) is not None:
+        if not _form_is_ours(_mac("csrf", session_id)):
+            return render_template("error.html", status=400, message=FORM_EXPIRED), 400
+        dashboard_sessions.end(_services(), session_id)
+    return _forget_session(redirect(url_for("dashboard.login"), code=303))
 
 
 # ---------------------------------------------------------------------------------- the pages

@@ -1,0 +1,54 @@
+"""Security headers on every answer the Flask app gives.
+
+The dashboard's pages get a Content-Security-Policy that lets them load scripts, styles and images
+from the service alone: no inline script, no inline style (the templates use classes; the
+heatmap's colours are classes too), no ``eval``. The charts' data sit in
+``<script type="application/json">`` blocks, which the browser never executes, so the policy does
+not apply to them. No page may be framed (clickjacking of the override and exclusion forms), none
+is stored by a cache or the browser (they show data, and forms with CSRF tokens), and no link
+sends the page's address to another origin (Label Studio gets no candidate ids or searches).
+
+Anything else (the JSON API, downloads) gets a policy that allows nothing at all, the same framing,
+sniffing and referrer rules, and ``no-store`` too. The dashboard's static files (scripts, styles,
+the icon) hold no data and keep Flask's own caching.
+"""
+
+from __future__ import annotations
+
+from flask import Flask, Response, request
+
+PAGE_POLICY = "; ".join(
+    (
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+        "base-uri 'none'",
+    )
+)
+DATA_POLICY = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'"
+STATIC_ENDPOINTS = frozenset({"dashboard.static"})
+
+COMMON = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    # same-origin, not no-referrer: with no-referrer a browser sends "Origin: null" on the
+    # dashboard's own form posts.
+    "Referrer-Policy": "same-origin",
+}
+
+
+def init_app(app: Flask) -> None:
+    app.after_request(add_security_headers)
+
+
+def add_security_headers(response: Response) -> Response:
+    for name, value in COMMON.items():
+        response.headers[name] = value
+    is_page = response.mimetype == "text/html"
+    response.headers["Content-Security-Policy"] = PAGE_POLICY if is_page else DATA_POLICY
+    if request.endpoint not in STATIC_ENDPOINTS:
+        response.headers["Cache-Control"] = "no-store"
+    return response

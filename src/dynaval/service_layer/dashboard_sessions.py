@@ -1,0 +1,148 @@
+"""The lead's dashboard sessions, kept in the database.
+
+Every worker and machine shares the database, so a logout (or an expiry) is seen by all of them at
+once, and a copied cookie stops working there too. The browser holds a random id of 256 bits; the
+table keeps only its SHA-256 (the id is as guessable as a key, so no slower hash is needed), with
+the lead's name, an HMAC fingerprint of their token, and when the session began, was last used,
+ends and was revoked.
+
+A session holds while it is not revoked, younger than ``DYNAVAL_SESSION_LIFETIME_S``, used within
+``DYNAVAL_SESSION_IDLE_S`` and its fingerprint still matches a configured lead token (removing a
+token from the configuration ends its sessions). Rows past their lifetime or idle timeout are
+deleted at each login and logout (a revoked row stays until then, so the table shows recent
+logouts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import delete, or_, update
+from sqlmodel import Session, col
+
+from dynaval.adapters.orm import DashboardSessionRow, as_utc, utcnow
+from dynaval.service_layer.services import Services
+from dynaval.settings import Settings
+
+TOUCH_EVERY_S = 60.0
+"""``last_seen_at`` is written at most this often (or a tenth of the idle timeout, if shorter): a
+page view is then a read, not a write under SQLite's one writer lock. The idle timeout can end a
+session that much early, never late."""
+
+
+@dataclass(frozen=True)
+class LeadSession:
+    """A session that holds: the lead's name, as the configuration names their token now."""
+
+    lead: str
+    expires_at: datetime
+
+
+def fingerprint(settings: Settings, token: str) -> str:
+    """The HMAC of a lead token under the session key: the row says whose token it was without
+    holding it, and a new session key turns every fingerprint (so every session) invalid."""
+    return hmac.new(
+        settings.resolved_session_secret.encode(), b"lead:" + token.encode(), hashlib.sha256
+    ).hexdigest()
+
+
+def id_hash(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+def start(services: Services, *, lead: str, token: str, replacing: str | None = None) -> str:
+    """A new session for the lead whose token this is; returns its id (for the cookie only).
+
+    Always a new id, so an id planted in the browser before the login is never signed in (session
+    fixation); ``replacing``, the id the browser held, is revoked.
+    """
+    settings = services.settings
+    session_id = secrets.token_urlsafe(32)
+    now = utcnow()
+    with services.database.unit_of_work() as session:
+        _purge(session, settings, now)
+        if replacing:
+            _revoke(session, replacing, now)
+        session.add(
+            DashboardSessionRow(
+                id_hash=id_hash(session_id),
+                lead=lead,
+                token_fingerprint=fingerprint(settings, token),
+                created_at=now,
+                last_seen_at=now,
+                expires_at=now + timedelta(seconds=settings.session_lifetime_s),
+            )
+        )
+        session.commit()
+    return session_id
+
+
+def resolve(services: Services, session_id: str) -> LeadSession | None:
+    """The session this id names if it holds now, else None; notes that it was used."""
+    settings = services.settings
+    now = utcnow()
+    with services.database.reading() as session:
+        row = session.get(DashboardSessionRow, id_hash(session_id))
+    if row is None or row.revoked_at is not None or now >= as_utc(row.expires_at):
+        return None
+    last_seen = as_utc(row.last_seen_at)
+    if now - last_seen >= timedelta(seconds=settings.session_idle_s):
+        return None
+    lead = _lead_of(settings, row.token_fingerprint)
+    if lead is None:
+        return None
+    if (now - last_seen).total_seconds() >= min(TOUCH_EVERY_S, settings.session_idle_s / 10):
+        with services.database.transaction() as connection:
+            connection.execute(
+                update(DashboardSessionRow)
+                .where(col(DashboardSessionRow.id_hash) == row.id_hash)
+                .where(col(DashboardSessionRow.last_seen_at) < now)
+                .values(last_seen_at=now)
+            )
+    return LeadSession(lead=lead, expires_at=as_utc(row.expires_at))
+
+
+def end(services: Services, session_id: str) -> None:
+    """Revoke the session (the logout): its id is refused from now on, on every worker."""
+    now = utcnow()
+    with services.database.unit_of_work() as session:
+        _revoke(session, session_id, now)
+        _purge(session, services.settings, now)
+        session.commit()
+
+
+def _lead_of(settings: Settings, kept: str) -> str | None:
+    """The name of the configured lead token with this fingerprint, or None."""
+    found = None
+    # Compare with every token, so timing does not tell which one matched.
+    for credential in settings.lead_credentials:
+        if hmac.compare_digest(kept, fingerprint(settings, credential.token)) and found is None:
+            found = credential.name
+    return found
+
+
+def _revoke(session: Session, session_id: str, now: datetime) -> None:
+    session.execute(
+        update(DashboardSessionRow)
+        .where(col(DashboardSessionRow.id_hash) == id_hash(session_id))
+        .where(col(DashboardSessionRow.revoked_at).is_(None))
+        .values(revoked_at=now)
+    )
+
+
+def _purge(session: Session, settings: Settings, now: datetime) -> None:
+    """Delete the rows that can no longer hold: past their lifetime or their idle timeout.
+
+    A revoked row stays until then, so the table shows recent logouts."""
+    session.execute(
+        delete(DashboardSessionRow).where(
+            or_(
+                col(DashboardSessionRow.expires_at) <= now,
+                col(DashboardSessionRow.last_seen_at) <= now - timedelta(seconds=settings.session_idle_s),
+            )
+        )
+    )
