@@ -30,14 +30,17 @@ from dynaval.adapters.orm import (
     RoundRow,
     TaskCheckRow,
 )
+from dynaval.adapters.task_queue import start_embedded_consumer
 from dynaval.domain.errors import InvalidInput, NotFound, TooLarge
 from dynaval.domain.votes import current_ballots
+from dynaval.entrypoints.worker import QueuedWork
 from dynaval.service_layer.decisions import annotation_records_of
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.verification import reconcile_round, verify_round
 from dynaval.service_layer.webhooks import MAX_DELETED_IDS, ingest_webhook
 from tests.integration.conftest import PROJECT, RecordedWork
 from tests.support.label_studio_copy import T0, LabelStudioCopy, annotation_json, deletion_webhook, webhook
+from tests.support.waiting import wait_for
 
 CREATED, UPDATED = "ANNOTATION_CREATED", "ANNOTATION_UPDATED"
 
@@ -624,3 +627,27 @@ def test_gold_answers_are_read_back_like_votes(services: Services, label_studio:
     verify_round(services, round_id)
     with services.database.unit_of_work() as session:
         assert session.exec(select(GoldAnswerRow)).all() == []
+
+
+def test_webhooks_of_one_second_are_read_back_together_by_the_task_queue(services: Services) -> None:
+    """The real task queue (huey on SQLite, a consumer in threads): the tasks of webhooks that come
+    within ``DYNAVAL_VERIFY_DELAY_S`` are read back from Label Studio in one read."""
+    copy = LabelStudioCopy(project_id=PROJECT)
+    services.label_studio = copy  # type: ignore[assignment]
+    services.settings.verify_delay_s = 1.0
+    assert isinstance(services.work, QueuedWork)  # as the composition root wires it
+    # No sweep: it reads every waiting task of every round at once, whatever the gathering.
+    consumer = start_embedded_consumer(services.task_queue, workers=1, periodic=False)
+    try:
+        round_id = add_round(services)
+        candidates = [
+            add_candidate(services, round_id, task_id=task_id) for task_id in (901, 902, 903, 904, 905)
+        ]
+        for task_id in (901, 902, 903, 904, 905):
+            annotation = copy.put(annotation_json(task_id, task_id, 101, "negative"))
+            ingest_webhook(services, webhook(CREATED, PROJECT, annotation))
+        wait_for("the votes read back", lambda: waiting_tasks(services) == [], timeout_s=30)
+    finally:
+        consumer.stop(graceful=True)
+    assert copy.reads == [[901, 902, 903, 904, 905]]
+    assert all(candidate_state(services, c)[2] for c in candidates)

@@ -44,12 +44,16 @@ class EmbeddedConsumer(Consumer):  # type: ignore[misc]
         pass
 
 
-def start_embedded_consumer(huey: Huey, *, workers: int, **options: Any) -> EmbeddedConsumer:
+def start_embedded_consumer(
+    huey: Huey, *, workers: int, periodic: bool = True, **options: Any
+) -> EmbeddedConsumer:
+    """A consumer in ``workers`` threads of this process; ``periodic`` runs the minute's sweep too
+    (huey runs it at once when the consumer starts, then every minute)."""
     consumer = EmbeddedConsumer(
         huey,
         workers=workers,
         worker_type="thread",
-        periodic=True,
+        periodic=periodic,
         initial_delay=0.05,
         backoff=1.5,
         max_delay=0.5,  # an idle SQLite queue is polled at most twice a second per worker
