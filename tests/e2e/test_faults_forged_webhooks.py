@@ -43,8 +43,11 @@ FAR_FUTURE = "9999-12-31T23:59:59Z"
 
 def read_secret_as_annotator(server: LabelStudioServer, annotator: Annotator) -> str:
     """What any annotator reads in Label Studio Community: every webhook, its headers included."""
-    with server.log_in(annotator) as session:
+    session = server.log_in(annotator)
+    try:
         hooks = session.get("/api/webhooks/")
+    finally:
+        session.close()
     assert hooks.status_code == 200, hooks.text
     [secret] = {value for hook in hooks.json() for name, value in (hook.get("headers") or {}).items()}
     return str(secret)

@@ -458,7 +458,8 @@ class LabelStudioServer:
 
     def log_in(self, annotator: Annotator) -> httpx.Client:
         """A session logged in through Label Studio's login form, as the annotator's browser has
-        it: whatever the annotator can read or do through the API, this client can (close it)."""
+        it: whatever the annotator can read or do through the API, this client can. The caller closes
+        it; it is open already, so do not enter it with ``with``."""
         session = httpx.Client(base_url=self.url, timeout=30.0, follow_redirects=False)
         try:
             form = session.get("/user/login/")
