@@ -273,13 +273,14 @@ def dataset_download(services: Services, round_id: int, fmt: str) -> Response:
 
 @api.post("/webhooks/label-studio")
 @documented(
-    summary="Label Studio webhook: annotation created, updated or deleted",
+    summary="Label Studio webhook: a hint that an annotation was created, updated or deleted",
     body=LabelStudioWebhook,
     headers={WEBHOOK_SECRET_HEADER: "The round webhook's shared secret"},
     responses={
-        200: "Applied or ignored",
+        200: "Its tasks wait to be read back from Label Studio (tasks_to_verify), or ignored",
         401: "Wrong or missing secret",
         404: "Unknown project or task",
+        413: "Body too large, or more than 5,000 deleted annotations",
         422: "Bad",
     },
 )

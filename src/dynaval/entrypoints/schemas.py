@@ -5,8 +5,7 @@ The use cases check the same rules and name the failing field; these models only
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -101,28 +100,13 @@ class WebhookProject(BaseModel):
     id: LabelStudioId = Field(description="The round's Label Studio project.")
 
 
-class WebhookRegion(BaseModel):
-    """One result region; only the task type's label, flag and reason controls are read."""
-
-    model_config = ConfigDict(extra="allow")
-
-    from_name: str = Field(examples=["label", "flag", "reason"])
-    to_name: str = Field(examples=["text"])
-    type: str = Field(examples=["choices", "textarea"])
-    value: dict[str, Any] = Field(examples=[{"choices": ["positive"]}, {"text": ["off-topic"]}])
-
-
 class WebhookAnnotation(BaseModel):
+    """Only ``task`` is read: the task is then read back from Label Studio with the service's key
+    (any Label Studio user can read the webhook's secret, so nothing else in the body is trusted)."""
+
     model_config = ConfigDict(extra="allow")
 
-    id: LabelStudioId
     task: LabelStudioId = Field(description="A task of the round's project (a candidate or a gold item).")
-    completed_by: LabelStudioId = Field(description="The annotator's Label Studio user id.")
-    result: list[WebhookRegion] = Field(default_factory=list)
-    was_cancelled: bool = False
-    lead_time: float | None = Field(default=None, description="Seconds spent; non-finite values are ignored.")
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
 
 
 class WebhookDeletedAnnotation(BaseModel):
@@ -132,8 +116,10 @@ class WebhookDeletedAnnotation(BaseModel):
 
 
 class LabelStudioWebhook(BaseModel):
-    """What Label Studio posts. Actions other than the three annotation actions are answered 200 and
-    ignored; ``annotation`` goes with the first two, ``annotations`` with ``ANNOTATIONS_DELETED``."""
+    """What Label Studio posts: a hint that a task changed. Actions other than the three annotation
+    actions are answered 200 and ignored; ``annotation`` goes with the first two, ``annotations``
+    (at most 5,000) with ``ANNOTATIONS_DELETED``. The answer says how many tasks now wait to be read
+    back from Label Studio (``tasks_to_verify``); votes change only once they were."""
 
     model_config = ConfigDict(extra="allow")
 
