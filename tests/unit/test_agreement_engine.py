@@ -24,11 +24,11 @@ from dynaval.domain.agreement_engine import (
     encoding,
     incremental,
     report,
+    resampling,
     round_alpha,
     tally,
 )
 from dynaval.domain.agreement_engine import alpha as kernel
-from dynaval.domain.agreement_engine import bootstrap as resampling
 
 # Krippendorff (2011), "Computing Krippendorff's Alpha-Reliability": 4 observers x 12 units.
 EXAMPLE = {

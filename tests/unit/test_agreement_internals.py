@@ -11,7 +11,7 @@ import numpy.typing as npt
 import pytest
 
 from dynaval.domain.agreement_engine import VoteColumns, agreement_report, round_alpha
-from dynaval.domain.agreement_engine.bootstrap import resampled_weights
+from dynaval.domain.agreement_engine.resampling import resampled_weights
 from dynaval.domain.agreement_engine.tally import (
     _group_identical,
     _refine_groups,

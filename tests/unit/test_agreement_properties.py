@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from dynaval.domain.agreement_engine import LEVELS, Level, VoteColumns, agreement_report, round_alpha
 from dynaval.domain.agreement_engine.alpha import alpha_kernel, alphas
-from dynaval.domain.agreement_engine.bootstrap import resampled_weights
 from dynaval.domain.agreement_engine.encoding import check_values, encode_votes
+from dynaval.domain.agreement_engine.resampling import resampled_weights
 from dynaval.domain.agreement_engine.tally import pairable_patterns, tally_items
 
 MAX_EXAMPLES = 150

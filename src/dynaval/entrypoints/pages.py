@@ -193,6 +193,8 @@ def _page_globals() -> dict[str, Any]:
         "signed_in": bool(g.get("session_id")),
         "csrf_token": _csrf_token,
         "DASH": DASH,
+        # Where a person opens a task in Label Studio: the adapter knows Label Studio's URLs.
+        "task_url": _services().label_studio.task_url,
     }
 
 
@@ -323,7 +325,6 @@ def round_queue(round_id: int) -> Any:
         round=figures,
         nav_round=figures,
         queue=queue,
-        label_studio_url=services.settings.label_studio_url.rstrip("/"),
     )
 
 
@@ -341,7 +342,6 @@ def _candidate_page(candidate_id: str, *, error: str | None = None, status: int 
         "candidate.html",
         view=view,
         nav_round=nav,
-        label_studio_url=services.settings.label_studio_url.rstrip("/"),
         error=error,
         form=request.form if error else {},
     ), status

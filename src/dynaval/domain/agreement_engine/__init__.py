@@ -20,7 +20,7 @@ package builds. On top of those O(votes) codes and entries, with L the labels in
   (O(sum over patterns of distinct labels squared), in chunks) and the expected one is an O(L^2)
   time quadratic form in the marginals, built a block of rows at a time (O(L) memory per row).
 
-The bootstrap (:mod:`.bootstrap`) draws replicates as multinomial weightings of the distinct
+The bootstrap (:mod:`.resampling`) draws replicates as multinomial weightings of the distinct
 count patterns and evaluates a block of them with one matrix product, never a Python loop over
 items; its temporaries are capped at :data:`.alpha.BLOCK_CELLS` elements.
 

@@ -11,7 +11,6 @@ from typing import cast
 import numpy as np
 
 from dynaval.domain.agreement_engine.alpha import alpha_kernel, alphas
-from dynaval.domain.agreement_engine.bootstrap import bootstrap_alphas, percentile_interval
 from dynaval.domain.agreement_engine.breakdown import (
     AnnotatorAgreement,
     ItemAgreement,
@@ -39,6 +38,7 @@ from dynaval.domain.agreement_engine.encoding import (
     encode_votes,
     label_codes,
 )
+from dynaval.domain.agreement_engine.resampling import bootstrap_alphas, percentile_interval
 from dynaval.domain.agreement_engine.tally import ItemTally, pairable_patterns, tally_items
 
 NO_VOTES = "there are no votes"

@@ -4,7 +4,7 @@ Alpha depends on the votes only through each item's count vector (how many votes
 An item's vector is stored as *entries*, one per label that got a vote on it, so the whole tally is
 O(votes) whatever the number of labels. Items with the same vector share a *pattern*: with a few
 annotators and labels, a million items fall into a handful of patterns, which is what makes the
-bootstrap cheap (see :mod:`.bootstrap`).
+bootstrap cheap (see :mod:`.resampling`).
 """
 
 from __future__ import annotations
