@@ -21,7 +21,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.test import EnvironBuilder
 
-from dynaval.entrypoints.app import render_error
+from dynaval.entrypoints.errors import render_error
 from dynaval.entrypoints.webhook_wsgi import WEBHOOK_PATH, WebhookFastPath
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.verification import verify_round

@@ -42,8 +42,8 @@ from flask import (
 from werkzeug.wrappers import Response as BaseResponse
 
 from dynaval.domain.errors import DomainError
-from dynaval.entrypoints.app import status_of
 from dynaval.entrypoints.auth import Caller, Role, Unauthorized, caller_of, caller_of_token
+from dynaval.entrypoints.errors import status_of
 from dynaval.entrypoints.routes import dataset_download
 from dynaval.service_layer import agreement, dashboard_sessions, dataset, gold, overrides
 from dynaval.service_layer import dashboard as use_cases
