@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import logging
 from typing import Any
 
 from flask import Flask, jsonify
@@ -18,8 +17,6 @@ from dynaval.entrypoints.openapi import build_openapi
 from dynaval.entrypoints.webhook_wsgi import WebhookFastPath
 from dynaval.service_layer.services import Services
 from dynaval.settings import Settings
-
-log = logging.getLogger(__name__)
 
 
 def freeze_long_lived_objects() -> None:
