@@ -8,8 +8,8 @@ from dynaval.adapters.database import Database
 from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.label_studio import LabelStudioGateway, SdkLabelStudioGateway
 from dynaval.adapters.predictor import Predictor, TransformersPredictor
-from dynaval.adapters.task_queue import make_huey
-from dynaval.entrypoints.worker import QueuedWork
+from dynaval.adapters.task_queue import BackgroundJobs, QueuedWork, make_huey
+from dynaval.service_layer import pushing, verification
 from dynaval.service_layer.services import ModelRegistry, PredictorFactory, Services
 from dynaval.settings import Settings
 
@@ -52,5 +52,22 @@ def bootstrap(
     )
     # The task queue's tasks call the use cases, which ask for work through services.work.
     services.task_queue = make_huey(settings.queue_url, settings.data_dir, settings.queue_name)
-    services.work = QueuedWork(services, services.task_queue)
+    services.work = QueuedWork(services.task_queue, settings, background_jobs(services))
     return services
+
+
+def background_jobs(services: Services) -> BackgroundJobs:
+    """The use cases the task queue runs, bound to ``services``."""
+
+    def sweep() -> None:
+        pushing.background_pass(services)
+        verification.verify_pending_rounds(services)
+
+    return BackgroundJobs(
+        push=lambda round_id: pushing.push_pending(services, round_id),
+        push_retry_at=lambda round_id: pushing.push_retry_at(services, round_id),
+        escalate=lambda round_id: pushing.apply_escalations(services, round_id),
+        verify=lambda round_id: verification.verify_round(services, round_id),
+        sweep=sweep,
+        reconcile=lambda: list(verification.reconcile_live_rounds(services)),
+    )

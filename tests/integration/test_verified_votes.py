@@ -30,10 +30,9 @@ from dynaval.adapters.orm import (
     RoundRow,
     TaskCheckRow,
 )
-from dynaval.adapters.task_queue import start_embedded_consumer
+from dynaval.adapters.task_queue import QueuedWork, start_embedded_consumer
 from dynaval.domain.errors import InvalidInput, NotFound, TooLarge
 from dynaval.domain.votes import current_ballots
-from dynaval.entrypoints.worker import QueuedWork
 from dynaval.service_layer.decisions import annotation_records_of
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.verification import reconcile_round, verify_round

@@ -2,20 +2,41 @@
 
 ``DYNAVAL_QUEUE_URL`` picks the storage: empty (the default) is a SQLite file in the data folder,
 shared by every process on the machine; ``redis://host:port/db`` is Redis, shared by every machine.
-The tasks themselves are registered by :mod:`dynaval.entrypoints.worker`; this module only builds
-the queue and runs a consumer inside a service process.
+
+Background work on it: pushes, verification of webhooks, escalations, the sweep and the scheduled
+reconcile. Work is asked for as it arises (:class:`QueuedWork`, the use cases' ``WorkQueue`` port):
+a stored candidate asks for a push of its round, a webhook asks for its task to be read back from
+Label Studio (verification), a read whose decision wants more votes asks for an escalation. A push
+Label Studio fails is tried again when the round's backoff runs out, a verification Label Studio
+failed a little later. Once a minute a periodic sweep scores candidates a crash left unscored,
+pushes, verifies and escalates every live round (the safety net for lost work), and reconciles them
+every ``DYNAVAL_RECONCILE_INTERVAL_S``. Every task is idempotent: the push lease, row locks and
+Label Studio lookups keep several consumers, on one machine or several, from doing the same work
+twice. What each task runs is a use case, handed in by the composition root (:class:`BackgroundJobs`).
+
+Consumers: one runs in threads inside each service process by default (``DYNAVAL_EMBEDDED_WORKER``);
+``dynaval worker`` runs one on its own, for example on another machine with ``DYNAVAL_QUEUE_URL``
+pointing at a shared Redis.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from huey import Huey, RedisHuey, SqliteHuey
+from huey import Huey, RedisHuey, SqliteHuey, crontab
 from huey.consumer import Consumer
 
+from dynaval.domain.errors import DomainError, Unavailable
+from dynaval.settings import Settings
+
 log = logging.getLogger(__name__)
+LAST_RECONCILE_KEY = "dynaval:last-reconcile"
 
 
 def make_huey(queue_url: str, data_dir: Path, name: str = "dynaval") -> Huey:
@@ -64,3 +85,129 @@ def start_embedded_consumer(
     consumer.start()
     log.info("task queue consumer started (%s storage, %d threads)", describe(huey), workers)
     return consumer
+
+
+@dataclass(frozen=True)
+class BackgroundJobs:
+    """The use cases the queue's tasks run, each for one round (the composition root binds them)."""
+
+    push: Callable[[int], object]
+    """Import the round's queued candidates into Label Studio."""
+    push_retry_at: Callable[[int], datetime | None]
+    """When the round's next push is due after failures (None: not waiting)."""
+    escalate: Callable[[int], object]
+    """Raise the Label Studio overlap of the round's tasks whose decision wants more votes."""
+    verify: Callable[[int], object]
+    """Read back from Label Studio the round's tasks that webhooks named."""
+    sweep: Callable[[], object]
+    """The minute's safety net: score leftovers, push, verify and escalate every live round."""
+    reconcile: Callable[[], Iterable[int]]
+    """Reconcile every live round with Label Studio; returns the rounds reconciled."""
+
+
+class QueuedWork:
+    """The :class:`~dynaval.service_layer.services.WorkQueue` port on huey.
+
+    One request per round waits in the queue at a time: a flag in the queue's key-value store is set
+    when a task is enqueued and cleared when it starts, so a burst of 1,000 candidates enqueues one
+    push, not 1,000. Enqueueing never fails the caller: if the queue cannot be reached, the
+    minute's sweep does the work.
+    """
+
+    def __init__(self, huey: Huey, settings: Settings, jobs: BackgroundJobs) -> None:
+        self._huey = huey
+        self._settings = settings
+
+        @huey.task(name="dynaval.push_round")
+        def push_round(round_id: int, retry: bool = False) -> None:
+            # From now on a new candidate (or a new failure) asks again.
+            huey.get(_flag("push-retry" if retry else "push", round_id))
+            try:
+                jobs.push(round_id)
+            except Unavailable as exc:
+                log.warning("round %s: push failed, will retry: %s", round_id, exc.message)
+            # Whoever pushed (this task or a concurrent one) failed: try again when the backoff ends.
+            retry_at = jobs.push_retry_at(round_id)
+            if retry_at is not None and huey.put_if_empty(_flag("push-retry", round_id), "1"):
+                try:
+                    push_round.schedule((round_id, True), eta=retry_at.astimezone(UTC).replace(tzinfo=None))
+                except Exception:
+                    huey.get(_flag("push-retry", round_id))  # the sweep retries instead
+                    raise
+
+        @huey.task(name="dynaval.escalate_round")
+        def escalate_round(round_id: int) -> None:
+            huey.get(_flag("escalate", round_id))
+            try:
+                jobs.escalate(round_id)
+            except Unavailable as exc:
+                log.warning("round %s: escalation postponed: %s", round_id, exc.message)
+                escalate_round.schedule((round_id,), delay=max(1.0, self._settings.push_retry_base_s))
+
+        @huey.task(name="dynaval.verify_round")
+        def verify_round_task(round_id: int) -> None:
+            # From now on a webhook asks again: its task may be missing from the read that follows.
+            huey.get(_flag("verify", round_id))
+            try:
+                jobs.verify(round_id)
+            except Unavailable as exc:
+                log.warning("round %s: verification postponed: %s", round_id, exc.message)
+                if huey.put_if_empty(_flag("verify", round_id), "1"):
+                    verify_round_task.schedule((round_id,), delay=max(1.0, self._settings.push_retry_base_s))
+
+        @huey.periodic_task(crontab(minute="*"), name="dynaval.sweep")
+        def sweep() -> None:
+            try:
+                jobs.sweep()
+                self._reconcile_when_due(jobs)
+            except DomainError as exc:
+                log.warning("sweep postponed: %s", exc.message)
+
+        self._push_round = push_round
+        self._escalate_round = escalate_round
+        self._verify_round = verify_round_task
+        self.sweep = sweep
+
+    def push_soon(self, round_id: int) -> None:
+        self._enqueue("push", round_id, self._push_round)
+
+    def escalate_soon(self, round_id: int) -> None:
+        self._enqueue("escalate", round_id, self._escalate_round)
+
+    def verify_soon(self, round_id: int) -> None:
+        # The tasks of the webhooks that come meanwhile gather for one read: at Label Studio's own
+        # pace a read of one task costs Label Studio about half an annotation's time, a read of ten
+        # hardly more (docs/trust.md).
+        delay = self._settings.verify_delay_s
+        self._enqueue("verify", round_id, self._verify_round, delay_s=delay)
+
+    def _enqueue(self, kind: str, round_id: int, task: Any, *, delay_s: float = 0.0) -> None:
+        flag = _flag(kind, round_id)
+        try:
+            if self._huey.put_if_empty(flag, "1"):
+                try:
+                    if delay_s > 0:
+                        task.schedule((round_id,), delay=delay_s)
+                    else:
+                        task(round_id)
+                except Exception:
+                    self._huey.get(flag)  # not enqueued: the next caller must try again
+                    raise
+        except Exception as exc:  # the work is not lost: the sweep finds it
+            log.warning("could not enqueue %s of round %s (the sweep will do it): %r", kind, round_id, exc)
+
+    def _reconcile_when_due(self, jobs: BackgroundJobs) -> None:
+        interval = self._settings.reconcile_interval_s
+        if interval <= 0:
+            return
+        # Every consumer runs the sweep; one of them takes each interval's slot, atomically.
+        current = int(time.time() // interval)
+        if not self._huey.put_if_empty(f"{LAST_RECONCILE_KEY}:{current}", "1"):
+            return
+        self._huey.get(f"{LAST_RECONCILE_KEY}:{current - 1}")  # the previous slot's key is done with
+        for round_id in jobs.reconcile():
+            jobs.escalate(round_id)
+
+
+def _flag(kind: str, round_id: int) -> str:
+    return f"dynaval:{kind}-enqueued:{round_id}"

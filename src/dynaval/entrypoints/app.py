@@ -47,7 +47,7 @@ def create_app(
     """Build the app around ``services`` (built from settings by the composition root when absent).
 
     A task-queue consumer (pushes to Label Studio, escalations, the sweep, scheduled reconcile; see
-    :mod:`dynaval.entrypoints.worker`) starts in the process when ``start_background`` is true, or
+    :mod:`dynaval.adapters.task_queue`) starts in the process when ``start_background`` is true, or
     by default when ``DYNAVAL_EMBEDDED_WORKER`` says so.
     """
     if services is None:

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import CursorResult, or_, update
 from sqlmodel import Session, col, select
 
-from dynaval.adapters.orm import AnnotationRow, CandidateRow, GoldItemRow, RoundRow, utcnow
+from dynaval.adapters.orm import AnnotationRow, CandidateRow, GoldItemRow, RoundRow, as_utc, utcnow
 from dynaval.domain.errors import Unavailable
 from dynaval.domain.policy import DecisionPolicy
 from dynaval.service_layer.decisions import WAITING_STATUSES, refresh_decision
@@ -269,6 +269,15 @@ def apply_escalations(services: Services, round_id: int) -> int:
                 session.commit()
         done += 1
     return done
+
+
+def push_retry_at(services: Services, round_id: int) -> datetime | None:
+    """When the round's next push is due after failed ones (None: no push is waiting for a retry)."""
+    with services.database.reading() as session:
+        round_row = session.get(RoundRow, round_id)
+        if round_row is None or round_row.push_retry_at is None:
+            return None
+        return as_utc(round_row.push_retry_at)
 
 
 def background_pass(services: Services) -> None:
