@@ -327,7 +327,6 @@ def set_up_round(
             {
                 "text": make_text(rng, index),
                 "writer_label": rng.choice(["positive", "negative"]),
-                "writer_id": f"writer-{index % 7}",
             }
             for index in range(first, min(n, first + SUBMIT_BATCH))
         ]

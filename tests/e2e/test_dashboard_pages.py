@@ -952,7 +952,7 @@ def test_a_vote_after_an_override_is_stored_but_does_not_change_the_status(
     assert created.status_code == 201, created.text
     round_id, project_id = created.json()["id"], created.json()["label_studio_project_id"]
     text = "Oh great, another meeting that could have been an email."
-    body = {"text": text, "writer_label": NEG, "writer_id": "w"}
+    body = {"text": text, "writer_label": NEG}
     submitted = call("POST", f"/api/rounds/{round_id}/candidates", token=WRITER_TOKEN, json=body)
     assert submitted.status_code == 201 and submitted.json()["fooled"] is True
     cid = submitted.json()["id"]

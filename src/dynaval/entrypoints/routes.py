@@ -31,10 +31,11 @@ from dynaval.service_layer.services import Services
 
 api = Blueprint("api", __name__)
 
-# Who may call what: a writer submits and reads their own candidates, an exporter reads datasets
-# and agreement reports, a lead does everything; every role may list rounds and read their summaries.
-EVERY_ROLE = (Role.WRITER, Role.EXPORTER, Role.LEAD)
-WRITERS = (Role.WRITER, Role.LEAD)
+# Who may call what: a writer submits and reads their own candidates, a collector submits for the
+# writers it names and reads what it submitted, an exporter reads datasets and agreement reports, a
+# lead does everything; every role may list rounds and read their summaries.
+EVERY_ROLE = (Role.WRITER, Role.COLLECTOR, Role.EXPORTER, Role.LEAD)
+SUBMITTERS = (Role.WRITER, Role.COLLECTOR, Role.LEAD)
 READERS = (Role.EXPORTER, Role.LEAD)
 
 
@@ -61,6 +62,11 @@ def _refuse_unknown_fields(body: dict[str, Any], model: type[BaseModel]) -> None
     unknown = sorted(set(body) - set(model.model_fields))
     if unknown:
         raise InvalidInput(f"unknown field; allowed: {', '.join(model.model_fields)}", field=unknown[0])
+
+
+def _submitter() -> candidates.Submitter:
+    """Who submits, from the credential alone (never from the body)."""
+    return candidates.Submitter(name=g.caller.name, collects_for_others=g.caller.submits_for_others)
 
 
 def _string(body: dict[str, Any], name: str, *, default: str | None = None) -> str:
@@ -128,6 +134,7 @@ def close_round(round_id: int) -> Any:
     body=CandidateCreate,
     responses={
         201: "Created",
+        403: "Not a writer, collector or lead; or a writer_id naming someone else (only a collector may)",
         404: "No such round",
         409: "Round closed",
         413: "Text too long",
@@ -135,12 +142,10 @@ def close_round(round_id: int) -> Any:
         503: "Model unavailable",
     },
 )
-@requires(*WRITERS)
+@requires(*SUBMITTERS)
 def submit_candidate(round_id: int) -> Any:
     services = _services()
-    row = candidates.submit_candidate(
-        services, round_id=round_id, body=_json_body(), submitted_by=g.caller.name
-    )
+    row = candidates.submit_candidate(services, round_id=round_id, body=_json_body(), submitter=_submitter())
     return jsonify(candidates.get_candidate(services, row.id)), 201
 
 
@@ -150,6 +155,7 @@ def submit_candidate(round_id: int) -> Any:
     body=CandidateBatch,
     responses={
         201: "Created: the candidates, in the order given",
+        403: "Not a writer, collector or lead; or a candidates[i].writer_id naming someone else",
         404: "No such round",
         409: "Round closed",
         413: "More candidates than DYNAVAL_MAX_BATCH_SIZE, or a text too long",
@@ -157,23 +163,27 @@ def submit_candidate(round_id: int) -> Any:
         503: "Model unavailable",
     },
 )
-@requires(*WRITERS)
+@requires(*SUBMITTERS)
 def submit_candidate_batch(round_id: int) -> Any:
     services = _services()
     body = _json_body()
     _refuse_unknown_fields(body, CandidateBatch)
     rows = candidates.submit_candidates(
-        services, round_id=round_id, bodies=body.get("candidates"), submitted_by=g.caller.name
+        services, round_id=round_id, bodies=body.get("candidates"), submitter=_submitter()
     )
     return jsonify({"candidates": candidates.candidates_public(services, [r.id for r in rows])}), 201
 
 
 @api.get("/api/candidates/<candidate_id>")
 @documented(
-    summary="A candidate: status, votes, agreement, decision (a writer reads only their own)",
-    responses={200: "OK", 403: "Another writer's candidate, or not a writer or lead", 404: "Not found"},
+    summary="A candidate: status, votes, agreement, decision (a writer or collector reads only its own)",
+    responses={
+        200: "OK",
+        403: "Submitted with another token, or not a writer, collector or lead",
+        404: "Not found",
+    },
 )
-@requires(*WRITERS)
+@requires(*SUBMITTERS)
 def get_candidate(candidate_id: str) -> Any:
     return jsonify(candidates.get_candidate(_services(), candidate_id, only_submitted_by=g.caller.owner))
 
