@@ -48,7 +48,9 @@ class CandidateCreate(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    text: str = Field(min_length=1, max_length=2000)
+    text: str = Field(
+        min_length=1, max_length=2000, description="At least one visible character; stored NFC-normalised."
+    )
     writer_label: str = Field(description="The label the writer says the text truly has.")
     writer_id: str | None = Field(
         default=None,
@@ -73,7 +75,9 @@ class CandidateBatch(BaseModel):
 class GoldItem(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    text: str = Field(min_length=1, max_length=2000)
+    text: str = Field(
+        min_length=1, max_length=2000, description="At least one visible character; stored NFC-normalised."
+    )
     label: str = Field(description="The known label; one of the round's labels.")
 
 

@@ -26,7 +26,8 @@ MAX_WRITER_ID_CHARS = 200
 def validated_inputs(
     services: Services, round_row: RoundRow, body: dict[str, Any], *, field_prefix: str = ""
 ) -> dict[str, str]:
-    """The task type's data fields (e.g. ``text``) from a request body, each checked."""
+    """The task type's data fields (e.g. ``text``) from a request body, each checked and
+    NFC-normalised (the length limit counts what is stored)."""
     task_type = services.catalog.get(round_row.task_type)
     inputs: dict[str, str] = {}
     for name in task_type.data_fields:
@@ -34,8 +35,12 @@ def validated_inputs(
         where = field_prefix + name
         if not isinstance(value, str):
             raise InvalidInput(f"{name} is required and must be a string", field=where)
-        if not value.strip():
-            raise InvalidInput(f"{name} must not be empty", field=where)
+        value = normalised(value)
+        if not has_visible_character(value):
+            raise InvalidInput(
+                f"{name} must not be empty: it has no visible character (only spaces or invisible ones)",
+                field=where,
+            )
         if len(value) > services.settings.max_text_chars:
             raise TooLarge(
                 f"{name} must be at most {services.settings.max_text_chars} characters", field=where

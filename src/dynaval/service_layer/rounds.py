@@ -15,6 +15,7 @@ from dynaval.domain.agreement import nominal_alpha
 from dynaval.domain.errors import Conflict, InvalidInput, NotFound
 from dynaval.domain.metrics import round_counts
 from dynaval.domain.policy import RULE_VERSION, DecisionPolicy
+from dynaval.domain.text import has_visible_character, normalised
 from dynaval.service_layer.decisions import excluded_annotators
 from dynaval.service_layer.services import Services
 
@@ -53,9 +54,9 @@ def create_round(
     services: Services, *, name: str, task: str, model: str, policy: dict[str, Any] | None
 ) -> RoundRow:
     """Validate everything first, then create the Label Studio project and webhook, then store."""
-    name = name.strip()
-    if not name:
-        raise InvalidInput("name must not be empty", field="name")
+    name = normalised(name).strip()  # annotators see it (the project's title), and every dataset record
+    if not has_visible_character(name):
+        raise InvalidInput("name must not be empty: it has no visible character", field="name")
     if len(name) > MAX_NAME_CHARS:
         raise InvalidInput(f"name must be at most {MAX_NAME_CHARS} characters", field="name")
     task_type = services.catalog.get(task)
