@@ -1,5 +1,7 @@
 """Small leaks and lax input (issue 11, finding 5), over HTTP against the live service.
 
+- The server's model folder is shown to leads only; writers, collectors and exporters see the
+  model's name and hash.
 - Text with no visible character (spaces, ideographic spaces, zero-width and other format
   characters) is refused naming the field; text is stored NFC-normalised, and the length limit
   counts what is stored.
@@ -14,7 +16,7 @@ import pytest
 import requests
 from sqlalchemy import text
 
-from tests.fixtures.service import COLLECTOR_TOKEN, WRITER_TOKEN, LiveService
+from tests.fixtures.service import COLLECTOR_TOKEN, EXPORTER_TOKEN, LEAD_TOKEN, WRITER_TOKEN, LiveService
 
 pytestmark = pytest.mark.labelstudio
 
@@ -46,6 +48,33 @@ def a_round(live_service: LiveService) -> dict[str, Any]:
     assert created.status_code == 201, created.text
     body: dict[str, Any] = created.json()
     return body
+
+
+def test_only_a_lead_sees_the_model_folder(live_service: LiveService, a_round: dict[str, Any]) -> None:
+    folder = a_round["model"]["folder"]
+    assert folder.startswith("/")  # the lead who created it sees it
+    model = {"name": a_round["model"]["name"], "hash": a_round["model_hash"]}
+    rid = a_round["id"]
+    for token in (WRITER_TOKEN, COLLECTOR_TOKEN, EXPORTER_TOKEN):
+        listed = live_service.call("GET", "/api/rounds", token=token)
+        one = live_service.call("GET", f"/api/rounds/{rid}", token=token)
+        assert listed.status_code == 200 and one.status_code == 200
+        assert [r["model"] for r in listed.json()["rounds"]] == [model]
+        assert one.json()["model"] == model
+        assert folder not in listed.text and folder not in one.text
+    submitted = live_service.call(
+        "POST",
+        f"/api/rounds/{rid}/candidates",
+        token=WRITER_TOKEN,
+        json={"text": "Fine.", "writer_label": POS},
+    )
+    assert submitted.status_code == 201 and folder not in submitted.text
+    for response in (
+        live_service.call("GET", "/api/rounds", token=LEAD_TOKEN),
+        live_service.call("GET", f"/api/rounds/{rid}", token=LEAD_TOKEN),
+    ):
+        assert folder in response.text
+    assert live_service.call("GET", f"/api/rounds/{rid}").json()["model"]["folder"] == folder
 
 
 def test_text_with_no_visible_character_is_refused_naming_the_field(

@@ -69,6 +69,12 @@ def _submitter() -> candidates.Submitter:
     return candidates.Submitter(name=g.caller.name, collects_for_others=g.caller.submits_for_others)
 
 
+def _sees_model_folder() -> bool:
+    """The server's model folder is the operator's business: leads see it, other roles see the
+    model's name and hash."""
+    return bool(g.caller.role is Role.LEAD)
+
+
 def _string(body: dict[str, Any], name: str, *, default: str | None = None) -> str:
     value = body.get(name, default)
     if not isinstance(value, str):
@@ -100,14 +106,14 @@ def create_round() -> Any:
         model=_string(body, "model", default="default"),
         policy=policy,
     )
-    return jsonify(rounds.round_public(row)), 201
+    return jsonify(rounds.round_public(row, with_model_folder=True)), 201
 
 
 @api.get("/api/rounds")
 @documented(summary="List rounds", responses={200: "OK", 401: "No token"})
 @requires(*EVERY_ROLE)
 def list_rounds() -> Any:
-    return jsonify({"rounds": rounds.list_rounds(_services())})
+    return jsonify({"rounds": rounds.list_rounds(_services(), with_model_folder=_sees_model_folder())})
 
 
 @api.get("/api/rounds/<int:round_id>")
@@ -116,7 +122,7 @@ def list_rounds() -> Any:
 )
 @requires(*EVERY_ROLE)
 def get_round(round_id: int) -> Any:
-    return jsonify(rounds.round_summary(_services(), round_id))
+    return jsonify(rounds.round_summary(_services(), round_id, with_model_folder=_sees_model_folder()))
 
 
 @api.post("/api/rounds/<int:round_id>/close")
@@ -125,7 +131,7 @@ def get_round(round_id: int) -> Any:
 )
 @requires(Role.LEAD)
 def close_round(round_id: int) -> Any:
-    return jsonify(rounds.round_public(rounds.close_round(_services(), round_id)))
+    return jsonify(rounds.round_public(rounds.close_round(_services(), round_id), with_model_folder=True))
 
 
 @api.post("/api/rounds/<int:round_id>/candidates")
