@@ -5,6 +5,8 @@
 - Text with no visible character (spaces, ideographic spaces, zero-width and other format
   characters) is refused naming the field; text is stored NFC-normalised, and the length limit
   counts what is stored.
+- Ids in the path and integer query parameters are ASCII digits: another script's digits or an
+  underscore is a 404 naming the id, or a 422 naming the parameter.
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ def a_round(live_service: LiveService) -> dict[str, Any]:
     assert created.status_code == 201, created.text
     body: dict[str, Any] = created.json()
     return body
+
+
+def in_other_digits(number: int, zero: int) -> str:
+    """``number`` written in the digits of a script whose zero is the code point ``zero``."""
+    return "".join(chr(zero + int(d)) for d in str(number))
 
 
 def test_only_a_lead_sees_the_model_folder(live_service: LiveService, a_round: dict[str, Any]) -> None:
@@ -148,3 +155,55 @@ def test_text_is_stored_nfc_and_the_limit_counts_what_is_stored(
     over = {"text": "e\u0301" * (limit + 1), "writer_label": POS}
     assert_error(live_service.call("POST", url, token=WRITER_TOKEN, json=over), 413, "text")
     assert counts(live_service) == before
+
+
+def test_ids_in_the_path_are_ascii_digits_only(live_service: LiveService, a_round: dict[str, Any]) -> None:
+    rid = a_round["id"]
+    before = counts(live_service)
+    not_ascii = [
+        in_other_digits(rid, 0xFF10),  # fullwidth digits
+        in_other_digits(rid, 0x0660),  # Arabic-Indic digits
+        in_other_digits(rid, 0x0966),  # Devanagari digits
+        f"0_{rid}",
+    ]
+    body = {"text": "Lovely day.", "writer_label": POS}
+    for written in not_ascii:
+        assert_error(live_service.call("GET", f"/api/rounds/{written}", token=WRITER_TOKEN), 404, "round_id")
+        assert_error(
+            live_service.call("POST", f"/api/rounds/{written}/candidates", token=WRITER_TOKEN, json=body),
+            404,
+            "round_id",
+        )
+        assert_error(live_service.call("GET", f"/api/rounds/{written}/agreement"), 404, "round_id")
+        page = live_service.call("GET", f"/dashboard/rounds/{written}")  # a lead's page, with the bearer
+        assert page.status_code == 404 and "text/html" in page.headers["Content-Type"], written
+    assert counts(live_service) == before
+    # The same round in ASCII digits is served.
+    assert live_service.call("GET", f"/api/rounds/{rid}", token=WRITER_TOKEN).status_code == 200
+    assert live_service.call("GET", f"/dashboard/rounds/{rid}").status_code == 200
+
+
+def test_integer_query_parameters_are_ascii_digits_only(
+    live_service: LiveService, a_round: dict[str, Any]
+) -> None:
+    rid = a_round["id"]
+    agreement = f"/api/rounds/{rid}/agreement"
+    for name, value in (
+        ("bootstrap", "1_000"),
+        ("bootstrap", "\uff11\uff10"),  # fullwidth 10
+        ("bootstrap", "+10"),
+        ("bootstrap", " 10"),
+        ("seed", "\u0663"),  # Arabic-Indic 3
+        ("seed", "1_2"),
+        ("seed", "-1"),
+    ):
+        refused = live_service.call("GET", agreement, token=EXPORTER_TOKEN, params={name: value})
+        assert_error(refused, 422, name)
+    served = live_service.call(
+        "GET", agreement, token=EXPORTER_TOKEN, params={"bootstrap": "10", "seed": "3"}
+    )
+    assert served.status_code == 200, served.text
+    for value in ("\uff12", "1_0", "\u0968"):  # fullwidth 2, an underscore, Devanagari 2
+        page = live_service.call("GET", f"/dashboard/rounds/{rid}", params={"page": value})
+        assert page.status_code == 422 and "page must be" in page.text, value
+    assert live_service.call("GET", f"/dashboard/rounds/{rid}", params={"page": "2"}).status_code == 200

@@ -15,7 +15,7 @@ from dynaval.adapters.dataset_files import FORMATS, jsonl_line, write_dataset
 from dynaval.adapters.label_studio import WEBHOOK_SECRET_HEADER
 from dynaval.domain.errors import InvalidInput
 from dynaval.entrypoints.auth import Role, requires
-from dynaval.entrypoints.guards import parse_json, read_body
+from dynaval.entrypoints.guards import parse_json, query_int, read_body
 from dynaval.entrypoints.openapi import documented
 from dynaval.entrypoints.schemas import (
     CandidateBatch,
@@ -356,15 +356,5 @@ def exclusion_log(round_id: int) -> Any:
 )
 @requires(*READERS)
 def round_agreement(round_id: int) -> Any:
-    bootstrap, seed = _int_arg("bootstrap", 1000), _int_arg("seed", 0)
+    bootstrap, seed = query_int("bootstrap", 1000), query_int("seed", 0)
     return jsonify(agreement.round_agreement(_services(), round_id, bootstrap=bootstrap, seed=seed))
-
-
-def _int_arg(name: str, default: int) -> int:
-    raw = request.args.get(name)
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise InvalidInput(f"{name} must be an integer", field=name) from None
