@@ -73,7 +73,8 @@ class Settings(BaseSettings):
 
     writer_tokens: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="Comma-separated bearer tokens of writers, each `token` or `name=token`.",
+        description="Comma-separated bearer tokens of writers, one per writer, each `token` or "
+        "`name=token`; the token's name is the writer.",
         repr=False,
     )
     lead_tokens: Annotated[list[str], NoDecode] = Field(
@@ -84,6 +85,12 @@ class Settings(BaseSettings):
     exporter_tokens: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Comma-separated bearer tokens of exporters (datasets and agreement reports only).",
+        repr=False,
+    )
+    collector_tokens: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated bearer tokens of collectors (outside front ends that submit "
+        "candidates for the writers they name), each `token` or `name=token`.",
         repr=False,
     )
     webhook_secret: str = Field(default="", repr=False)
@@ -179,7 +186,7 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("writer_tokens", "lead_tokens", "exporter_tokens", mode="before")
+    @field_validator("writer_tokens", "lead_tokens", "exporter_tokens", "collector_tokens", mode="before")
     @classmethod
     def _split_tokens(cls, value: object) -> object:
         if isinstance(value, str):
@@ -211,8 +218,9 @@ class Settings(BaseSettings):
             "DYNAVAL_SIGNING_SECRET": [self.signing_secret],
             "DYNAVAL_WRITER_TOKENS": [c.token for c in self.writer_credentials] or [""],
             "DYNAVAL_LEAD_TOKENS": [c.token for c in self.lead_credentials] or [""],
-            # Optional: a deployment may have no exporter; any token given must be a real one.
+            # Optional: a deployment may have no exporter or collector; any token given must be a real one.
             "DYNAVAL_EXPORTER_TOKENS": [c.token for c in self.exporter_credentials],
+            "DYNAVAL_COLLECTOR_TOKENS": [c.token for c in self.collector_credentials],
         }
         if self.session_secret:
             named["DYNAVAL_SESSION_SECRET"] = [self.session_secret]
@@ -240,6 +248,47 @@ class Settings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _refuse_shared_identities(self) -> Settings:
+        """Each submitter is who their token says (checked in development too: it is no matter of
+        secret strength). A candidate records the name of the token it came with as its writer (or
+        its collector), and a writer or collector reads back what came under that name."""
+        submitters = {
+            "DYNAVAL_WRITER_TOKENS": self.writer_credentials,
+            "DYNAVAL_COLLECTOR_TOKENS": self.collector_credentials,
+            "DYNAVAL_LEAD_TOKENS": self.lead_credentials,
+            "DYNAVAL_EXPORTER_TOKENS": self.exporter_credentials,
+        }
+        # One token under two names would file every candidate under the first name only.
+        shared_tokens = []
+        for variable, credentials in submitters.items():
+            names_of: dict[str, set[str]] = {}
+            for c in credentials:
+                names_of.setdefault(c.token, set()).add(c.name)
+            if any(len(names) > 1 for names in names_of.values()):
+                shared_tokens.append(variable)
+        if shared_tokens:
+            raise ValueError(
+                "one token is set under two names in "
+                + ", ".join(shared_tokens)
+                + ": give each writer, collector, lead or exporter their own token"
+            )
+        # One name in two submitting roles would let a collector read a writer's candidates as its
+        # own, or give a lead's candidates a writer's pseudonym. (Several tokens of one role may
+        # share a name: one person's old and new token.)
+        roles_of: dict[str, set[str]] = {}
+        for variable in ("DYNAVAL_WRITER_TOKENS", "DYNAVAL_COLLECTOR_TOKENS", "DYNAVAL_LEAD_TOKENS"):
+            for c in submitters[variable]:
+                roles_of.setdefault(c.name, set()).add(variable)
+        clashing = sorted({v for variables in roles_of.values() if len(variables) > 1 for v in variables})
+        if clashing:
+            raise ValueError(
+                "the same name is given in "
+                + ", ".join(clashing)
+                + ": writers, collectors and leads need names of their own"
+            )
+        return self
+
     @property
     def lead_credentials(self) -> list[Credential]:
         """Every lead's token and name (see :func:`credential`)."""
@@ -254,6 +303,11 @@ class Settings(BaseSettings):
     def exporter_credentials(self) -> list[Credential]:
         """Every exporter's token and name."""
         return [credential(entry, role="exporter") for entry in self.exporter_tokens]
+
+    @property
+    def collector_credentials(self) -> list[Credential]:
+        """Every collector's token and name; a candidate it submits records the name beside the writer's."""
+        return [credential(entry, role="collector") for entry in self.collector_tokens]
 
     @property
     def resolved_session_secret(self) -> str:

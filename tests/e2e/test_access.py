@@ -2,8 +2,9 @@
 
 ``ACCESS`` names every rule of the Flask app's url_map (with its method) and who may call it; the
 first test fails when the app serves a route the table leaves out, so a new route cannot be
-forgotten. Each route is then called by each caller (no token, an unknown token, two writers, an
-exporter, a lead, the webhook secret as a bearer token and in its own header) and the answer must be
+forgotten. Each route is then called by each caller (no token, an unknown token, two writers, a
+collector, an exporter, a lead, the webhook secret as a bearer token and in its own header) and the
+answer must be
 the table's: served (any status but 401, 403 or a failure), or 401/403 with the error naming the
 field, or for the lead's dashboard pages the login redirect or the "leads only" page.
 
@@ -37,15 +38,16 @@ from tests.fixtures.service import LEAD_TOKEN, WEBHOOK_SECRET, free_port, make_s
 WRITER_A = "writer-a-token-0123456789abcdef"  # configured as ann=<token>
 WRITER_B = "writer-b-token-0123456789abcdef"  # configured plain: its name is derived
 EXPORTER = "exporter-token-0123456789abcdef"
+COLLECTOR = "collector-token-0123456789abcdef"  # configured as form=<token>
 UNKNOWN = "not-a-token-of-anyone-0123456789"
 ANNOTATOR = "annotator_0123456789abcdef0123456789abcdef"
 
 
 @dataclass(frozen=True)
 class Access:
-    """Who may call one route: ``public``, ``api`` (a role in ``roles``; ``own``: a writer only
-    their own candidate), ``webhook`` (the webhook secret header), ``page`` (a lead's dashboard page)
-    or ``login`` (the login form, which reads the token from the form)."""
+    """Who may call one route: ``public``, ``api`` (a role in ``roles``; ``own``: a writer or a
+    collector only a candidate it submitted), ``webhook`` (the webhook secret header), ``page`` (a
+    lead's dashboard page) or ``login`` (the login form, which reads the token from the form)."""
 
     kind: str
     roles: tuple[Role, ...] = ()
@@ -56,8 +58,8 @@ class Access:
 PUBLIC = Access("public")
 PAGE = Access("page")
 LEAD = Access("api", (Role.LEAD,))
-EVERY_ROLE = Access("api", (Role.WRITER, Role.EXPORTER, Role.LEAD))
-WRITERS = Access("api", (Role.WRITER, Role.LEAD))
+EVERY_ROLE = Access("api", (Role.WRITER, Role.COLLECTOR, Role.EXPORTER, Role.LEAD))
+SUBMITTERS = Access("api", (Role.WRITER, Role.COLLECTOR, Role.LEAD))
 READERS = Access("api", (Role.EXPORTER, Role.LEAD))
 
 ACCESS: dict[tuple[str, str], Access] = {
@@ -68,9 +70,9 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("GET", "/api/rounds"): EVERY_ROLE,
     ("GET", "/api/rounds/<int:round_id>"): EVERY_ROLE,
     ("POST", "/api/rounds/<int:round_id>/close"): LEAD,
-    ("POST", "/api/rounds/<int:round_id>/candidates"): WRITERS,
-    ("POST", "/api/rounds/<int:round_id>/candidates/batch"): WRITERS,
-    ("GET", "/api/candidates/<candidate_id>"): Access("api", (Role.WRITER, Role.LEAD), own=True),
+    ("POST", "/api/rounds/<int:round_id>/candidates"): SUBMITTERS,
+    ("POST", "/api/rounds/<int:round_id>/candidates/batch"): SUBMITTERS,
+    ("GET", "/api/candidates/<candidate_id>"): Access("api", SUBMITTERS.roles, own=True),
     ("POST", "/api/candidates/<candidate_id>/override"): LEAD,
     ("POST", "/api/rounds/<int:round_id>/sync"): LEAD,
     ("GET", "/api/rounds/<int:round_id>/dataset"): READERS,
@@ -120,6 +122,7 @@ CALLERS = [
     Caller("unknown token", UNKNOWN),
     Caller("writer A", WRITER_A, Role.WRITER),
     Caller("writer B", WRITER_B, Role.WRITER),
+    Caller("collector", COLLECTOR, Role.COLLECTOR),
     Caller("exporter", EXPORTER, Role.EXPORTER),
     Caller("lead", LEAD_TOKEN, Role.LEAD),
     Caller("webhook secret as bearer", WEBHOOK_SECRET),
@@ -141,7 +144,7 @@ def expected(access: Access, caller: Caller) -> str:
         return "401 Authorization"
     if caller.role not in access.roles:
         return "403 Authorization"
-    if access.own and caller.name == "writer B":  # the candidate in the path is writer A's
+    if access.own and caller.name in ("writer B", "collector"):  # the candidate in the path is writer A's
         return "403 Authorization"
     return "served"
 
@@ -184,6 +187,7 @@ def settings_for(database_url: str, folder: Path, model_dir: Path) -> Settings:
         public_url="http://127.0.0.1:8000",
         model_dir=model_dir,
         writer_tokens=[f"ann={WRITER_A}", WRITER_B],
+        collector_tokens=[f"form={COLLECTOR}"],
         exporter_tokens=[EXPORTER],
         lead_tokens=[LEAD_TOKEN],
     )
@@ -321,10 +325,10 @@ def test_a_refused_call_names_the_role_it_needs(app: Flask) -> None:
         "/api/rounds/1/candidates", json={}, headers={"Authorization": f"Bearer {EXPORTER}"}
     )
     assert exporter.status_code == 403
-    assert exporter.get_json()["error"]["message"] == "this needs the writer or lead role"
+    assert exporter.get_json()["error"]["message"] == "this needs the writer, collector or lead role"
 
 
-def test_a_writer_reads_their_own_candidates_and_no_one_elses(
+def test_writers_and_collectors_read_their_own_candidates_and_no_one_elses(
     database_url: str, tmp_path: Path, tiny_model_dir: Path
 ) -> None:
     application = create_app(
@@ -338,31 +342,46 @@ def test_a_writer_reads_their_own_candidates_and_no_one_elses(
         def get(candidate_id: str, token: str) -> TestResponse:
             return client.get(f"/api/candidates/{candidate_id}", headers={"Authorization": f"Bearer {token}"})
 
-        body = {"text": "What a lovely day.", "writer_label": "positive", "writer_id": "w-b"}
-        submitted = client.post(
-            f"/api/rounds/{seeded.round_id}/candidates",
-            json=body,
-            headers={"Authorization": f"Bearer {WRITER_B}"},
-        )
-        assert submitted.status_code == 201, submitted.get_data(as_text=True)
-        by_b = submitted.get_json()["id"]
+        def submit(token: str, **fields: str) -> str:
+            body = {"text": "What a lovely day.", "writer_label": "positive", **fields}
+            submitted = client.post(
+                f"/api/rounds/{seeded.round_id}/candidates",
+                json=body,
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            assert submitted.status_code == 201, submitted.get_data(as_text=True)
+            candidate_id: str = submitted.get_json()["id"]
+            return candidate_id
+
+        by_b = submit(WRITER_B)
+        collected = submit(COLLECTOR, writer_id="field-writer-7")
         with services.database.unit_of_work() as session:
             row = session.get(CandidateRow, by_b)
             assert row is not None and row.submitted_by == services.settings.writer_credentials[1].name
-            assert row.submitted_by.startswith("writer-")
+            assert row.submitted_by.startswith("writer-") and row.writer_id == row.submitted_by
+            row = session.get(CandidateRow, collected)
+            assert row is not None and (row.submitted_by, row.writer_id) == ("form", "field-writer-7")
 
         assert get(by_b, WRITER_B).status_code == 200
         assert get(seeded.own, WRITER_A).status_code == 200
-        for candidate_id, token in ((by_b, WRITER_A), (seeded.own, WRITER_B)):
+        assert get(collected, COLLECTOR).status_code == 200
+        for candidate_id, token in (
+            (by_b, WRITER_A),
+            (seeded.own, WRITER_B),
+            (collected, WRITER_A),
+            (collected, WRITER_B),
+            (by_b, COLLECTOR),
+            (seeded.own, COLLECTOR),
+        ):
             refused = get(candidate_id, token)
             assert refused.status_code == 403
             error = refused.get_json()["error"]
             assert error["code"] == "forbidden" and error["field"] == "Authorization"
             assert "another writer's candidate" in error["message"]
-        # Candidates from before submitters were recorded: no writer reads them, a lead does.
-        assert get(seeded.older, WRITER_A).status_code == 403
-        assert get(seeded.older, WRITER_B).status_code == 403
-        for candidate_id in (by_b, seeded.own, seeded.older):
+        # Candidates from before submitters were recorded: no writer or collector reads them, a lead does.
+        for token in (WRITER_A, WRITER_B, COLLECTOR):
+            assert get(seeded.older, token).status_code == 403
+        for candidate_id in (by_b, seeded.own, seeded.older, collected):
             assert get(candidate_id, LEAD_TOKEN).status_code == 200
             assert get(candidate_id, EXPORTER).status_code == 403
         # An unknown candidate is 404 for a writer too (nothing to be refused).

@@ -279,13 +279,18 @@ def test_request_bodies_publish_their_required_fields(document: dict[str, Any]) 
             validate_round.validate(bad)
 
     cands, validate_candidate = body_validator(document, "/api/rounds/{round_id}/candidates")
-    assert set(cands["required"]) == {"text", "writer_label", "writer_id"}
+    # writer_id is optional: the token names a writer; only a collector's token needs it.
+    assert set(cands["required"]) == {"text", "writer_label"}
+    assert "writer_id" in cands["properties"]
     validate_candidate.validate({"text": "Nice.", "writer_label": "positive", "writer_id": "w"})
-    for missing in ("text", "writer_label", "writer_id"):
-        body = {"text": "Nice.", "writer_label": "positive", "writer_id": "w"}
+    validate_candidate.validate({"text": "Nice.", "writer_label": "positive"})
+    for missing in ("text", "writer_label"):
+        body = {"text": "Nice.", "writer_label": "positive"}
         del body[missing]
         with pytest.raises(ValidationError):
             validate_candidate.validate(body)
+    with pytest.raises(ValidationError):
+        validate_candidate.validate({"text": "Nice.", "writer_label": "positive", "writer_id": ""})
 
 
 # ------------------------------------------------------------------------------ who may call what
@@ -306,8 +311,8 @@ class Route:
         return self.path.replace("{round}", "{round_id}").replace("{candidate}", "{candidate_id}")
 
 
-LEAD, WRITERS, READERS = ("lead",), ("writer", "lead"), ("exporter", "lead")
-EVERY_ROLE = ("writer", "exporter", "lead")
+LEAD, WRITERS, READERS = ("lead",), ("writer", "collector", "lead"), ("exporter", "lead")
+EVERY_ROLE = ("writer", "collector", "exporter", "lead")
 ROUTES = [
     Route("POST", "/api/rounds", LEAD),
     Route("POST", "/api/rounds/{round}/close", LEAD),
@@ -319,7 +324,7 @@ ROUTES = [
     Route("GET", "/api/candidates/{candidate}", WRITERS),
 ]
 ROUND_BODY = {"name": "auth round", "task": "sentiment", "model": "default"}
-CANDIDATE_BODY = {"text": "What a lovely day.", "writer_label": "positive", "writer_id": "w1"}
+CANDIDATE_BODY = {"text": "What a lovely day.", "writer_label": "positive"}  # the token names the writer
 
 
 def json_body(route: Route) -> dict[str, Any] | None:

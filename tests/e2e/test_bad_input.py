@@ -14,7 +14,7 @@ import pytest
 from label_studio_sdk import LabelStudio
 from sqlalchemy import text
 
-from tests.fixtures.service import WEBHOOK_SECRET, WRITER_TOKEN, LiveService
+from tests.fixtures.service import COLLECTOR_TOKEN, WEBHOOK_SECRET, WRITER_TOKEN, LiveService
 from tests.support.tiny_model import build_tiny_model
 from tests.support.waiting import wait_for, wait_verified
 
@@ -139,7 +139,7 @@ def test_submit_candidate_bad_requests_write_nothing(
 ) -> None:
     before = snapshot(live_service, world["ls"])
     url = f"/api/rounds/{world['open']}/candidates"
-    good = {"text": "Lovely day.", "writer_label": "positive", "writer_id": "w1"}
+    good = {"text": "Lovely day.", "writer_label": "positive"}  # a writer's token says who wrote it
 
     def post(body: Any, **kwargs: Any) -> Any:
         return live_service.call("POST", url, token=kwargs.pop("token", WRITER_TOKEN), json=body, **kwargs)
@@ -156,8 +156,12 @@ def test_submit_candidate_bad_requests_write_nothing(
     limit = live_service.services.settings.max_text_chars
     assert_error(post({**good, "text": "a" * (limit + 1)}), 413, "text", says=str(limit))
     assert_error(post({**good, "writer_id": ""}), 422, "writer_id")
-    assert_error(post({k: v for k, v in good.items() if k != "writer_id"}), 422, "writer_id")
+    assert_error(post({**good, "writer_id": 7}), 422, "writer_id")
     assert_error(post({**good, "writer_id": "w" * 201}), 422, "writer_id")
+    # A collector names the writer of each candidate, so it must.
+    assert_error(post(good, token=COLLECTOR_TOKEN), 422, "writer_id", says="collector")
+    assert_error(post({**good, "writer_id": " \u200b"}, token=COLLECTOR_TOKEN), 422, "writer_id")
+    assert_error(post({**good, "writer_id": "w" * 201}, token=COLLECTOR_TOKEN), 422, "writer_id")
     assert_error(post("just a string"), 422, "body")
     assert_error(
         live_service.call("POST", f"/api/rounds/{world['closed']}/candidates", token=WRITER_TOKEN, json=good),
@@ -231,7 +235,7 @@ def pushed_task(service: LiveService, round_id: int) -> int:
         "POST",
         f"/api/rounds/{round_id}/candidates",
         token=WRITER_TOKEN,
-        json={"text": f"A fine day in round {round_id}.", "writer_label": "positive", "writer_id": "w1"},
+        json={"text": f"A fine day in round {round_id}.", "writer_label": "positive"},
     )
     assert submitted.status_code == 201, submitted.text
     url = f"/api/candidates/{submitted.json()['id']}"
@@ -413,7 +417,7 @@ def test_values_no_database_stores_are_refused_naming_the_field(
     assert_error(call("GET", f"/api/rounds/{round_id}/agreement?bootstrap=%00"), 422, "bootstrap")
     assert_error(call("GET", f"/api/rounds/{round_id}/dataset?format=jsonl%00"), 422, "format")
     candidates = f"/api/rounds/{round_id}/candidates"
-    good = {"text": "Fine.", "writer_label": "positive", "writer_id": "w1"}
+    good = {"text": "Fine.", "writer_label": "positive"}
     assert_error(call("POST", candidates, json={**good, "writer_id": "w\u00001"}), 422, "writer_id")
     assert_error(call("POST", candidates, json={**good, "text\u0000": "x"}), 422, "body")
     raw = json.dumps(good).replace('"Fine."', '"Fine \\ud800"')

@@ -243,7 +243,7 @@ def test_sync_reconciles_votes_whose_webhooks_were_lost(
         "POST",
         f"/api/rounds/{round_id}/candidates",
         token=WRITER_TOKEN,
-        json={"text": "The soup was wonderful.", "writer_label": "positive", "writer_id": "cli-writer"},
+        json={"text": "The soup was wonderful.", "writer_label": "positive"},
     )
     assert submitted.status_code == 201, submitted.text
     candidate_id = submitted.json()["id"]

@@ -38,7 +38,7 @@ from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Locator
 from dynaval.domain.provenance import pseudonym
 from dynaval.entrypoints.headers import DATA_POLICY, PAGE_POLICY
 from dynaval.entrypoints.pages import SESSION_COOKIE
-from tests.fixtures.service import LEAD_TOKEN, PSEUDONYM_SECRET, WRITER_TOKEN, LiveService
+from tests.fixtures.service import COLLECTOR_TOKEN, LEAD_TOKEN, PSEUDONYM_SECRET, WRITER_TOKEN, LiveService
 from tests.support.waiting import wait_for, wait_verified
 
 pytestmark = pytest.mark.labelstudio
@@ -253,8 +253,9 @@ def build_scenario(live: LiveService, ls_server: Any, annotators: list[Any]) -> 
     gold_ids: list[str] = uploaded.json()["ids"]
 
     def post(round_id: int, text: str, label: str, writer: str) -> dict[str, Any]:
+        # The collector submits for several writers of its front end, naming each.
         body = {"text": text, "writer_label": label, "writer_id": writer}
-        response = call("POST", f"/api/rounds/{round_id}/candidates", token=WRITER_TOKEN, json=body)
+        response = call("POST", f"/api/rounds/{round_id}/candidates", token=COLLECTOR_TOKEN, json=body)
         assert response.status_code == 201, response.text
         result: dict[str, Any] = response.json()
         return result
@@ -802,7 +803,7 @@ def test_dashboard_pages_need_a_lead(live_service: LiveService) -> None:
     created = call("POST", "/api/rounds", json={"name": "guarded", "task": "sentiment"})
     assert created.status_code == 201, created.text
     rid = created.json()["id"]
-    body = {"text": "What a lovely day to stay in bed.", "writer_label": POS, "writer_id": "w"}
+    body = {"text": "What a lovely day to stay in bed.", "writer_label": POS}
     cid = call("POST", f"/api/rounds/{rid}/candidates", token=WRITER_TOKEN, json=body).json()["id"]
     annotator = pseudonym(PSEUDONYM_SECRET, "annotator", "1")
     table: list[tuple[str, str, int | None]] = [  # method, path, status for a lead (None: not tried)

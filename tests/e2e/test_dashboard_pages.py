@@ -899,7 +899,10 @@ def test_the_queue_lists_escalated_and_flagged_first_and_pages_by_fifty(
     assert len(second.ids("candidate-row-")) == total - 50
     assert sorted(rows + second.ids("candidate-row-")) == sorted(seeded.ids.values())
     assert page(client, f"/dashboard/rounds/{rid}?page=9").ids("candidate-row-") == []
-    assert page(client, f"/dashboard/rounds/{rid}?page=oops").ids("candidate-row-") == rows
+    # A page number is ASCII digits: anything else is a clear error naming it, not a guess.
+    for junk in ("oops", "\uff12", "1_0"):
+        refused = lead(client, f"/dashboard/rounds/{rid}?page={junk}")
+        assert refused.status_code == 422 and "page must be" in refused.get_data(as_text=True), junk
 
     # Each row shows the API's view of the candidate.
     for key in CASES:
@@ -1309,7 +1312,7 @@ def test_a_vote_after_an_override_is_stored_but_does_not_change_the_status(
     assert created.status_code == 201, created.text
     round_id, project_id = created.json()["id"], created.json()["label_studio_project_id"]
     text = "Oh great, another meeting that could have been an email."
-    body = {"text": text, "writer_label": NEG, "writer_id": "w"}
+    body = {"text": text, "writer_label": NEG}
     submitted = call("POST", f"/api/rounds/{round_id}/candidates", token=WRITER_TOKEN, json=body)
     assert submitted.status_code == 201 and submitted.json()["fooled"] is True
     cid = submitted.json()["id"]

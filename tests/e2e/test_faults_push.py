@@ -63,7 +63,6 @@ def submit(call: Callable[..., requests.Response], round_id: int, n: int, prefix
         body = {
             "text": f"{prefix} example number {i}, quite good",
             "writer_label": LABELS[i % 3],
-            "writer_id": "w1",
         }
         response = call("POST", f"/api/rounds/{round_id}/candidates", json=body, token=WRITER_TOKEN)
         assert response.status_code == 201, response.text

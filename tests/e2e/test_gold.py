@@ -54,7 +54,7 @@ def test_gold_exclusion_changes_a_decision_and_a_lead_reverses_it(
 
     candidates = []
     for text, label in [("Just what I needed.", POS), ("Never again.", NEG), ("Could be worse.", POS)]:
-        body = {"text": text, "writer_label": label, "writer_id": "w"}
+        body = {"text": text, "writer_label": label}
         response = call("POST", f"/api/rounds/{round_id}/candidates", token=WRITER_TOKEN, json=body)
         assert response.status_code == 201 and response.json()["fooled"] is True
         candidates.append(response.json()["id"])

@@ -25,6 +25,7 @@ from dynaval.bootstrap import bootstrap
 from dynaval.entrypoints.app import create_app
 from dynaval.settings import Settings
 from tests.fixtures.service import (
+    COLLECTOR_TOKEN,
     WEBHOOK_SECRET,
     WRITER_TOKEN,
     LiveService,
@@ -36,7 +37,7 @@ pytestmark = pytest.mark.labelstudio
 
 TABLES = ("round", "candidate", "annotation", "decision", "gold_item")
 REDIS_URL = "redis://127.0.0.1:6379"
-GOOD = {"text": "Lovely day.", "writer_label": "positive", "writer_id": "w1"}
+GOOD = {"text": "Lovely day.", "writer_label": "positive"}  # the writer's token says who wrote it
 
 
 def rows(service: LiveService) -> dict[str, int]:
@@ -114,7 +115,7 @@ def test_a_chunked_body_over_the_limit_is_cut_with_413(
         yield b'{"text": "'
         for _ in range(limit // 1024 + 1):
             yield b"a" * 1024
-        yield b'", "writer_label": "positive", "writer_id": "w1"}'
+        yield b'", "writer_label": "positive"}'
 
     for path, secret in (
         (f"/api/rounds/{open_round['id']}/candidates", None),
@@ -148,12 +149,15 @@ def test_text_at_the_limit_is_taken_and_one_more_character_is_413(
 # ------------------------------------------------------------------------------------- batches
 
 
-def batch_of(n: int) -> list[dict[str, str]]:
+def batch_of(n: int, *, collected: bool = False) -> list[dict[str, str]]:
+    """``n`` candidates as a writer sends them (their token names them), or as a collector sends
+    them (``collected``: each names its writer)."""
     labels = ("positive", "negative", "neutral")
-    return [
-        {"text": f"Sentence number {i}.", "writer_label": labels[i % 3], "writer_id": f"w{i % 4}"}
-        for i in range(n)
-    ]
+    items = [{"text": f"Sentence number {i}.", "writer_label": labels[i % 3]} for i in range(n)]
+    if collected:
+        for i, item in enumerate(items):
+            item["writer_id"] = f"w{i % 4}"
+    return items
 
 
 def test_a_batch_is_stored_scored_together_and_answered_in_order(
@@ -221,9 +225,14 @@ def test_a_batch_with_any_bad_item_is_refused_whole_naming_the_item_and_field(
     assert_error(post(with_item(3, {**good[3], "writer_label": "joyful"})), 422, "candidates[3].writer_label")
     assert_error(post(with_item(0, {**good[0], "text": "  "})), 422, "candidates[0].text", says="empty")
     assert_error(post(with_item(4, {**good[4], "text": 7})), 422, "candidates[4].text")
-    assert_error(post(with_item(2, {k: v for k, v in good[2].items() if k != "writer_id"})), 422,
-                 "candidates[2].writer_id")  # fmt: skip
     assert_error(post(with_item(1, {**good[1], "writer_id": "w" * 201})), 422, "candidates[1].writer_id")
+    # A collector names every item's writer.
+    collected = batch_of(5, collected=True)
+    without_writer = [dict(i) for i in collected]
+    del without_writer[2]["writer_id"]
+    assert_error(post({"candidates": without_writer}, token=COLLECTOR_TOKEN), 422, "candidates[2].writer_id")
+    collected[1]["writer_id"] = "w" * 201
+    assert_error(post({"candidates": collected}, token=COLLECTOR_TOKEN), 422, "candidates[1].writer_id")
     assert_error(post(with_item(1, "a string")), 422, "candidates[1]")
     assert_error(post(with_item(2, {**good[2], "text": "a" * (limit + 1)})), 413, "candidates[2].text")
     assert_error(post(with_item(3, {**good[3], "text": "nul\u0000byte"})), 422, "candidates[3].text")

@@ -50,7 +50,7 @@ def real_ids(live_service: LiveService) -> RealIds:
         "POST",
         f"/api/rounds/{round_['id']}/candidates",
         token=WRITER_TOKEN,
-        json={"text": "A fine day for a walk.", "writer_label": "positive", "writer_id": "w1"},
+        json={"text": "A fine day for a walk.", "writer_label": "positive"},
     )
     assert submitted.status_code == 201, submitted.text
     candidate_id = submitted.json()["id"]

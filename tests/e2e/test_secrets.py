@@ -1,17 +1,18 @@
 """Secrets never leave the service: not in its logs, its error answers, its exports or its database.
 
-One small round runs through the live service and the real Label Studio (three candidates from two
-writers, three annotators, an escalation, a sync, the dataset exported as JSONL and Parquet, the
-agreement report) while every logger of the process logs at DEBUG into ``caplog``: the service's
-own, werkzeug's request lines, SQLAlchemy's statements with their parameters, the Label Studio SDK's
-HTTP client (httpx, httpcore) and the test's HTTP client (urllib3). A handful of refused calls
-present real secrets in the wrong place. Then the logs, the refusals, the exports and a dump of
-every table are searched for every secret: each writer, lead and exporter token, the Label Studio
-API key, the webhook, pseudonym, signing and session secrets, the id of a lead's dashboard session
-(signed in through the form, used, then signed out), and the ``project.token`` that Label Studio
-puts in each webhook payload (recorded on its way in). The exports must also hold no raw
-writer id, no submitter name and no Label Studio username or email, and their pseudonyms must be
-HMACs of the pseudonym secret that another secret does not reproduce.
+One small round runs through the live service and the real Label Studio (three candidates: two
+writers' own and one a collector submits for a writer it names; three annotators, an escalation, a
+sync, the dataset exported as JSONL and Parquet, the agreement report) while every logger of the
+process logs at DEBUG into ``caplog``: the service's own, werkzeug's request lines, SQLAlchemy's
+statements with their parameters, the Label Studio SDK's HTTP client (httpx, httpcore) and the
+test's HTTP client (urllib3). A handful of refused calls present real secrets in the wrong place.
+Then the logs, the refusals, the exports and a dump of every table are searched for every secret:
+each writer, collector, lead and exporter token, the Label Studio API key, the webhook, pseudonym,
+signing and session secrets, the id of a lead's dashboard session (signed in through the form,
+used, then signed out), and the ``project.token`` that Label Studio puts in each webhook payload
+(recorded on its way in). The exports must also hold no raw writer id, no writer's token name and
+no Label Studio username or email, and their pseudonyms must be HMACs of the pseudonym secret that
+another secret does not reproduce.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import requests
 from sqlalchemy import inspect, text
 
 from dynaval.bootstrap import bootstrap
-from dynaval.domain.provenance import pseudonym, verify_prediction
+from dynaval.domain.provenance import pseudonym, verify_prediction, writer_pseudonym
 from dynaval.entrypoints.app import create_app
 from tests.fixtures.service import LiveService, free_port, make_settings
 from tests.support.waiting import wait_for, wait_verified
@@ -43,6 +44,8 @@ WRITER_A = "writer-a-secret-token-0123456789"
 WRITER_B = "writer-b-secret-token-0123456789"
 LEAD = "lead-secret-token-0123456789abcd"
 EXPORTER = "exporter-secret-token-0123456789"
+COLLECTOR = "collector-secret-token-012345678"
+COLLECTOR_NAME = "field-form"
 WEBHOOK = "webhook-secret-value-0123456789ab"
 PSEUDONYM = "pseudonym-secret-value-012345678"
 SIGNING = "signing-secret-value-0123456789ab"
@@ -100,6 +103,7 @@ def service(
         writer_tokens=[f"{WRITER_A_NAME}={WRITER_A}", WRITER_B],
         lead_tokens=[f"lee={LEAD}"],
         exporter_tokens=[EXPORTER],
+        collector_tokens=[f"{COLLECTOR_NAME}={COLLECTOR}"],
         webhook_secret=WEBHOOK,
         pseudonym_secret=PSEUDONYM,
         signing_secret=SIGNING,
@@ -150,19 +154,26 @@ def test_no_secret_reaches_a_log_an_error_an_export_or_the_database(
     assert created.status_code == 201, created.text
     round_id = created.json()["id"]
 
-    plan = [  # writer's token, raw writer id, text, label, the three annotators' votes
-        (WRITER_A, RAW_WRITERS[0], "The queue moved fast, what a treat.", POS, [POS, POS]),
-        (WRITER_B, RAW_WRITERS[1], "A refund in only six weeks.", NEG, [NEG, POS, NEG]),
-        (WRITER_A, RAW_WRITERS[0], "Lovely, the lift is broken again.", POS, [NEG, NEG]),
+    writer_b_name = live.services.settings.writer_credentials[1].name  # derived from the plain token
+    plan = [  # token, the writer a collector names, text, label, the three annotators' votes
+        (WRITER_A, None, "The queue moved fast, what a treat.", POS, [POS, POS]),
+        (COLLECTOR, RAW_WRITERS[1], "A refund in only six weeks.", NEG, [NEG, POS, NEG]),
+        (WRITER_B, None, "Lovely, the lift is broken again.", POS, [NEG, NEG]),
     ]
     ids = []
-    raw_writer_of: dict[str, str] = {}
+    writer_of: dict[str, tuple[str, str | None]] = {}  # candidate -> (raw writer id, collector)
     for token, writer_id, text_, label, _ in plan:
-        body = {"text": text_, "writer_label": label, "writer_id": writer_id}
+        body = {"text": text_, "writer_label": label}
+        if writer_id is not None:
+            body["writer_id"] = writer_id
         submitted = live.call("POST", f"/api/rounds/{round_id}/candidates", token=token, json=body)
         assert submitted.status_code == 201 and submitted.json()["fooled"] is True, submitted.text
         ids.append(submitted.json()["id"])
-        raw_writer_of[ids[-1]] = writer_id
+        writer_of[ids[-1]] = {
+            WRITER_A: (WRITER_A_NAME, None),
+            WRITER_B: (writer_b_name, None),
+            COLLECTOR: (str(writer_id), COLLECTOR_NAME),
+        }[token]
 
     def candidate(cid: str) -> dict[str, Any]:
         wait_verified(functools.partial(live.call, token=LEAD), round_id)
@@ -224,6 +235,15 @@ def test_no_secret_reaches_a_log_an_error_an_export_or_the_database(
         ),
         "webhook secret as a bearer token": live.call("GET", "/api/rounds", token=WEBHOOK),
         "another writer's candidate": live.call("GET", f"/api/candidates/{ids[0]}", token=WRITER_B),
+        "a writer's candidate, by a collector": live.call(
+            "GET", f"/api/candidates/{ids[0]}", token=COLLECTOR
+        ),
+        "a writer naming another writer": live.call(
+            "POST",
+            f"{base}/candidates",
+            token=WRITER_B,
+            json={"text": "x", "writer_label": POS, "writer_id": WRITER_A_NAME},
+        ),
         "exporter creates a round": live.call("POST", "/api/rounds", token=EXPORTER, json={"name": LEAD}),
         "writer reads the dataset": live.call("GET", f"{base}/dataset", token=WRITER_A),
         "bad label": live.call(
@@ -260,6 +280,8 @@ def test_no_secret_reaches_a_log_an_error_an_export_or_the_database(
         "lead token, wrong scheme": 401,
         "webhook secret as a bearer token": 401,
         "another writer's candidate": 403,
+        "a writer's candidate, by a collector": 403,
+        "a writer naming another writer": 403,
         "exporter creates a round": 403,
         "writer reads the dataset": 403,
         "bad label": 422,
@@ -300,6 +322,7 @@ def test_no_secret_reaches_a_log_an_error_an_export_or_the_database(
         "writer B's token": WRITER_B,
         "the lead's token": LEAD,
         "the exporter's token": EXPORTER,
+        "the collector's token": COLLECTOR,
         "the Label Studio API key": label_studio_server.api_key,
         "the webhook secret": WEBHOOK,
         "the pseudonym secret": PSEUDONYM,
@@ -336,7 +359,10 @@ def test_no_secret_reaches_a_log_an_error_an_export_or_the_database(
         "dataset.parquet (values)": json.dumps(rows, ensure_ascii=False),
         "agreement": agreement.text,
     }
-    identities = {f"raw writer id {w}": w for w in RAW_WRITERS} | {"writer A's name": WRITER_A_NAME}
+    identities = {f"raw writer id {w}": w for w in RAW_WRITERS} | {
+        "writer A's name": WRITER_A_NAME,
+        "writer B's name": writer_b_name,
+    }
     for annotator in label_studio_server.client.users.list():
         if annotator.id != label_studio_server.admin_user_id:
             assert annotator.email and len(annotator.username or "") >= 4
@@ -348,12 +374,15 @@ def test_no_secret_reaches_a_log_an_error_an_export_or_the_database(
 
     # Pseudonyms are HMACs of the pseudonym secret; another secret (or none) does not make them.
     ls_ids = [str(a.id) for a in annotators]
+    assert sorted(r["collected_by"] or "" for r in records) == ["", COLLECTOR_NAME]
     for record in records:
-        raw = raw_writer_of[record["example_id"]]
-        assert record["writer"] == pseudonym(PSEUDONYM, "writer", raw)
-        assert record["writer"] != pseudonym(OTHER_SECRET, "writer", raw)
-        unkeyed = hashlib.sha256(f"writer:{raw}".encode()).hexdigest()
-        assert record["writer"].removeprefix("writer_") not in unkeyed
+        raw, collector = writer_of[record["example_id"]]
+        assert record["collected_by"] == collector
+        assert record["writer"] == writer_pseudonym(PSEUDONYM, raw, collector)
+        assert record["writer"] != writer_pseudonym(OTHER_SECRET, raw, collector)
+        for unkeyed_id in (raw, f"{collector}:{raw}"):
+            unkeyed = hashlib.sha256(f"writer:{unkeyed_id}".encode()).hexdigest()
+            assert record["writer"].removeprefix("writer_") not in unkeyed
         for vote in record["votes"]:
             assert vote["annotator"] in {pseudonym(PSEUDONYM, "annotator", i) for i in ls_ids}
             assert vote["annotator"] not in {pseudonym(OTHER_SECRET, "annotator", i) for i in ls_ids}

@@ -23,12 +23,17 @@ import pytest
 from label_studio_sdk import LabelStudio
 
 from dynaval.domain.policy import RULE_VERSION
-from dynaval.domain.provenance import pseudonym, verify_prediction
+from dynaval.domain.provenance import pseudonym, verify_prediction, writer_pseudonym
 from tests.fixtures.service import (
+    COLLECTOR_NAME,
+    COLLECTOR_TOKEN,
     LEAD_TOKEN,
+    OTHER_WRITER_NAME,
+    OTHER_WRITER_TOKEN,
     PSEUDONYM_SECRET,
     SECRETS,
     SIGNING_SECRET,
+    WRITER_NAME,
     WRITER_TOKEN,
     LiveService,
 )
@@ -37,7 +42,33 @@ from tests.support.waiting import wait_for, wait_verified
 pytestmark = pytest.mark.labelstudio
 
 POS, NEG, NEU = "positive", "negative", "neutral"
-WRITERS = ["alice@example.org", "bob.writer", "陈作者"]
+WRITERS = ["alice@example.org", "bob.writer", "陈作者"]  # a collector's writers, by their raw ids
+
+
+@dataclass(frozen=True)
+class Submitter:
+    """Who sends a case: a writer with their own token, or the collector naming one of its writers."""
+
+    token: str
+    name: str  # the token's name
+    writer_id: str | None = None  # what the collector names
+
+    @property
+    def body(self) -> dict[str, str]:
+        return {} if self.writer_id is None else {"writer_id": self.writer_id}
+
+    @property
+    def pseudonym(self) -> str:
+        if self.writer_id is None:
+            return writer_pseudonym(PSEUDONYM_SECRET, self.name, None)
+        return writer_pseudonym(PSEUDONYM_SECRET, self.writer_id, self.name)
+
+
+SUBMITTERS = [
+    Submitter(WRITER_TOKEN, WRITER_NAME),
+    Submitter(OTHER_WRITER_TOKEN, OTHER_WRITER_NAME),
+    *(Submitter(COLLECTOR_TOKEN, COLLECTOR_NAME, writer) for writer in WRITERS),
+]
 
 
 @dataclass
@@ -45,7 +76,7 @@ class Case:
     kind: str
     text: str
     writer_label: str
-    writer_id: str
+    submitter: Submitter
     id: str = ""
     task_id: int = 0
     annotations: dict[str, int] = field(default_factory=dict)  # "A" -> id of that annotator's vote
@@ -109,7 +140,10 @@ def build_cases() -> list[Case]:
         + [("lost_webhook", NEG)] * 2
         + [("not_fooled", NEU)] * 3
     )
-    return [Case(kind, next(texts), label, WRITERS[i % len(WRITERS)]) for i, (kind, label) in enumerate(plan)]
+    return [
+        Case(kind, next(texts), label, SUBMITTERS[i % len(SUBMITTERS)])
+        for i, (kind, label) in enumerate(plan)
+    ]
 
 
 def other(label: str) -> str:
@@ -173,13 +207,13 @@ def test_validation_loop_end_to_end(
     project = rnd.ls.projects.get(id=project_id)
     assert project.maximum_annotations == 2
 
-    # Writers submit; the model answers at once.
+    # Writers (and a collector for its writers) submit; the model answers at once.
     for case in cases:
         response = live_service.call(
             "POST",
             f"/api/rounds/{rnd.id}/candidates",
-            token=WRITER_TOKEN,
-            json={"text": case.text, "writer_label": case.writer_label, "writer_id": case.writer_id},
+            token=case.submitter.token,
+            json={"text": case.text, "writer_label": case.writer_label, **case.submitter.body},
         )
         assert response.status_code == 201, response.text
         body = response.json()
@@ -370,7 +404,7 @@ def test_validation_loop_end_to_end(
     check_dataset(records, accepted, rnd, round_body)
     for secret in SECRETS:
         assert secret not in raw_export
-    for writer in WRITERS:
+    for writer in [*WRITERS, WRITER_NAME, OTHER_WRITER_NAME]:  # raw writer ids and writers' token names
         assert writer not in raw_export
     for annotator in label_studio_annotators:
         assert annotator.email not in raw_export and annotator.username not in raw_export
@@ -480,7 +514,8 @@ def check_dataset(
         assert record["task_type"] == "sentiment"
         assert record["inputs"] == {"text": case.text}
         assert record["writer_label"] == case.writer_label
-        assert record["writer"] == pseudonym(PSEUDONYM_SECRET, "writer", case.writer_id)
+        assert record["writer"] == case.submitter.pseudonym
+        assert record["collected_by"] == (COLLECTOR_NAME if case.submitter.writer_id else None)
         assert record["submitted_at"]
         model = record["model"]
         assert model["hash"] == round_body["model_hash"]

@@ -54,7 +54,8 @@ class Harness:
             row = candidates.submit_candidate(
                 self.services,
                 round_id=self.round_id,
-                body={"text": f"push test text {i}", "writer_label": "positive", "writer_id": "w1"},
+                body={"text": f"push test text {i}", "writer_label": "positive"},
+                submitter=candidates.Submitter("writer-ana"),
             )
             assert row.status == "queued"  # the tiny model says neutral: fooled
             ids.append(row.id)

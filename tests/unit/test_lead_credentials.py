@@ -157,3 +157,41 @@ def test_no_secret_shows_in_the_settings_repr_or_in_a_refusal() -> None:
     with pytest.raises(ValueError) as refused:
         settings(pseudonym_secret="short", signing_secret="signing-secret-tail-0123456789")
     assert "0123456789" not in str(refused.value)
+
+
+COLLECTOR = "collector-token-0123456789abcdef"
+
+
+def test_collector_tokens_are_named_optional_and_never_weak() -> None:
+    assert settings().collector_credentials == []
+    config = settings(collector_tokens=[f"field-form={COLLECTOR}"])
+    collector = caller_of_token(config, COLLECTOR)
+    assert collector == Caller(Role.COLLECTOR, "field-form")
+    # A collector reads back what it submitted, and names the writers it submits for.
+    assert collector.owner == "field-form" and collector.submits_for_others
+    writer = caller_of_token(config, WRITER)
+    assert writer is not None and not writer.submits_for_others
+    with pytest.raises(ValueError, match="DYNAVAL_COLLECTOR_TOKENS") as refused:
+        settings(collector_tokens=["form=changeme"])
+    assert "DYNAVAL_WRITER_TOKENS" not in str(refused.value)
+    with pytest.raises(ValueError, match="DYNAVAL_COLLECTOR_TOKENS, DYNAVAL_WRITER_TOKENS"):
+        settings(collector_tokens=[WRITER])
+
+
+def test_one_token_per_writer_and_one_name_per_role() -> None:
+    other = "another-writer-token-0123456789"
+    # Two writers sharing a token would be one writer: refused, in development too.
+    for development in (False, True):
+        with pytest.raises(ValueError, match="one token is set under two names in DYNAVAL_WRITER_TOKENS"):
+            settings(writer_tokens=[f"ana={WRITER}", f"bo={WRITER}"], development=development)
+    # One writer may hold two tokens (an old and a new one).
+    assert [c.name for c in settings(writer_tokens=[f"ana={WRITER}", f"ana={other}"]).writer_credentials] == [
+        "ana",
+        "ana",
+    ]
+    # A collector or lead under a writer's name would read that writer's candidates as its own.
+    with pytest.raises(ValueError, match="DYNAVAL_COLLECTOR_TOKENS, DYNAVAL_WRITER_TOKENS") as refused:
+        settings(writer_tokens=[f"ana={WRITER}"], collector_tokens=[f"ana={COLLECTOR}"])
+    assert WRITER not in str(refused.value) and COLLECTOR not in str(refused.value)
+    with pytest.raises(ValueError, match="DYNAVAL_LEAD_TOKENS, DYNAVAL_WRITER_TOKENS"):
+        settings(writer_tokens=[f"ada={WRITER}"])

@@ -57,7 +57,9 @@ def _write_parquet(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    columns = ["example_id", "task_type", "text", "writer_label", "writer", "submitted_at", *_NESTED]
+    columns = [
+        "example_id", "task_type", "text", "writer_label", "writer", "collected_by", "submitted_at", *_NESTED
+    ]  # fmt: skip
     schema = pa.schema([(c, pa.string()) for c in columns])
     count = 0
     with pq.ParquetWriter(str(path), schema) as writer:

@@ -57,8 +57,13 @@ class CandidateRow(SQLModel, table=True):
     inputs: dict[str, str] = Field(sa_column=Column(JSON, nullable=False))
     writer_label: str = Field(max_length=100)
     writer_id: str = Field(max_length=200)
+    """Who wrote it: the submitting token's name, or the writer a collector named."""
     submitted_by: str | None = Field(default=None, max_length=64)
-    """The name of the writer (or lead) token the candidate came with; NULL for older candidates."""
+    """The name of the token the candidate came with (a writer's, a collector's or a lead's); NULL
+    for older candidates. A writer or collector reads back only what came under its name."""
+    collected_by: str | None = Field(default=None, max_length=64)
+    """The collector's name when a collector submitted it for the writer ``writer_id`` names; NULL
+    when the writer's own token (or a lead's) did, and for candidates from before collectors."""
     status: str = Field(max_length=20)
     model_prediction: str | None = Field(default=None, max_length=100)
     model_probabilities: dict[str, float] | None = Field(default=None, sa_column=Column(JSON))

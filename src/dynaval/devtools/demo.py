@@ -1,6 +1,7 @@
 """One simulated round against a real Label Studio and the real service (``scripts/demo``).
 
-Writers post candidates concurrently, four annotator users vote in Label Studio (most agree with
+Writers post candidates concurrently (each with their own token; a collector submits some for a
+writer of its own front end), four annotator users vote in Label Studio (most agree with
 the writers, some do not, two flag a spam text), disagreements are escalated and settled, and the
 round dataset is exported. Both servers then stay up, with their URLs and credentials printed,
 until Ctrl-C (or stop at once with ``--exit``).
@@ -68,6 +69,11 @@ CANDIDATES: list[tuple[str, str, str | None]] = [
     (SPAM, "negative", None),
 ]
 WRITERS = ("writer-ana", "writer-bo", "writer-carmen", "writer-dev")
+"""The demo's writers, each with a token of their own (the token says who submits)."""
+COLLECTOR = "collector-form"
+"""The demo's collector: an outside collection front end that submits for writers it names."""
+COLLECTED_WRITER = "field-writer-1"
+"""The writer of the collector's front end whose candidates it submits (every fifth one)."""
 
 
 class DemoError(Exception):
@@ -123,7 +129,9 @@ class Service:
         self._log.close()
 
 
-def run_round(service_url: str, lead: str, writer: str, server: LabelStudioServer) -> dict[str, Any]:
+def run_round(
+    service_url: str, lead: str, writers: dict[str, str], collector: str, server: LabelStudioServer
+) -> dict[str, Any]:
     annotators = server.create_annotators(4)
     rng = random.Random(7)
     api = httpx.Client(base_url=service_url, timeout=60)
@@ -139,8 +147,13 @@ def run_round(service_url: str, lead: str, writer: str, server: LabelStudioServe
 
     def submit(item: tuple[int, tuple[str, str, str | None]]) -> dict[str, Any]:
         index, (text, label, _) = item
-        body = {"text": text, "writer_label": label, "writer_id": WRITERS[index % len(WRITERS)]}
-        result: dict[str, Any] = call("POST", f"/api/rounds/{round_id}/candidates", writer, json=body)
+        body = {"text": text, "writer_label": label}
+        if index % 5 == 4:  # the collector names the writer; a writer's own token names them
+            token = collector
+            body["writer_id"] = COLLECTED_WRITER
+        else:
+            token = writers[WRITERS[index % len(WRITERS)]]
+        result: dict[str, Any] = call("POST", f"/api/rounds/{round_id}/candidates", token, json=body)
         return result
 
     with ThreadPoolExecutor(max_workers=8) as pool:  # several writers at once: micro-batched
@@ -206,14 +219,16 @@ def main(argv: list[str] | None = None) -> int:
     demo_dir = repo_root() / ".dynaval" / "demo"
     shutil.rmtree(demo_dir, ignore_errors=True)  # every demo starts from a clean round
     demo_dir.mkdir(parents=True)
-    lead, writer = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+    lead, collector = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
+    writers = {name: secrets.token_urlsafe(24) for name in WRITERS}
     service_port = _pick_port(args.port)
     env = {
         **os.environ,
         "DYNAVAL_DATA_DIR": str(repo_root() / ".dynaval"),
         "DYNAVAL_DATABASE_URL": f"sqlite:///{demo_dir / 'dynaval.sqlite3'}",
         "DYNAVAL_LEAD_TOKENS": lead,
-        "DYNAVAL_WRITER_TOKENS": writer,
+        "DYNAVAL_WRITER_TOKENS": ",".join(f"{name}={token}" for name, token in writers.items()),
+        "DYNAVAL_COLLECTOR_TOKENS": f"{COLLECTOR}={collector}",
         "DYNAVAL_WEBHOOK_SECRET": secrets.token_urlsafe(24),
         "DYNAVAL_PSEUDONYM_SECRET": secrets.token_urlsafe(24),
         "DYNAVAL_SIGNING_SECRET": secrets.token_urlsafe(24),
@@ -231,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         service = Service(env, service_port, demo_dir / "service.log")
         service.wait_healthy()
         print("running one simulated round ...", flush=True)
-        summary = run_round(service.url, lead, writer, server)
+        summary = run_round(service.url, lead, writers, collector, server)
         out = demo_dir / f"round-{summary['id']}.jsonl"
         exported = subprocess.run(
             [
@@ -254,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         if exported.returncode != 0:
             raise DemoError(f"export failed: {exported.stderr.strip()}")
         print_summary(summary, out)
-        print_access(service.url, server, summary, lead, writer)
+        print_access(service.url, server, summary, lead, writers, collector)
         if not args.exit:
             print("\nBoth servers keep running; press Ctrl-C to stop them.", flush=True)
             # Explicit handlers: a shell starting us in the background would leave SIGINT ignored.
@@ -298,17 +313,26 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
 
 
 def print_access(
-    service_url: str, server: LabelStudioServer, summary: dict[str, Any], lead: str, writer: str
+    service_url: str,
+    server: LabelStudioServer,
+    summary: dict[str, Any],
+    lead: str,
+    writers: dict[str, str],
+    collector: str,
 ) -> None:
     print("\n=== running ===")
     print(f"  dynaval service   {service_url}   (API: {service_url}/openapi.json)")
     print(f"    dashboard       {service_url}/dashboard   (sign in with the lead token)")
-    print(f"    lead token      {lead}")
-    print(f"    writer token    {writer}")
     print(f"  Label Studio      {server.url}")
     print(f"    admin           {server.admin_email} / {server.admin_password}")
     for annotator in summary["annotators"]:
         print(f"    annotator       {annotator['email']} / {DEFAULT_ANNOTATOR_PASSWORD}")
+    # Scripts read these: one credential a line, single spaces, the token last.
+    print("\n=== tokens ===")
+    print(f"lead token {lead}")
+    for name, token in writers.items():
+        print(f"writer token {name} {token}")
+    print(f"collector token {collector}")
 
 
 def _interrupt(_signum: int, _frame: object) -> None:

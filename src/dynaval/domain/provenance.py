@@ -18,6 +18,19 @@ def pseudonym(secret: str, kind: str, raw_id: str) -> str:
     return f"{kind}_{digest[:32]}"
 
 
+def writer_pseudonym(secret: str, writer_id: str, collected_by: str | None) -> str:
+    """The pseudonymous writer of a candidate.
+
+    A writer's own token names them (``writer_id`` is the token's name). A collector names writers
+    of its own front end, which only it vouches for, so their ids are read within the collector's
+    name: a collector that names ``ana`` gives ``ana`` a pseudonym of its own, never the one of the
+    writer whose token is named ``ana``. Token names hold no ``:``, so no collector's writer can
+    take a direct writer's pseudonym.
+    """
+    raw_id = writer_id if collected_by is None else f"{collected_by}:{writer_id}"
+    return pseudonym(secret, "writer", raw_id)
+
+
 def _prediction_message(
     model_hash: str, inputs: Mapping[str, str], prediction: str, probabilities: Mapping[str, float]
 ) -> bytes:

@@ -61,6 +61,9 @@ def create_app(
     from dynaval.entrypoints import guards, headers, pages
     from dynaval.entrypoints.routes import api
 
+    # Every <int:...> in a path (the API's and the dashboard's) reads ASCII digits only; set before
+    # any route is registered, since a rule takes its converter when it is added.
+    app.url_map.converters["int"] = guards.AsciiIntegerConverter
     app.register_blueprint(api)
     pages.init_app(app)
     guards.init_app(app)

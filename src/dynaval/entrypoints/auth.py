@@ -1,8 +1,10 @@
 """Bearer-token roles. One decorator, so no route repeats a permission block.
 
-Roles: a writer submits candidates and reads their own; an exporter reads round datasets and
-agreement reports; a lead may do everything. Label Studio's webhook has no role: it presents its own
-secret in its own header, and that secret is no bearer token.
+Roles: a writer submits candidates as themselves and reads their own; a collector (an outside
+collection front end) submits candidates for the writers it names and reads the ones it submitted;
+an exporter reads round datasets and agreement reports; a lead may do everything (and submits as
+themselves, like a writer). Label Studio's webhook has no role: it presents its own secret in its
+own header, and that secret is no bearer token.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class Role(StrEnum):
     WRITER = "writer"
+    COLLECTOR = "collector"
     EXPORTER = "exporter"
     LEAD = "lead"
 
@@ -42,9 +45,15 @@ class Caller:
 
     @property
     def owner(self) -> str | None:
-        """The submitter whose candidates alone this caller may read (a writer: themselves), or
-        None for a caller who may read every candidate."""
-        return self.name if self.role is Role.WRITER else None
+        """The submitter whose candidates alone this caller may read (a writer or a collector:
+        themselves), or None for a caller who may read every candidate."""
+        return self.name if self.role in (Role.WRITER, Role.COLLECTOR) else None
+
+    @property
+    def submits_for_others(self) -> bool:
+        """Whether this caller names the writer of each candidate it submits (a collector) rather
+        than being that writer (a writer, a lead)."""
+        return self.role is Role.COLLECTOR
 
 
 def _match(presented: str, tokens: Iterable[tuple[str, str]]) -> str | None:
@@ -58,11 +67,12 @@ def _match(presented: str, tokens: Iterable[tuple[str, str]]) -> str | None:
 
 
 def caller_of_token(settings: Settings, presented: str) -> Caller | None:
-    """The caller a token identifies (leads first, then writers, then exporters), or None for an
-    unknown token."""
+    """The caller a token identifies (leads first, then writers, collectors, exporters), or None for
+    an unknown token."""
     for role, credentials in (
         (Role.LEAD, settings.lead_credentials),
         (Role.WRITER, settings.writer_credentials),
+        (Role.COLLECTOR, settings.collector_credentials),
         (Role.EXPORTER, settings.exporter_credentials),
     ):
         name = _match(presented, ((c.name, c.token) for c in credentials))
@@ -86,6 +96,12 @@ def role_of(settings: Settings, authorization: str | None) -> Role:
     return caller_of(settings, authorization).role
 
 
+def _either(roles: tuple[Role, ...]) -> str:
+    """``lead``, ``exporter or lead``, ``writer, collector or lead``."""
+    names = [r.value for r in roles]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
 def requires(*roles: Role) -> Callable[[F], F]:
     """Let the request through only for a token of one of ``roles``; the role lands on ``g.role``
     and the caller (with their name) on ``g.caller``.
@@ -101,9 +117,7 @@ def requires(*roles: Role) -> Callable[[F], F]:
                 current_app.extensions["dynaval"].settings, request.headers.get("Authorization")
             )
             if caller.role not in roles:
-                raise Forbidden(
-                    f"this needs the {' or '.join(r.value for r in roles)} role", field="Authorization"
-                )
+                raise Forbidden(f"this needs the {_either(roles)} role", field="Authorization")
             g.role = caller.role
             g.caller = caller
             return view(*args, **kwargs)

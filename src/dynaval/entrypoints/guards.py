@@ -15,6 +15,7 @@ from typing import Any
 
 from flask import Flask, current_app, jsonify, request
 from flask_limiter import Limiter, RateLimitExceeded
+from werkzeug.routing import IntegerConverter
 
 from dynaval.adapters.database import MAX_SERIAL_ID
 from dynaval.domain.errors import InvalidInput, NotFound, TooLarge
@@ -123,11 +124,46 @@ def parse_json(data: bytes, *, strict: bool) -> object:
     return payload
 
 
+class NotAnAsciiNumber(str):
+    """A path segment in an integer's place that is no number in ASCII digits (``\uff11``, ``1_000``):
+    :func:`_check_url_values` answers it with a 404 naming the id before any route sees it."""
+
+
+class AsciiIntegerConverter(IntegerConverter):
+    """The ``int`` path converter, for ASCII digits only.
+
+    Werkzeug's own matches ``\\d+``, which takes every script's digits (``/api/rounds/\uff11`` was round
+    1), and Python's ``int()`` takes underscores too. This one matches what they would, so such a
+    path still reaches its route's guards, and hands anything but ``[0-9]+`` on as
+    :class:`NotAnAsciiNumber`, to be refused there naming the id.
+    """
+
+    regex = r"[\d_]+"
+
+    def to_python(self, value: str) -> Any:
+        if value.isascii() and value.isdigit():
+            return int(value)
+        return NotAnAsciiNumber(value)
+
+
+def query_int(name: str, default: int) -> int:
+    """An integer query parameter written in ASCII digits (``bootstrap=1_000`` or ``seed=\uff11`` is
+    refused with 422 naming it, though Python's ``int()`` would read them); ``default`` when absent."""
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    if not (raw.isascii() and raw.isdigit()):
+        raise InvalidInput(f"{name} must be a whole number in the digits 0-9", field=name)
+    return int(raw)
+
+
 def _check_url_values(endpoint: str | None, values: dict[str, Any] | None) -> None:
     """An id in the path that no row can have is a 404 naming it, never a database error (every
-    integer in our paths is the id of an autoincrement row)."""
+    integer in our paths is the id of an autoincrement row, written in ASCII digits)."""
     for name, value in (values or {}).items():
         noun = name.removesuffix("_id")
+        if isinstance(value, NotAnAsciiNumber):
+            raise NotFound(f"{noun} {value} does not exist (ids are written in the digits 0-9)", field=name)
         if isinstance(value, int) and not 0 < value <= MAX_SERIAL_ID:
             raise NotFound(f"{noun} {value} does not exist", field=name)
         if isinstance(value, str) and not storable(value):

@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 from flask import Flask
 from pydantic import BaseModel
+from werkzeug.routing import IntegerConverter
 
 from dynaval import __version__
 from dynaval.adapters.database import MAX_SERIAL_ID
@@ -73,10 +74,9 @@ def build_openapi(app: Flask) -> dict[str, Any]:
         path = rule.rule
         parameters: list[dict[str, Any]] = []
         for arg in rule.arguments:
-            converter = rule._converters[arg].__class__.__name__
             schema = (
                 {"type": "integer", "minimum": 1, "maximum": MAX_SERIAL_ID}
-                if converter == "IntegerConverter"
+                if isinstance(rule._converters[arg], IntegerConverter)
                 else {"type": "string"}
             )
             parameters.append({"name": arg, "in": "path", "required": True, "schema": schema})

@@ -44,6 +44,7 @@ from werkzeug.wrappers import Response as BaseResponse
 from dynaval.domain.errors import DomainError
 from dynaval.entrypoints.auth import Caller, Role, Unauthorized, caller_of, caller_of_token
 from dynaval.entrypoints.errors import status_of
+from dynaval.entrypoints.guards import query_int
 from dynaval.entrypoints.routes import dataset_download
 from dynaval.service_layer import agreement, dashboard_sessions, dataset, gold, overrides
 from dynaval.service_layer import dashboard as use_cases
@@ -317,7 +318,7 @@ def round_queue(round_id: int) -> Any:
         round_id,
         status=request.args.get("status", ""),
         q=request.args.get("q", ""),
-        page=request.args.get("page", 1, type=int) or 1,
+        page=query_int("page", 1) or 1,
         by_status=figures.counts.by_status,
     )
     return render_template(

@@ -15,7 +15,7 @@ from dynaval.adapters.dataset_files import FORMATS, jsonl_line, write_dataset
 from dynaval.adapters.label_studio import WEBHOOK_SECRET_HEADER
 from dynaval.domain.errors import InvalidInput
 from dynaval.entrypoints.auth import Role, requires
-from dynaval.entrypoints.guards import parse_json, read_body
+from dynaval.entrypoints.guards import parse_json, query_int, read_body
 from dynaval.entrypoints.openapi import documented
 from dynaval.entrypoints.schemas import (
     CandidateBatch,
@@ -41,10 +41,11 @@ from dynaval.service_layer.services import Services
 
 api = Blueprint("api", __name__)
 
-# Who may call what: a writer submits and reads their own candidates, an exporter reads datasets
-# and agreement reports, a lead does everything; every role may list rounds and read their summaries.
-EVERY_ROLE = (Role.WRITER, Role.EXPORTER, Role.LEAD)
-WRITERS = (Role.WRITER, Role.LEAD)
+# Who may call what: a writer submits and reads their own candidates, a collector submits for the
+# writers it names and reads what it submitted, an exporter reads datasets and agreement reports, a
+# lead does everything; every role may list rounds and read their summaries.
+EVERY_ROLE = (Role.WRITER, Role.COLLECTOR, Role.EXPORTER, Role.LEAD)
+SUBMITTERS = (Role.WRITER, Role.COLLECTOR, Role.LEAD)
 READERS = (Role.EXPORTER, Role.LEAD)
 
 
@@ -71,6 +72,17 @@ def _refuse_unknown_fields(body: dict[str, Any], model: type[BaseModel]) -> None
     unknown = sorted(set(body) - set(model.model_fields))
     if unknown:
         raise InvalidInput(f"unknown field; allowed: {', '.join(model.model_fields)}", field=unknown[0])
+
+
+def _submitter() -> candidates.Submitter:
+    """Who submits, from the credential alone (never from the body)."""
+    return candidates.Submitter(name=g.caller.name, collects_for_others=g.caller.submits_for_others)
+
+
+def _sees_model_folder() -> bool:
+    """The server's model folder is the operator's business: leads see it, other roles see the
+    model's name and hash."""
+    return bool(g.caller.role is Role.LEAD)
 
 
 def _string(body: dict[str, Any], name: str, *, default: str | None = None) -> str:
@@ -104,14 +116,14 @@ def create_round() -> Any:
         model=_string(body, "model", default="default"),
         policy=policy,
     )
-    return jsonify(rounds.round_public(row)), 201
+    return jsonify(rounds.round_public(row, with_model_folder=True)), 201
 
 
 @api.get("/api/rounds")
 @documented(summary="List rounds", responses={200: "OK", 401: "No token"})
 @requires(*EVERY_ROLE)
 def list_rounds() -> Any:
-    return jsonify({"rounds": rounds.list_rounds(_services())})
+    return jsonify({"rounds": rounds.list_rounds(_services(), with_model_folder=_sees_model_folder())})
 
 
 @api.get("/api/rounds/<int:round_id>")
@@ -120,7 +132,7 @@ def list_rounds() -> Any:
 )
 @requires(*EVERY_ROLE)
 def get_round(round_id: int) -> Any:
-    return jsonify(rounds.round_summary(_services(), round_id))
+    return jsonify(rounds.round_summary(_services(), round_id, with_model_folder=_sees_model_folder()))
 
 
 @api.post("/api/rounds/<int:round_id>/close")
@@ -129,7 +141,7 @@ def get_round(round_id: int) -> Any:
 )
 @requires(Role.LEAD)
 def close_round(round_id: int) -> Any:
-    return jsonify(rounds.round_public(rounds.close_round(_services(), round_id)))
+    return jsonify(rounds.round_public(rounds.close_round(_services(), round_id), with_model_folder=True))
 
 
 @api.post("/api/rounds/<int:round_id>/candidates")
@@ -138,6 +150,7 @@ def close_round(round_id: int) -> Any:
     body=CandidateCreate,
     responses={
         201: "Created",
+        403: "Not a writer, collector or lead; or a writer_id naming someone else (only a collector may)",
         404: "No such round",
         409: "Round closed",
         413: "Text too long",
@@ -145,12 +158,10 @@ def close_round(round_id: int) -> Any:
         503: "Model unavailable",
     },
 )
-@requires(*WRITERS)
+@requires(*SUBMITTERS)
 def submit_candidate(round_id: int) -> Any:
     services = _services()
-    row = candidates.submit_candidate(
-        services, round_id=round_id, body=_json_body(), submitted_by=g.caller.name
-    )
+    row = candidates.submit_candidate(services, round_id=round_id, body=_json_body(), submitter=_submitter())
     return jsonify(candidates.get_candidate(services, row.id)), 201
 
 
@@ -160,6 +171,7 @@ def submit_candidate(round_id: int) -> Any:
     body=CandidateBatch,
     responses={
         201: "Created: the candidates, in the order given",
+        403: "Not a writer, collector or lead; or a candidates[i].writer_id naming someone else",
         404: "No such round",
         409: "Round closed",
         413: "More candidates than DYNAVAL_MAX_BATCH_SIZE, or a text too long",
@@ -167,23 +179,27 @@ def submit_candidate(round_id: int) -> Any:
         503: "Model unavailable",
     },
 )
-@requires(*WRITERS)
+@requires(*SUBMITTERS)
 def submit_candidate_batch(round_id: int) -> Any:
     services = _services()
     body = _json_body()
     _refuse_unknown_fields(body, CandidateBatch)
     rows = candidates.submit_candidates(
-        services, round_id=round_id, bodies=body.get("candidates"), submitted_by=g.caller.name
+        services, round_id=round_id, bodies=body.get("candidates"), submitter=_submitter()
     )
     return jsonify({"candidates": candidates.candidates_public(services, [r.id for r in rows])}), 201
 
 
 @api.get("/api/candidates/<candidate_id>")
 @documented(
-    summary="A candidate: status, votes, agreement, decision (a writer reads only their own)",
-    responses={200: "OK", 403: "Another writer's candidate, or not a writer or lead", 404: "Not found"},
+    summary="A candidate: status, votes, agreement, decision (a writer or collector reads only its own)",
+    responses={
+        200: "OK",
+        403: "Submitted with another token, or not a writer, collector or lead",
+        404: "Not found",
+    },
 )
-@requires(*WRITERS)
+@requires(*SUBMITTERS)
 def get_candidate(candidate_id: str) -> Any:
     return jsonify(candidates.get_candidate(_services(), candidate_id, only_submitted_by=g.caller.owner))
 
@@ -351,15 +367,5 @@ def exclusion_log(round_id: int) -> Any:
 )
 @requires(*READERS)
 def round_agreement(round_id: int) -> Any:
-    bootstrap, seed = _int_arg("bootstrap", 1000), _int_arg("seed", 0)
+    bootstrap, seed = query_int("bootstrap", 1000), query_int("seed", 0)
     return jsonify(agreement.round_agreement(_services(), round_id, bootstrap=bootstrap, seed=seed))
-
-
-def _int_arg(name: str, default: int) -> int:
-    raw = request.args.get(name)
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise InvalidInput(f"{name} must be an integer", field=name) from None

@@ -47,9 +47,18 @@ class CandidateCreate(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    text: str = Field(min_length=1, max_length=2000)
+    text: str = Field(
+        min_length=1, max_length=2000, description="At least one visible character; stored NFC-normalised."
+    )
     writer_label: str = Field(description="The label the writer says the text truly has.")
-    writer_id: str = Field(min_length=1, max_length=200)
+    writer_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="Who wrote it. Required from a collector's token (the writer of its front end it "
+        "submits for); a writer's or lead's token is the writer: omit it or give that token's own "
+        "name (any other name is refused with 403).",
+    )
 
 
 class CandidateBatch(BaseModel):
@@ -65,7 +74,9 @@ class CandidateBatch(BaseModel):
 class GoldItem(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    text: str = Field(min_length=1, max_length=2000)
+    text: str = Field(
+        min_length=1, max_length=2000, description="At least one visible character; stored NFC-normalised."
+    )
     label: str = Field(description="The known label; one of the round's labels.")
 
 

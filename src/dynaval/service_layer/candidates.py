@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -12,7 +13,8 @@ from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow, utcnow
 from dynaval.adapters.predictor import Prediction
 from dynaval.domain.errors import Conflict, Forbidden, InvalidInput, NotFound, TooLarge, Unavailable
 from dynaval.domain.policy import DecisionPolicy
-from dynaval.domain.provenance import pseudonym, sign_prediction
+from dynaval.domain.provenance import pseudonym, sign_prediction, writer_pseudonym
+from dynaval.domain.text import has_visible_character, normalised
 from dynaval.domain.votes import current_ballots
 from dynaval.service_layer.decisions import annotation_records, decision_history, override_record
 from dynaval.service_layer.rounds import get_round
@@ -24,7 +26,8 @@ MAX_WRITER_ID_CHARS = 200
 def validated_inputs(
     services: Services, round_row: RoundRow, body: dict[str, Any], *, field_prefix: str = ""
 ) -> dict[str, str]:
-    """The task type's data fields (e.g. ``text``) from a request body, each checked."""
+    """The task type's data fields (e.g. ``text``) from a request body, each checked and
+    NFC-normalised (the length limit counts what is stored)."""
     task_type = services.catalog.get(round_row.task_type)
     inputs: dict[str, str] = {}
     for name in task_type.data_fields:
@@ -32,8 +35,12 @@ def validated_inputs(
         where = field_prefix + name
         if not isinstance(value, str):
             raise InvalidInput(f"{name} is required and must be a string", field=where)
-        if not value.strip():
-            raise InvalidInput(f"{name} must not be empty", field=where)
+        value = normalised(value)
+        if not has_visible_character(value):
+            raise InvalidInput(
+                f"{name} must not be empty: it has no visible character (only spaces or invisible ones)",
+                field=where,
+            )
         if len(value) > services.settings.max_text_chars:
             raise TooLarge(
                 f"{name} must be at most {services.settings.max_text_chars} characters", field=where
@@ -46,20 +53,31 @@ def model_input(inputs: dict[str, str]) -> str:
     return "\n".join(inputs.values())
 
 
+@dataclass(frozen=True)
+class Submitter:
+    """Who sends candidates, as their credential says: the token's name, and whether the token's
+    role collects candidates for the writers it names (a collector) or submits its own (a writer,
+    a lead)."""
+
+    name: str
+    collects_for_others: bool = False
+
+
 def submit_candidate(
-    services: Services, *, round_id: int, body: dict[str, Any], submitted_by: str | None = None
+    services: Services, *, round_id: int, body: dict[str, Any], submitter: Submitter
 ) -> CandidateRow:
     """Store the candidate, score it with the round's model and tell whether it fooled the model.
 
-    ``submitted_by`` is the name of the token it came with; a writer reads back only the candidates
+    The writer is the submitter, unless the submitter is a collector, which names the writer in
+    ``writer_id`` (see :func:`_writer_of`). A writer or collector reads back only the candidates
     submitted under their name. The candidate is stored (status ``scoring``) before the model runs,
     so a model failure loses nothing: the task queue's minute sweep scores it later.
     """
-    return _submit(services, round_id, [(body, "")], submitted_by=submitted_by)[0]
+    return _submit(services, round_id, [(body, "")], submitter=submitter)[0]
 
 
 def submit_candidates(
-    services: Services, *, round_id: int, bodies: object, submitted_by: str | None = None
+    services: Services, *, round_id: int, bodies: object, submitter: Submitter
 ) -> list[CandidateRow]:
     """:func:`submit_candidate` for a batch, all or nothing: every item is checked before any is
     stored (an error names ``candidates[i].field``), then all are stored in one transaction and
@@ -72,11 +90,11 @@ def submit_candidates(
             f"a batch holds at most {limit} candidates; this one has {len(bodies)}", field="candidates"
         )
     where = [(body, f"candidates[{i}]") for i, body in enumerate(bodies)]
-    return _submit(services, round_id, where, submitted_by=submitted_by)
+    return _submit(services, round_id, where, submitter=submitter)
 
 
 def _submit(
-    services: Services, round_id: int, bodies: list[tuple[object, str]], *, submitted_by: str | None
+    services: Services, round_id: int, bodies: list[tuple[object, str]], *, submitter: Submitter
 ) -> list[CandidateRow]:
     """Check every ``(body, where)``, store them all, then score them all."""
     with services.database.unit_of_work() as session:
@@ -84,7 +102,7 @@ def _submit(
         if round_row.state != "open":
             raise Conflict(f"round {round_id} is {round_row.state} and takes no candidates", field="round_id")
         rows = [
-            _new_candidate(services, round_row, body, where=where, submitted_by=submitted_by)
+            _new_candidate(services, round_row, body, where=where, submitter=submitter)
             for body, where in bodies
         ]
         session.add_all(rows)
@@ -104,7 +122,7 @@ def _submit(
 
 
 def _new_candidate(
-    services: Services, round_row: RoundRow, body: object, *, where: str, submitted_by: str | None
+    services: Services, round_row: RoundRow, body: object, *, where: str, submitter: Submitter
 ) -> CandidateRow:
     """A candidate row (not stored yet) from one request object, every field checked; an error
     names the field under ``where`` (``candidates[3].text``, or ``text`` when ``where`` is empty)."""
@@ -117,23 +135,50 @@ def _new_candidate(
         raise InvalidInput(
             f"writer_label must be one of: {', '.join(round_row.labels)}", field=prefix + "writer_label"
         )
-    writer_id = body.get("writer_id")
-    if not isinstance(writer_id, str) or not writer_id.strip():
-        raise InvalidInput("writer_id is required and must be a non-empty string", field=prefix + "writer_id")
-    if len(writer_id) > MAX_WRITER_ID_CHARS:
-        raise InvalidInput(
-            f"writer_id must be at most {MAX_WRITER_ID_CHARS} characters", field=prefix + "writer_id"
-        )
+    writer_id, collected_by = _writer_of(body, submitter, field=prefix + "writer_id")
     assert round_row.id is not None  # a stored round
     return CandidateRow(
         id=str(uuid.uuid4()),
         round_id=round_row.id,
         inputs=inputs,
         writer_label=writer_label,
-        writer_id=writer_id.strip(),
-        submitted_by=submitted_by,
+        writer_id=writer_id,
+        submitted_by=submitter.name,
+        collected_by=collected_by,
         status="scoring",
     )
+
+
+def _writer_of(body: dict[str, Any], submitter: Submitter, *, field: str) -> tuple[str, str | None]:
+    """The candidate's writer and, when a collector submitted it, the collector's name.
+
+    The identity comes from the credential: a writer (or a lead) is the writer, and may omit
+    ``writer_id`` or give their own name; any other name is refused with 403. Only a collector
+    names the writer, and must. ``null`` is the same as no ``writer_id``.
+    """
+    given = body.get("writer_id")
+    if given is None:
+        if submitter.collects_for_others:
+            raise InvalidInput(
+                "writer_id is required: a collector names the writer of each candidate", field=field
+            )
+        return submitter.name, None
+    if not isinstance(given, str):
+        raise InvalidInput("writer_id must be a string", field=field)
+    writer_id = normalised(given).strip()
+    if not has_visible_character(writer_id):
+        raise InvalidInput("writer_id must not be empty", field=field)
+    if len(writer_id) > MAX_WRITER_ID_CHARS:
+        raise InvalidInput(f"writer_id must be at most {MAX_WRITER_ID_CHARS} characters", field=field)
+    if submitter.collects_for_others:
+        return writer_id, submitter.name
+    if writer_id != submitter.name:
+        raise Forbidden(
+            "writer_id names another writer; your token says who you are: omit writer_id "
+            "(only a collector's token submits for other writers)",
+            field=field,
+        )
+    return submitter.name, None
 
 
 def _store_score(
@@ -218,7 +263,8 @@ def candidate_public(services: Services, candidate: CandidateRow, *, session: Se
         "status": candidate.status,
         "inputs": dict(candidate.inputs),
         "writer_label": candidate.writer_label,
-        "writer": pseudonym(secret, "writer", candidate.writer_id),
+        "writer": writer_pseudonym(secret, candidate.writer_id, candidate.collected_by),
+        "collected_by": candidate.collected_by,
         "model_prediction": candidate.model_prediction,
         "model_probabilities": candidate.model_probabilities,
         "model_signature": candidate.model_signature,
@@ -263,15 +309,16 @@ def candidates_public(services: Services, candidate_ids: list[str]) -> list[dict
 def get_candidate(
     services: Services, candidate_id: str, *, only_submitted_by: str | None = None
 ) -> dict[str, Any]:
-    """The candidate as the API shows it. With ``only_submitted_by`` (a writer's name), a candidate
-    submitted under another name (or before submitters were recorded) is refused."""
+    """The candidate as the API shows it. With ``only_submitted_by`` (a writer's or collector's
+    name), a candidate submitted under another name (or before submitters were recorded) is refused."""
     with services.database.unit_of_work() as session:
         candidate = session.get(CandidateRow, candidate_id)
         if candidate is None:
             raise NotFound(f"candidate {candidate_id} does not exist", field="candidate_id")
         if only_submitted_by is not None and candidate.submitted_by != only_submitted_by:
             raise Forbidden(
-                f"candidate {candidate_id} is another writer's candidate; a writer reads only their own",
+                f"candidate {candidate_id} is another writer's candidate; a writer or collector reads "
+                "only the candidates submitted with its own token",
                 field="Authorization",
             )
         return candidate_public(services, candidate, session=session)

@@ -10,7 +10,7 @@ from sqlmodel import col, select
 
 from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow
 from dynaval.domain.errors import NotFound
-from dynaval.domain.provenance import pseudonym
+from dynaval.domain.provenance import pseudonym, writer_pseudonym
 from dynaval.domain.votes import current_votes
 from dynaval.service_layer.decisions import annotation_records_of, override_record
 from dynaval.service_layer.rounds import get_round
@@ -111,7 +111,10 @@ def _record(
         "task_type": round_row.task_type,
         "inputs": dict(candidate.inputs),
         "writer_label": candidate.writer_label,
-        "writer": pseudonym(secret, "writer", candidate.writer_id),
+        "writer": writer_pseudonym(secret, candidate.writer_id, candidate.collected_by),
+        # The collector that submitted it for that writer (the writer's identity is its word), or
+        # None when the writer's own token did.
+        "collected_by": candidate.collected_by,
         "submitted_at": candidate.submitted_at.isoformat(),
         "model": {
             "name": round_row.model_name,

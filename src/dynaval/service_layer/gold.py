@@ -30,6 +30,7 @@ from dynaval.adapters.orm import (
 from dynaval.domain.errors import InvalidInput, NotFound
 from dynaval.domain.policy import DecisionPolicy
 from dynaval.domain.provenance import pseudonym
+from dynaval.domain.text import has_visible_character
 from dynaval.service_layer.candidates import validated_inputs
 from dynaval.service_layer.decisions import lock_candidate, refresh_decision
 from dynaval.service_layer.rounds import get_round
@@ -200,7 +201,7 @@ def set_exclusion_by_lead(
     """A lead excludes or reinstates an annotator (the gold rule then leaves them alone)."""
     if not isinstance(excluded, bool):
         raise InvalidInput("excluded must be true or false", field="excluded")
-    if not isinstance(reason, str) or not reason.strip():
+    if not isinstance(reason, str) or not has_visible_character(reason):
         raise InvalidInput("a reason is required", field="reason")
     if len(reason) > 2000:
         raise InvalidInput("reason must be at most 2000 characters", field="reason")

@@ -14,6 +14,7 @@ from sqlmodel import Session, col, select
 from dynaval.adapters.orm import AuditEventRow, DecisionRow, utcnow
 from dynaval.domain.decision import Outcome
 from dynaval.domain.errors import Conflict, InvalidInput, NotFound
+from dynaval.domain.text import has_visible_character, normalised
 from dynaval.domain.votes import current_ballots
 from dynaval.service_layer.candidates import candidate_public
 from dynaval.service_layer.decisions import annotation_records, lock_candidate
@@ -31,11 +32,13 @@ def check_override(outcome: object, reason: object) -> tuple[str, str]:
     """The outcome and the stripped reason, or :class:`InvalidInput` naming the bad field."""
     if not isinstance(outcome, str) or outcome not in OVERRIDE_OUTCOMES:
         raise InvalidInput(f"outcome must be one of: {', '.join(OVERRIDE_OUTCOMES)}", field="outcome")
-    if not isinstance(reason, str) or not reason.strip():
+    # The reason goes into the dataset's provenance: readable text, stored NFC.
+    if not isinstance(reason, str) or not has_visible_character(reason):
         raise InvalidInput("a reason is required", field="reason")
+    reason = normalised(reason).strip()
     if len(reason) > MAX_REASON_CHARS:
         raise InvalidInput(f"reason must be at most {MAX_REASON_CHARS} characters", field="reason")
-    return outcome, reason.strip()
+    return outcome, reason
 
 
 def override_decision(

@@ -16,6 +16,7 @@ from dynaval.domain.agreement import nominal_alpha
 from dynaval.domain.errors import Conflict, InvalidInput, NotFound
 from dynaval.domain.metrics import round_counts
 from dynaval.domain.policy import RULE_VERSION, DecisionPolicy
+from dynaval.domain.text import has_visible_character, normalised
 from dynaval.service_layer.decisions import excluded_annotators
 from dynaval.service_layer.services import Services
 
@@ -54,9 +55,9 @@ def create_round(
     services: Services, *, name: str, task: str, model: str, policy: dict[str, Any] | None
 ) -> RoundRow:
     """Validate everything first, then create the Label Studio project and webhook, then store."""
-    name = name.strip()
-    if not name:
-        raise InvalidInput("name must not be empty", field="name")
+    name = normalised(name).strip()  # annotators see it (the project's title), and every dataset record
+    if not has_visible_character(name):
+        raise InvalidInput("name must not be empty: it has no visible character", field="name")
     if len(name) > MAX_NAME_CHARS:
         raise InvalidInput(f"name must be at most {MAX_NAME_CHARS} characters", field="name")
     task_type = services.catalog.get(task)
@@ -110,14 +111,19 @@ def close_round(services: Services, round_id: int) -> RoundRow:
         return row
 
 
-def round_public(row: RoundRow) -> dict[str, Any]:
+def round_public(row: RoundRow, *, with_model_folder: bool) -> dict[str, Any]:
+    """The round as the API shows it. The model's folder is a path on the server: only callers who
+    run the service (leads) get it; everyone sees the model's name and content hash."""
+    model: dict[str, Any] = {"name": row.model_name, "hash": row.model_hash}
+    if with_model_folder:
+        model["folder"] = row.model_dir
     return {
         "id": row.id,
         "name": row.name,
         "task": row.task_type,
         "state": row.state,
         "labels": list(row.labels),
-        "model": {"name": row.model_name, "folder": row.model_dir, "hash": row.model_hash},
+        "model": model,
         "model_hash": row.model_hash,
         "policy": dict(row.policy),
         "rule_version": RULE_VERSION,
@@ -127,10 +133,10 @@ def round_public(row: RoundRow) -> dict[str, Any]:
     }
 
 
-def list_rounds(services: Services) -> list[dict[str, Any]]:
+def list_rounds(services: Services, *, with_model_folder: bool) -> list[dict[str, Any]]:
     with services.database.reading() as session:
         rows = session.exec(select(RoundRow).order_by(col(RoundRow.id))).all()
-        return [round_public(r) for r in rows]
+        return [round_public(r, with_model_folder=with_model_folder) for r in rows]
 
 
 def current_labelled_votes(session: Session, round_id: int) -> list[tuple[str, str, str]]:
@@ -186,7 +192,7 @@ def validation_cost(session: Session, round_row: RoundRow, votes: int) -> dict[s
     }
 
 
-def round_summary(services: Services, round_id: int) -> dict[str, Any]:
+def round_summary(services: Services, round_id: int, *, with_model_folder: bool) -> dict[str, Any]:
     with services.database.reading() as session:
         row = get_round(session, round_id)
         grouped = session.exec(
@@ -207,7 +213,7 @@ def round_summary(services: Services, round_id: int) -> dict[str, Any]:
             .where(AnnotationRow.round_id == round_id, col(AnnotationRow.was_cancelled).is_(False))
         ).one()
         return {
-            **round_public(row),
+            **round_public(row, with_model_folder=with_model_folder),
             "counts": counts.to_dict(),
             "mer": counts.mer,
             "vmer": counts.vmer,
