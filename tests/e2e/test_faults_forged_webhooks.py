@@ -95,7 +95,7 @@ def test_forged_webhooks_from_an_annotator_leave_no_vote_and_no_decision(
     round_id, project_id = int(created.json()["id"]), int(created.json()["label_studio_project_id"])
     ids = []
     for text in ("What a lovely surprise.", "I would buy it again.", "Best purchase this year."):
-        body = {"text": text, "writer_label": POS, "writer_id": "w"}
+        body = {"text": text, "writer_label": POS}
         submitted = call("POST", f"/api/rounds/{round_id}/candidates", token=WRITER_TOKEN, json=body)
         assert submitted.status_code == 201 and submitted.json()["fooled"] is True, submitted.text
         ids.append(submitted.json()["id"])
