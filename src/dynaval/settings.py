@@ -110,6 +110,11 @@ class Settings(BaseSettings):
     max_text_chars: int = 2000
     max_body_bytes: int = Field(default=64 * 1024, ge=1, description="Larger request bodies get 413.")
     max_batch_size: int = Field(default=100, ge=1, description="Candidates one batch request may hold.")
+    receive_timeout_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="Under gunicorn: the longest a client may take to send one request, head and body (408).",
+    )
     rate_limit: str = Field(
         default="600/minute",
         description='Requests per bearer token (or client address), e.g. "600/minute"; "" turns it off.',

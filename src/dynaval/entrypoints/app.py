@@ -59,8 +59,10 @@ def render_error(error: Exception, *, max_body_bytes: int) -> tuple[int, dict[st
     handlers and the webhook's path in front of Flask both answer with this."""
     if isinstance(error, HTTPException):
         status = error.code or 500
-        field = "body" if status == 413 else None
-        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(status, "http_error")
+        field = "body" if status in (408, 413) else None
+        code = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "too_large"}.get(
+            status, "http_error"
+        )
         message = {
             413: f"the body must be at most {max_body_bytes} bytes",
         }.get(status, error.description or error.name)
