@@ -670,8 +670,10 @@ def run(args: argparse.Namespace) -> int:
             "DYNAVAL_DEFAULT_MODEL_DIR": str(model_dir),
             "DYNAVAL_RECONCILE_INTERVAL_S": "0",
             "OMP_NUM_THREADS": "1",
-            # The set-up reads each of the round's candidates as the lead; the webhook is never limited.
+            # The set-up reads each of the round's candidates as the lead and posts them all at once;
+            # the webhook is never limited.
             "DYNAVAL_RATE_LIMIT": "",
+            "DYNAVAL_SCORING_LIMIT": "",
         }
         print(
             f"starting the service under gunicorn ({args.workers} x {args.threads}, {backend}) ...",

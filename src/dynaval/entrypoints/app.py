@@ -19,6 +19,7 @@ from dynaval.domain.errors import (
     InvalidInput,
     NotFound,
     TooLarge,
+    TooManyRequests,
     Unavailable,
 )
 from dynaval.entrypoints.auth import Unauthorized
@@ -39,6 +40,7 @@ STATUS_OF: dict[type[DomainError], int] = {
     Unauthorized: 401,
     WebhookUnauthorized: 401,
     Forbidden: 403,
+    TooManyRequests: 429,
 }
 
 
@@ -69,6 +71,8 @@ def render_error(error: Exception, *, max_body_bytes: int) -> tuple[int, dict[st
         return status, error_body(code, message, field), {}
     if isinstance(error, DomainError):
         headers = {"Retry-After": "5"} if isinstance(error, Unavailable) else {}
+        if isinstance(error, TooManyRequests):
+            headers = {"Retry-After": str(error.retry_after_s)}
         return status_of(error), error_body(error.code, error.message, error.field), headers
     if isinstance(error, OperationalError):
         # A locked SQLite file or an unreachable PostgreSQL: nothing was written; the caller may retry.
