@@ -34,5 +34,7 @@ def post_worker_init(worker: Any) -> None:
     from dynaval.entrypoints.app import prepare_long_running_process
 
     settings = worker.wsgi.extensions["dynaval"].settings
-    worker.configure(receive_timeout_s=settings.receive_timeout_s, max_body_bytes=settings.max_body_bytes)
+    configure = getattr(worker, "configure", None)
+    if configure is not None:  # not under `--worker-class gthread` (benchmarks/serving_worker.py)
+        configure(receive_timeout_s=settings.receive_timeout_s, max_body_bytes=settings.max_body_bytes)
     prepare_long_running_process(worker.wsgi)

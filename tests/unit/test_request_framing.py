@@ -85,13 +85,21 @@ def test_unusual_framing_is_handed_over_at_once_for_gunicorn_to_answer() -> None
         POST + b"Transfer-Encoding: gzip, chunked\r\n\r\n",
         POST + b"Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
         POST + b"Content-Length: 3\r\n folded\r\n\r\n",  # obsolete line folding
-        POST + b"No colon here\r\n\r\n",
         POST + b"Expect: something-else\r\nContent-Length: 3\r\n\r\n",
         POST + b"Content-Length: %d\r\n\r\n" % (LIMIT + 1),  # the app answers 413 without the body
         POST + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n",  # not a chunk size
         POST + b"Transfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n",  # a chunk without its CRLF
     ):
         assert progress_of(head) is Progress.HAND_OVER, head
+
+
+def test_a_head_gunicorn_refuses_goes_to_it_at_once_whatever_its_framing_says() -> None:
+    for head in (
+        POST + b"No colon here\r\n\r\n",
+        POST + b"Content-Length : 3\r\n\r\n",  # a blank before the colon: not a length to wait for
+        b"GET /health HTTP/1.1\r\n\r\n\r\n",
+    ):
+        assert progress_of(head) is not Progress.MORE, head
 
 
 def test_a_chunked_body_over_the_limit_is_handed_over_once_the_app_can_read_past_the_limit() -> None:

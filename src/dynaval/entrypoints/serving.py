@@ -64,7 +64,8 @@ LINGER_MAX_BYTES = 64 * 1024
 RECV_BYTES = 64 * 1024
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
-_BARE_LF = re.compile(rb"(?<!\r)\n")
+# The header fields that frame a request; gunicorn refuses a name with blanks before its colon.
+_FRAMING_FIELD = re.compile(rb"\r\n(content-length|transfer-encoding|expect):([^\r\n]*)", re.IGNORECASE)
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
@@ -114,10 +115,16 @@ class RequestFraming:
         return Progress.MORE
 
     def _find_head(self) -> Progress | None:
-        end = self.buffer.find(b"\r\n\r\n", max(0, self._scan_from - 3))
-        head_so_far = end if end >= 0 else len(self.buffer)
-        if _BARE_LF.search(self.buffer, max(0, self._scan_from - 1), head_so_far):
-            return Progress.HAND_OVER  # gunicorn refuses a bare LF at once (RFC 9112 section 2.2)
+        buffer = self.buffer
+        end = buffer.find(b"\r\n\r\n", max(0, self._scan_from - 3))
+        # A bare LF among the new bytes of the head? gunicorn refuses one at once (RFC 9112
+        # section 2.2). Counted from a CR, so that a CRLF split between two reads counts whole.
+        start = max(0, self._scan_from - 1)
+        if start and buffer[start] == 0x0A:
+            start -= 1
+        head_so_far = end if end >= 0 else len(buffer)
+        if buffer.count(b"\n", start, head_so_far) != buffer.count(b"\r\n", start, head_so_far):
+            return Progress.HAND_OVER
         if end < 0:
             self._scan_from = len(self.buffer)
             return Progress.HEAD_TOO_LARGE if len(self.buffer) > MAX_HEAD_BYTES else Progress.MORE
@@ -128,15 +135,13 @@ class RequestFraming:
         return self._read_head(bytes(self.buffer[:end]))
 
     def _read_head(self, head: bytes) -> Progress | None:
-        lines = head.removeprefix(b"\r\n").split(b"\r\n")
-        http_1_0 = lines[0].endswith(b" HTTP/1.0")
+        if b"\r\n " in head or b"\r\n\t" in head:
+            return Progress.HAND_OVER  # obsolete line folding: gunicorn refuses it
+        http_1_0 = head.split(b"\r\n", 1)[0].endswith(b" HTTP/1.0")
         content_length: int | None = None
         expect: bytes | None = None
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon or line[:1] in (b" ", b"\t"):
-                return Progress.HAND_OVER  # no colon, or obsolete line folding: gunicorn refuses it
-            name, value = name.lower(), value.strip(b" \t")
+        for match in _FRAMING_FIELD.finditer(head):
+            name, value = match[1].lower(), match[2].strip(b" \t")
             if name == b"content-length":
                 if content_length is not None or not value.isdigit():
                     return Progress.HAND_OVER
@@ -145,7 +150,7 @@ class RequestFraming:
                 if self._chunked or value.lower() != b"chunked":
                     return Progress.HAND_OVER
                 self._chunked = True
-            elif name == b"expect":
+            else:
                 if expect is not None:
                     return Progress.HAND_OVER
                 expect = value.lower()
@@ -278,7 +283,8 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is 
         incoming = _Incoming(RequestFraming(self.max_body_bytes), now + self.receive_timeout_s)
         if conn.parser is not None:  # bytes of the next request that came with the last one
             incoming.framing.buffer += conn.parser.unreader.take_buffered()
-        conn.sock.setblocking(False)
+        if conn.sock.gettimeout() != 0.0:  # blocking after a thread had it; each switch is 2 syscalls
+            conn.sock.setblocking(False)
         progress: Progress | None = incoming.framing.progress() if incoming.framing.buffer else Progress.MORE
         if progress is Progress.MORE:
             progress = self._read(conn, incoming)  # a kept-alive connection is readable already
@@ -332,10 +338,10 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is 
             self._dispatch(conn, incoming, whole=progress is Progress.WHOLE)
 
     def _dispatch(self, conn: Any, incoming: _Incoming, *, whole: bool) -> None:
-        conn.sock.setblocking(True)
+        # The thread makes the socket blocking again (gunicorn's handle()).
         conn.init()  # plain HTTP/1.x (see check_config): makes the parser, reads nothing
         conn.data_ready = True  # so the thread does not wait for data again
-        conn.parser.unreader.unread(bytes(incoming.framing.buffer))
+        conn.parser.unreader.unread(incoming.framing.buffer)  # copied into its buffer
         unreader = conn.parser.unreader
         if not isinstance(unreader.sock, ReceiveGuard):
             unreader.sock = ReceiveGuard(conn.sock)
