@@ -640,6 +640,7 @@ def run(args: argparse.Namespace) -> int:
             "DYNAVAL_RECONCILE_INTERVAL_S": "0",
             "OMP_NUM_THREADS": "1",
             "DYNAVAL_RATE_LIMIT": "",  # the webhook is never limited; the set-up polls as the lead
+            "DYNAVAL_SCORING_LIMIT": "",
         }
         print(
             f"starting the service under gunicorn ({args.workers} x {args.threads}, {backend}) ...",

@@ -2,7 +2,8 @@
 
 Threads matter: the model's micro-batcher serves several waiting writers per forward pass, which
 needs concurrent requests inside one worker. Environment overrides: DYNAVAL_BIND, DYNAVAL_WORKERS,
-DYNAVAL_THREADS, DYNAVAL_ACCESS_LOG.
+DYNAVAL_THREADS, DYNAVAL_ACCESS_LOG; the worker takes DYNAVAL_RECEIVE_TIMEOUT_S and
+DYNAVAL_MAX_BODY_BYTES from the app's settings.
 """
 
 import os
@@ -12,7 +13,9 @@ chdir = os.path.dirname(os.path.abspath(__file__))
 wsgi_app = "wsgi:application()"
 bind = os.environ.get("DYNAVAL_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("DYNAVAL_WORKERS", "1"))
-worker_class = "gthread"
+# gthread, receiving each request whole before a thread sees it, so that a slow client holds no
+# thread (gunicorn's own gthread lets one hold a thread for as long as it trickles bytes).
+worker_class = "dynaval.entrypoints.serving.BufferingThreadWorker"
 threads = int(os.environ.get("DYNAVAL_THREADS", "16"))
 timeout = 120
 graceful_timeout = 20
@@ -25,8 +28,13 @@ loglevel = os.environ.get("DYNAVAL_LOG_LEVEL", "info")
 
 
 def post_worker_init(worker: Any) -> None:
-    """Once the app is loaded: what it loaded leaves the garbage collector's sight, and so does each
-    model it loads later (a full collection walking them paused every request in flight)."""
+    """Once the app is loaded: the worker's receiving limits come from the app's settings; what the
+    app loaded leaves the garbage collector's sight, and so does each model it loads later (a full
+    collection walking them paused every request in flight)."""
     from dynaval.entrypoints.app import prepare_long_running_process
 
+    settings = worker.wsgi.extensions["dynaval"].settings
+    configure = getattr(worker, "configure", None)
+    if configure is not None:  # not under `--worker-class gthread` (benchmarks/serving_worker.py)
+        configure(receive_timeout_s=settings.receive_timeout_s, max_body_bytes=settings.max_body_bytes)
     prepare_long_running_process(worker.wsgi)

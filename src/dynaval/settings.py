@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 PLACEHOLDER_SECRETS = frozenset({"", "changeme", "change-me", "secret", "dev", "development", "placeholder"})
@@ -128,9 +128,19 @@ class Settings(BaseSettings):
     max_text_chars: int = 2000
     max_body_bytes: int = Field(default=64 * 1024, ge=1, description="Larger request bodies get 413.")
     max_batch_size: int = Field(default=100, ge=1, description="Candidates one batch request may hold.")
+    receive_timeout_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="Under gunicorn: the longest a client may take to send one request, head and body (408).",
+    )
     rate_limit: str = Field(
         default="600/minute",
         description='Requests per bearer token (or client address), e.g. "600/minute"; "" turns it off.',
+    )
+    scoring_limit: str = Field(
+        default="6000/minute",
+        description="Model work per bearer token (or client address), in scoring units (see README, Limits), "
+        'e.g. "6000/minute"; "" turns it off.',
     )
     rate_limit_storage: str = Field(
         default="memory://",
@@ -193,9 +203,9 @@ class Settings(BaseSettings):
             return [t.strip() for t in value.split(",") if t.strip()]
         return value
 
-    @field_validator("rate_limit")
+    @field_validator("rate_limit", "scoring_limit")
     @classmethod
-    def _parse_rate_limit(cls, value: str) -> str:
+    def _parse_rate_limit(cls, value: str, info: ValidationInfo) -> str:
         from limits import parse_many  # the limiter's own grammar: "600/minute", "10/second;600/hour"
 
         value = value.strip()
@@ -204,7 +214,8 @@ class Settings(BaseSettings):
                 parse_many(value)
             except ValueError:
                 raise ValueError(
-                    f'DYNAVAL_RATE_LIMIT must read like "600/minute" or "10/second;600/hour", not {value!r}'
+                    f"DYNAVAL_{str(info.field_name).upper()} must read like "
+                    f'"600/minute" or "10/second;600/hour", not {value!r}'
                 ) from None
         return value
 

@@ -26,6 +26,7 @@ from dynaval.entrypoints.app import create_app
 from dynaval.settings import Settings
 from tests.fixtures.service import (
     COLLECTOR_TOKEN,
+    LEAD_TOKEN,
     WEBHOOK_SECRET,
     WRITER_TOKEN,
     LiveService,
@@ -438,3 +439,168 @@ def test_an_unreachable_rate_limit_storage_never_fails_a_request(
         assert answers == [200, 200, 200, 429, 429]
     finally:
         live.close()
+
+
+# ---------------------------------------------------------------------------------- model work
+
+
+def texts(n: int, chars: int, *, start: int = 0) -> list[dict[str, str]]:
+    """``n`` candidates whose texts have ``chars`` characters each (a long word for the long ones: a
+    few tokens, which the tiny test model, made for short texts, can take)."""
+    out = []
+    for i in range(start, start + n):
+        stem = f"Sentence {i} "
+        text = stem + "a" * (chars - len(stem))
+        out.append({"text": text, "writer_label": "positive", "writer_id": "w1"})
+    return out
+
+
+def assert_scoring_limited(response: requests.Response, field: str) -> None:
+    assert_error(response, 429, field, says="scoring units")
+    assert response.json()["error"]["code"] == "scoring_limited"
+    assert 1 <= int(response.headers["Retry-After"]) <= 60
+
+
+@pytest.fixture
+def scoring_limited(
+    database_url: str, tmp_path: Path, label_studio_server: Any, tiny_model_dir: Path
+) -> Iterator[LiveService]:
+    """The service with the default request limit and a budget of 100 scoring units a minute."""
+    live = limited_app(
+        database_url,
+        tmp_path,
+        label_studio_server,
+        tiny_model_dir,
+        rate_limit="600/minute",
+        scoring_limit="100/minute",
+    )
+    try:
+        yield live
+    finally:
+        live.close()
+
+
+def test_scoring_is_limited_by_model_work_per_token_not_by_requests(scoring_limited: LiveService) -> None:
+    live = scoring_limited
+    created = live.call("POST", "/api/rounds", json={"name": "costly", "task": "sentiment"})
+    assert created.status_code == 201, created.text
+    single = f"/api/rounds/{created.json()['id']}/candidates"
+    batch = single + "/batch"
+
+    def post_batch(items: list[dict[str, str]], token: str = WRITER_TOKEN) -> requests.Response:
+        return live.call("POST", batch, token=token, json={"candidates": items})
+
+    # Two texts of 2,000 characters cost 80 units (one per started 50 characters of each): 20 left.
+    assert post_batch(texts(2, 2000)).status_code == 201
+    before = rows(live)
+    # Three texts of 400 characters cost 24: refused whole, nothing stored, with Retry-After, though
+    # this token has sent 2 requests of the 600 a minute it may.
+    assert_scoring_limited(post_batch(texts(3, 400, start=100)), "candidates")
+    assert rows(live) == before
+    assert post_batch(texts(3, 40, start=200)).status_code == 201  # 3 units: 17 left
+    # A single text of 1,000 characters costs 20: refused, naming the text.
+    assert_scoring_limited(
+        live.call("POST", single, token=WRITER_TOKEN, json=texts(1, 1000, start=300)[0]), "text"
+    )
+    assert rows(live)["candidate"] == before["candidate"] + 3
+    assert live.call("POST", single, token=WRITER_TOKEN, json=GOOD).status_code == 201  # 1 unit: 16 left
+    # Reading is not scoring, and another token has its own budget.
+    assert live.call("GET", "/api/rounds", token=WRITER_TOKEN).status_code == 200
+    lead = post_batch(texts(2, 2000, start=400), token=LEAD_TOKEN)
+    assert lead.status_code == 201, lead.text
+
+
+def test_a_request_costing_more_than_the_whole_budget_is_413_naming_the_field(
+    database_url: str, tmp_path: Path, label_studio_server: Any, tiny_model_dir: Path
+) -> None:
+    live = limited_app(database_url, tmp_path, label_studio_server, tiny_model_dir, scoring_limit="10/minute")
+    try:
+        created = live.call("POST", "/api/rounds", json={"name": "too costly", "task": "sentiment"})
+        url = f"/api/rounds/{created.json()['id']}/candidates/batch"
+        before = rows(live)
+        response = live.call("POST", url, token=WRITER_TOKEN, json={"candidates": texts(11, 40)})
+        assert_error(response, 413, "candidates", says="11 scoring units")
+        assert rows(live) == before
+        assert (
+            live.call("POST", url, token=WRITER_TOKEN, json={"candidates": texts(10, 40)}).status_code == 201
+        )
+    finally:
+        live.close()
+
+
+def test_processes_sharing_redis_share_one_scoring_budget(
+    database_url: str,
+    tmp_path: Path,
+    label_studio_server: Any,
+    tiny_model_dir: Path,
+    redis_client: redis.Redis,
+) -> None:
+    token = "lead-" + secrets.token_hex(16)
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    apps = [
+        limited_app(
+            database_url,
+            tmp_path / name,
+            label_studio_server,
+            tiny_model_dir,
+            scoring_limit="12/minute",
+            rate_limit_storage=REDIS_URL,
+            lead_tokens=[token],
+        )
+        for name in ("one", "two")
+    ]
+    try:
+        one, two = apps
+        created = one.call("POST", "/api/rounds", token=token, json={"name": "shared", "task": "sentiment"})
+        url = f"/api/rounds/{created.json()['id']}/candidates/batch"
+        assert one.call("POST", url, token=token, json={"candidates": texts(8, 40)}).status_code == 201
+        before = rows(two)
+        assert_scoring_limited(
+            two.call("POST", url, token=token, json={"candidates": texts(5, 40)}), "candidates"
+        )
+        assert rows(two) == before
+        assert two.call("POST", url, token=token, json={"candidates": texts(4, 40)}).status_code == 201
+        assert_scoring_limited(
+            one.call("POST", url, token=token, json={"candidates": texts(1, 40)}), "candidates"
+        )
+        keys = [k.decode() for k in redis_client.scan_iter(match="*scoring*")]
+        assert [k for k in keys if digest in k], keys
+        assert not [k for k in keys if token in k], "the raw token reached the limiter's storage"
+    finally:
+        for live in apps:
+            live.close()
+        for key in redis_client.scan_iter(match=f"*{digest}*"):
+            redis_client.delete(key)
+
+
+def test_an_unreachable_storage_still_limits_scoring_in_memory_and_never_fails(
+    database_url: str, tmp_path: Path, label_studio_server: Any, tiny_model_dir: Path
+) -> None:
+    live = limited_app(
+        database_url,
+        tmp_path,
+        label_studio_server,
+        tiny_model_dir,
+        scoring_limit="5/minute",
+        rate_limit_storage=f"redis://127.0.0.1:{free_port()}",
+    )
+    try:
+        created = live.call("POST", "/api/rounds", json={"name": "no redis", "task": "sentiment"})
+        url = f"/api/rounds/{created.json()['id']}/candidates/batch"
+        assert (
+            live.call("POST", url, token=WRITER_TOKEN, json={"candidates": texts(5, 40)}).status_code == 201
+        )
+        assert_scoring_limited(
+            live.call("POST", url, token=WRITER_TOKEN, json={"candidates": texts(1, 40)}), "candidates"
+        )
+    finally:
+        live.close()
+
+
+def test_a_scoring_limit_that_does_not_parse_is_refused_at_start_and_an_empty_one_is_off(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ValueError, match="DYNAVAL_SCORING_LIMIT"):
+        Settings(development=True, data_dir=tmp_path, scoring_limit="lots")
+    assert Settings(development=True, data_dir=tmp_path).scoring_limit == "6000/minute"
+    assert Settings(development=True, data_dir=tmp_path, scoring_limit=" ").scoring_limit == ""

@@ -40,3 +40,19 @@ class Unavailable(DomainError):
     """An outside system (the model, Label Studio) cannot serve the request now."""
 
     code = "unavailable"
+
+
+class TooManyRequests(DomainError):
+    """The caller has spent its budget for now; ``retry_after_s`` says when some of it comes back."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, field: str | None = None, retry_after_s: int) -> None:
+        super().__init__(message, field=field)
+        self.retry_after_s = retry_after_s
+
+
+class ScoringLimited(TooManyRequests):
+    """The caller has asked for more model work than its scoring budget allows now."""
+
+    code = "scoring_limited"

@@ -16,6 +16,7 @@ from dynaval.domain.errors import (
     InvalidInput,
     NotFound,
     TooLarge,
+    TooManyRequests,
     Unavailable,
 )
 from dynaval.entrypoints.auth import Unauthorized
@@ -33,6 +34,7 @@ STATUS_OF: dict[type[DomainError], int] = {
     Unauthorized: 401,
     WebhookUnauthorized: 401,
     Forbidden: 403,
+    TooManyRequests: 429,
 }
 
 
@@ -53,14 +55,18 @@ def render_error(error: Exception, *, max_body_bytes: int) -> tuple[int, dict[st
     handlers and the webhook's path in front of Flask both answer with this."""
     if isinstance(error, HTTPException):
         status = error.code or 500
-        field = "body" if status == 413 else None
-        code = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}.get(status, "http_error")
+        field = "body" if status in (408, 413) else None
+        code = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "too_large"}.get(
+            status, "http_error"
+        )
         message = {
             413: f"the body must be at most {max_body_bytes} bytes",
         }.get(status, error.description or error.name)
         return status, error_body(code, message, field), {}
     if isinstance(error, DomainError):
         headers = {"Retry-After": "5"} if isinstance(error, Unavailable) else {}
+        if isinstance(error, TooManyRequests):
+            headers = {"Retry-After": str(error.retry_after_s)}
         return status_of(error), error_body(error.code, error.message, error.field), headers
     if isinstance(error, OperationalError):
         # A locked SQLite file or an unreachable PostgreSQL: nothing was written; the caller may retry.

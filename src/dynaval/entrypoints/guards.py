@@ -9,20 +9,29 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
+import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from flask import Flask, current_app, jsonify, request
 from flask_limiter import Limiter, RateLimitExceeded
 from werkzeug.routing import IntegerConverter
+from limits import RateLimitItem, parse_many
+from limits.storage import MemoryStorage, storage_from_string
+from limits.strategies import MovingWindowRateLimiter
 
 from dynaval.adapters.database import MAX_SERIAL_ID
-from dynaval.domain.errors import InvalidInput, NotFound, TooLarge
+from dynaval.domain.errors import InvalidInput, NotFound, ScoringLimited, TooLarge
 from dynaval.entrypoints.auth import caller_of_token
 from dynaval.service_layer.services import Services
 
+log = logging.getLogger(__name__)
+
 LIMITER = "dynaval_limiter"
+SCORING_BUDGET = "dynaval_scoring_budget"
 # Label Studio waits for the webhook's answer inside an annotator's request, and a refused webhook
 # is a vote missing until the next reconcile: never refused for rate. /health is for probes.
 RATE_EXEMPT_ENDPOINTS = frozenset({"api.health", "api.label_studio_webhook"})
@@ -52,6 +61,8 @@ def init_app(app: Flask) -> None:
         limiter.init_app(app)
         app.extensions[LIMITER] = limiter
         app.register_error_handler(RateLimitExceeded, _too_many_requests)
+    if settings.scoring_limit:
+        app.extensions[SCORING_BUDGET] = ScoringBudget(settings.scoring_limit, settings.rate_limit_storage)
     app.before_request(_refuse_large_body)
     app.before_request(_refuse_unstorable_query_and_form)
 
@@ -82,6 +93,109 @@ def _too_many_requests(error: RateLimitExceeded) -> Any:
         }
     }
     return jsonify(body), 429, {"Retry-After": str(wait_s)}
+
+
+# ---------------------------------------------------------------------------------- model work
+
+#: One scoring unit is one started run of this many characters of a text the model scores. The
+#: default model's time per text grows with its length, from ~2.4 ms for 40 characters to ~55 ms
+#: for 1,250 or more (it reads 256 tokens at most) on 2 cores, 1.4 to 2.4 ms a unit at every length
+#: (benchmarks/scoring_cost.py): the machine does some 400 to 550 units a second.
+SCORING_UNIT_CHARS = 50
+
+
+def scoring_cost(texts: Sequence[str]) -> int:
+    """The model work of scoring ``texts``, in scoring units: each text costs one unit per started
+    ``SCORING_UNIT_CHARS`` characters (a short text one unit, one of 2,000 characters forty)."""
+    return sum(max(1, math.ceil(len(text) / SCORING_UNIT_CHARS)) for text in texts)
+
+
+class ScoringBudget:
+    """Scoring units per caller in a moving window (``DYNAVAL_SCORING_LIMIT``), counted in the
+    request limiter's storage (``DYNAVAL_RATE_LIMIT_STORAGE``: shared by every process with Redis).
+
+    A request's units are spent whole or not at all: a refused request spends nothing. If the
+    storage stops answering, units are counted in this process's memory until it answers again
+    (checked again after ``RETRY_SHARED_S``): the limit holds per process, and no request fails for it.
+    """
+
+    RETRY_SHARED_S = 10.0
+
+    def __init__(self, limit: str, storage_uri: str) -> None:
+        self.items: list[RateLimitItem] = parse_many(limit)
+        self._shared = MovingWindowRateLimiter(storage_from_string(storage_uri))
+        self._local = MovingWindowRateLimiter(MemoryStorage())
+        self._shared_down_until = 0.0
+        self._lock = threading.Lock()
+
+    @property
+    def largest_cost(self) -> int:
+        """The most units one request may cost: what the tightest window holds."""
+        return min(item.amount for item in self.items)
+
+    def spend(self, key: str, cost: int) -> int | None:
+        """Spend ``cost`` units of ``key``'s budget. None when spent; else nothing is spent, and the
+        answer is the seconds until the oldest units spent in a full window come back."""
+        with self._lock:
+            use_shared = time.monotonic() >= self._shared_down_until
+        if use_shared:
+            try:
+                return self._spend(self._shared, key, cost)
+            except Exception as error:  # the storage's own errors (Redis down, ...), whatever they are
+                kind = type(error).__name__
+                log.warning("scoring budget storage unreachable (%s): counting in memory", kind)
+                with self._lock:
+                    self._shared_down_until = time.monotonic() + self.RETRY_SHARED_S
+        return self._spend(self._local, key, cost)
+
+    def _spend(self, limiter: MovingWindowRateLimiter, key: str, cost: int) -> int | None:
+        identity = ("dynaval", "scoring", key)
+        # Tested in every window before any is spent, so that a refusal spends nothing. (A
+        # concurrent request of the same caller can still take the room in between: then hit()
+        # refuses this one, having spent in the windows before.)
+        for item in self.items:
+            if not limiter.test(item, *identity, cost=cost):
+                return self._wait_s(limiter, item, identity)
+        for item in self.items:
+            if not limiter.hit(item, *identity, cost=cost):
+                return self._wait_s(limiter, item, identity)
+        return None
+
+    @staticmethod
+    def _wait_s(limiter: MovingWindowRateLimiter, item: RateLimitItem, identity: tuple[str, ...]) -> int:
+        reset_at = limiter.get_window_stats(item, *identity).reset_time
+        return max(1, math.ceil(reset_at - time.time()))
+
+
+def charge_scoring(texts: Sequence[str], field: str) -> None:
+    """Charge the caller's scoring budget for the model scoring ``texts``.
+
+    Every route that runs the model calls this once, after its input is validated and before
+    anything is stored or scored: over the budget → 429 with ``Retry-After`` (nothing spent, nothing
+    stored); more units than the budget holds at all → 413. ``field`` is what the error names (the
+    list of texts, or the text).
+    """
+    budget: ScoringBudget | None = current_app.extensions.get(SCORING_BUDGET)
+    if budget is None:
+        return
+    cost = scoring_cost(texts)
+    if cost > budget.largest_cost:
+        raise TooLarge(
+            f"this request costs {cost} scoring units (one per started {SCORING_UNIT_CHARS} characters "
+            f"of each text), more than the {budget.largest_cost} a caller may spend at once; "
+            "send fewer or shorter texts",
+            field=field,
+        )
+    wait_s = budget.spend(_rate_key(), cost)
+    if wait_s is not None:
+        limits = "; ".join(str(item) for item in budget.items)
+        raise ScoringLimited(
+            f"scoring budget spent for this token: at most {limits} scoring units (one per started "
+            f"{SCORING_UNIT_CHARS} characters of each text), and this request costs {cost}; "
+            f"retry after {wait_s} s",
+            field=field,
+            retry_after_s=wait_s,
+        )
 
 
 def _refuse_large_body() -> None:

@@ -12,7 +12,7 @@ from werkzeug.routing import IntegerConverter
 from dynaval import __version__
 from dynaval.adapters.database import MAX_SERIAL_ID
 from dynaval.entrypoints.auth import Role
-from dynaval.entrypoints.guards import LIMITER, RATE_EXEMPT_ENDPOINTS
+from dynaval.entrypoints.guards import LIMITER, RATE_EXEMPT_ENDPOINTS, SCORING_BUDGET
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -43,8 +43,10 @@ def documented(
     responses: dict[int, str] | None = None,
     query: dict[str, dict[str, Any]] | None = None,
     headers: dict[str, str] | None = None,
+    scores: bool = False,
 ) -> Callable[[F], F]:
-    """Attach the facts the OpenAPI document needs to a view function."""
+    """Attach the facts the OpenAPI document needs to a view function. ``scores``: the route runs the
+    model, charged to the caller's scoring budget (``guards.charge_scoring``)."""
 
     def mark(view: F) -> F:
         view.openapi = {  # type: ignore[attr-defined]
@@ -54,6 +56,7 @@ def documented(
             "responses": responses or {200: "OK"},
             "query": query or {},
             "headers": headers or {},
+            "scores": scores,
         }
         return view
 
@@ -127,6 +130,10 @@ def build_openapi(app: Flask) -> dict[str, Any]:
                 responses.setdefault(422, "Invalid field")
             if body is not None:
                 responses.setdefault(413, "Body larger than DYNAVAL_MAX_BODY_BYTES")
+            if spec["scores"] and SCORING_BUDGET in app.extensions:
+                responses.setdefault(
+                    429, "Too many requests, or the scoring budget is spent; Retry-After says when to retry"
+                )
             if LIMITER in app.extensions and rule.endpoint not in RATE_EXEMPT_ENDPOINTS:
                 responses.setdefault(429, "Too many requests for this token; Retry-After says when to retry")
             for status, description in sorted(responses.items()):

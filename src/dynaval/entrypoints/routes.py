@@ -15,7 +15,7 @@ from dynaval.adapters.dataset_files import FORMATS, jsonl_line, write_dataset
 from dynaval.adapters.label_studio import WEBHOOK_SECRET_HEADER
 from dynaval.domain.errors import InvalidInput
 from dynaval.entrypoints.auth import Role, requires
-from dynaval.entrypoints.guards import parse_json, query_int, read_body
+from dynaval.entrypoints.guards import charge_scoring, parse_json, query_int, read_body
 from dynaval.entrypoints.openapi import documented
 from dynaval.entrypoints.schemas import (
     CandidateBatch,
@@ -157,11 +157,14 @@ def close_round(round_id: int) -> Any:
         422: "Invalid field",
         503: "Model unavailable",
     },
+    scores=True,
 )
 @requires(*SUBMITTERS)
 def submit_candidate(round_id: int) -> Any:
     services = _services()
-    row = candidates.submit_candidate(services, round_id=round_id, body=_json_body(), submitter=_submitter())
+    row = candidates.submit_candidate(
+        services, round_id=round_id, body=_json_body(), submitter=_submitter(), charge=charge_scoring
+    )
     return jsonify(candidates.get_candidate(services, row.id)), 201
 
 
@@ -178,6 +181,7 @@ def submit_candidate(round_id: int) -> Any:
         422: "Invalid field, named candidates[i].field; nothing is stored",
         503: "Model unavailable",
     },
+    scores=True,
 )
 @requires(*SUBMITTERS)
 def submit_candidate_batch(round_id: int) -> Any:
@@ -185,7 +189,7 @@ def submit_candidate_batch(round_id: int) -> Any:
     body = _json_body()
     _refuse_unknown_fields(body, CandidateBatch)
     rows = candidates.submit_candidates(
-        services, round_id=round_id, bodies=body.get("candidates"), submitter=_submitter()
+        services, round_id=round_id, bodies=body.get("candidates"), submitter=_submitter(), charge=charge_scoring
     )
     return jsonify({"candidates": candidates.candidates_public(services, [r.id for r in rows])}), 201
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -21,6 +22,10 @@ from dynaval.service_layer.rounds import get_round
 from dynaval.service_layer.services import Services
 
 MAX_WRITER_ID_CHARS = 200
+
+ScoringCharge = Callable[[Sequence[str], str], None]
+"""Charges the caller for the model work of scoring some texts (an error would name the field
+given); raises to refuse. The HTTP routes pass ``dynaval.entrypoints.guards.charge_scoring``."""
 
 
 def validated_inputs(
@@ -64,24 +69,36 @@ class Submitter:
 
 
 def submit_candidate(
-    services: Services, *, round_id: int, body: dict[str, Any], submitter: Submitter
+    services: Services,
+    *,
+    round_id: int,
+    body: dict[str, Any],
+    submitter: Submitter,
+    charge: ScoringCharge | None = None,
 ) -> CandidateRow:
     """Store the candidate, score it with the round's model and tell whether it fooled the model.
 
     The writer is the submitter, unless the submitter is a collector, which names the writer in
     ``writer_id`` (see :func:`_writer_of`). A writer or collector reads back only the candidates
     submitted under their name. The candidate is stored (status ``scoring``) before the model runs,
-    so a model failure loses nothing: the task queue's minute sweep scores it later.
+    so a model failure loses nothing: the task queue's minute sweep scores it later. ``charge``, if
+    given, is called once the candidate is checked and before it is stored; if it raises, nothing is.
     """
-    return _submit(services, round_id, [(body, "")], submitter=submitter)[0]
+    return _submit(services, round_id, [(body, "")], submitter=submitter, charge=charge)[0]
 
 
 def submit_candidates(
-    services: Services, *, round_id: int, bodies: object, submitter: Submitter
+    services: Services,
+    *,
+    round_id: int,
+    bodies: object,
+    submitter: Submitter,
+    charge: ScoringCharge | None = None,
 ) -> list[CandidateRow]:
     """:func:`submit_candidate` for a batch, all or nothing: every item is checked before any is
     stored (an error names ``candidates[i].field``), then all are stored in one transaction and
-    scored together through the model's micro-batcher. Returns them in the order given."""
+    scored together through the model's micro-batcher. Returns them in the order given. ``charge``
+    is called once for the whole batch (naming ``candidates``)."""
     if not isinstance(bodies, list) or not bodies:
         raise InvalidInput("candidates must be a non-empty list of candidate objects", field="candidates")
     limit = services.settings.max_batch_size
@@ -90,13 +107,19 @@ def submit_candidates(
             f"a batch holds at most {limit} candidates; this one has {len(bodies)}", field="candidates"
         )
     where = [(body, f"candidates[{i}]") for i, body in enumerate(bodies)]
-    return _submit(services, round_id, where, submitter=submitter)
+    return _submit(services, round_id, where, submitter=submitter, charge=charge, charge_field="candidates")
 
 
 def _submit(
-    services: Services, round_id: int, bodies: list[tuple[object, str]], *, submitter: Submitter
+    services: Services,
+    round_id: int,
+    bodies: list[tuple[object, str]],
+    *,
+    submitter: Submitter,
+    charge: ScoringCharge | None,
+    charge_field: str | None = None,
 ) -> list[CandidateRow]:
-    """Check every ``(body, where)``, store them all, then score them all."""
+    """Check every ``(body, where)``, charge for scoring them, store them all, then score them all."""
     with services.database.unit_of_work() as session:
         round_row = get_round(session, round_id)
         if round_row.state != "open":
@@ -105,6 +128,9 @@ def _submit(
             _new_candidate(services, round_row, body, where=where, submitter=submitter)
             for body, where in bodies
         ]
+        if charge is not None:
+            field = charge_field or services.catalog.get(round_row.task_type).main_field
+            charge([model_input(row.inputs) for row in rows], field)
         session.add_all(rows)
         session.commit()
         model_dir = round_row.model_dir
