@@ -37,7 +37,7 @@ from dynaval.bootstrap import bootstrap
 from dynaval.domain.decision import Ballot, decide
 from dynaval.domain.policy import DecisionPolicy
 from dynaval.entrypoints.app import create_app, shutdown
-from dynaval.service_layer.dashboard import FiguresCache
+from dynaval.service_layer.figures_cache import FiguresCache
 from dynaval.settings import Settings
 
 LABELS = ["positive", "negative", "neutral"]

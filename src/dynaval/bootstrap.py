@@ -9,6 +9,7 @@ from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.label_studio import LabelStudioGateway, SdkLabelStudioGateway
 from dynaval.adapters.predictor import Predictor, TransformersPredictor
 from dynaval.adapters.task_queue import BackgroundJobs, QueuedWork, make_huey
+from dynaval.adapters.unit_of_work import sql_units_of_work
 from dynaval.service_layer import pushing, verification
 from dynaval.service_layer.services import ModelRegistry, PredictorFactory, Services
 from dynaval.settings import Settings
@@ -46,6 +47,7 @@ def bootstrap(
     services = Services(
         settings=settings,
         database=database,
+        uow=sql_units_of_work(database),
         catalog=LabelConfigCatalog(settings.resolved_label_config_dir),
         label_studio=gateway,
         models=models,

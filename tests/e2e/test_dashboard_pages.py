@@ -28,6 +28,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from dynaval.service_layer.decisions import annotation_records_of, refresh_decision
 from flask import Flask
 from flask.testing import FlaskClient
 from pydantic import ValidationError
@@ -55,8 +56,7 @@ from dynaval.entrypoints.app import create_app, shutdown
 from dynaval.entrypoints.headers import DATA_POLICY, PAGE_POLICY
 from dynaval.entrypoints.pages import SESSION_COOKIE
 from dynaval.service_layer import dashboard
-from dynaval.service_layer.dashboard import FiguresCache
-from dynaval.service_layer.decisions import annotation_records_of, refresh_decision
+from dynaval.service_layer.figures_cache import FiguresCache
 from dynaval.service_layer.rounds import current_labelled_votes, round_votes
 from dynaval.service_layer.services import Services
 from tests.e2e.test_validation_loop import wait_for

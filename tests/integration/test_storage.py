@@ -10,6 +10,7 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -25,7 +26,8 @@ from sqlmodel import SQLModel, select
 
 from dynaval.adapters.database import MIGRATIONS_DIR, Database
 from dynaval.adapters.orm import CandidateRow, RoundRow
-from dynaval.service_layer.decisions import lock_candidate
+from dynaval.adapters.unit_of_work import SqlUnitOfWork
+from dynaval.domain.candidate import CandidateStatus
 
 TABLES = {"round", "candidate", "annotation", "decision"}
 
@@ -176,7 +178,7 @@ def test_unit_of_work_keeps_what_was_committed(database: Database) -> None:
         assert stored is not None and stored.status == "queued"
 
 
-def test_lock_candidate_locks_the_row(database: Database) -> None:
+def test_the_candidate_repository_locks_the_row(database: Database) -> None:
     round_id = new_round(database)
     with database.unit_of_work() as session:
         row = candidate(round_id)
@@ -185,10 +187,10 @@ def test_lock_candidate_locks_the_row(database: Database) -> None:
         candidate_id = row.id
 
     url = make_url(database.url)
-    with database.unit_of_work() as session:
-        assert lock_candidate(session, "no-such-candidate") is None
-        locked = lock_candidate(session, candidate_id)
-        assert locked is not None and locked.id == candidate_id and locked.status == "queued"
+    with SqlUnitOfWork(database) as uow:
+        assert uow.candidates.get("no-such-candidate", for_update=True) is None
+        locked = uow.candidates.get(candidate_id, for_update=True)
+        assert locked is not None and locked.id == candidate_id and locked.status is CandidateStatus.QUEUED
         # While the lock is held, another connection cannot take it.
         if database.is_sqlite:
             # SQLite has no row locks: the transaction began with BEGIN IMMEDIATE and holds the
@@ -210,12 +212,12 @@ def test_lock_candidate_locks_the_row(database: Database) -> None:
                 other_pg.close()
 
     # Released at the end of the unit of work: the lock can be taken again.
-    with database.unit_of_work() as session:
-        again = lock_candidate(session, candidate_id)
+    with SqlUnitOfWork(database) as uow:
+        again = uow.candidates.get(candidate_id, for_update=True)
         assert again is not None
-        again.status = "in_validation"
-        session.add(again)
-        session.commit()
+        again.enter_validation(task_id=99, overlap=2, at=again.submitted_at or datetime.now(UTC))
+        uow.candidates.save(again)
+        uow.commit()
     with database.unit_of_work() as session:
         stored = session.get(CandidateRow, candidate_id)
         assert stored is not None and stored.status == "in_validation"

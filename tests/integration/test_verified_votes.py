@@ -30,10 +30,10 @@ from dynaval.adapters.orm import (
     RoundRow,
     TaskCheckRow,
 )
+from dynaval.adapters.repositories import record_of
 from dynaval.adapters.task_queue import QueuedWork, start_embedded_consumer
 from dynaval.domain.errors import InvalidInput, NotFound, TooLarge
 from dynaval.domain.votes import current_ballots
-from dynaval.service_layer.decisions import annotation_records_of
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.verification import reconcile_round, verify_round
 from dynaval.service_layer.webhooks import MAX_DELETED_IDS, ingest_webhook
@@ -566,7 +566,7 @@ def test_only_each_annotators_latest_counting_annotation_is_their_vote(
         stored = session.exec(select(AnnotationRow).where(AnnotationRow.candidate_id == candidate_id)).all()
         expected = [
             {"annotator": b.annotator, "label": b.label, "flagged": b.flagged, "reason": b.reason}
-            for b in current_ballots(annotation_records_of(stored))
+            for b in current_ballots([record_of(r) for r in stored])
         ]
     assert len(stored) == 7
     assert candidate.decision["ballots"] == expected

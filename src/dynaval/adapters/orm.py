@@ -8,9 +8,9 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, Column, Index, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
+from dynaval.domain.clock import utcnow
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
+__all__ = ["utcnow"]  # one clock for the domain and the tables; adapters import it from here
 
 
 def as_utc(value: datetime) -> datetime:
@@ -38,6 +38,7 @@ class RoundRow(SQLModel, table=True):
     push_retry_at: datetime | None = None
     created_at: datetime = Field(default_factory=utcnow)
     closed_at: datetime | None = None
+    frozen_at: datetime | None = None
 
 
 class CandidateRow(SQLModel, table=True):

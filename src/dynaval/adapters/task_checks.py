@@ -23,6 +23,7 @@ from sqlalchemy import delete as sa_delete
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
+from sqlmodel import Session
 
 from dynaval.adapters.orm import (
     AnnotationRow,
@@ -31,6 +32,7 @@ from dynaval.adapters.orm import (
     GoldItemRow,
     RoundRow,
     TaskCheckRow,
+    as_utc,
 )
 
 # Ids per IN (...) list: well under SQLite's and PostgreSQL's limits on bound parameters.
@@ -111,85 +113,95 @@ def _dialect(connection: Connection) -> str:
     return "sqlite" if connection.dialect.name == "sqlite" else "postgresql"
 
 
-def round_of_project(connection: Connection, project_id: int) -> int | None:
-    """The id of the round whose Label Studio project this is, or None."""
-    found = connection.execute(_statements(_dialect(connection)).round_by_project, {"project_id": project_id})
-    value = found.scalar()
-    return int(value) if value is not None else None
+class SqlTaskChecks:
+    """The tasks waiting to be read back, inside one unit of work."""
 
+    def __init__(self, session: Session) -> None:
+        self._session = session
 
-def is_task_of_round(connection: Connection, round_id: int, task_id: int) -> bool:
-    """Whether the task is a candidate's or a gold item's of the round."""
-    statement = _statements(_dialect(connection)).task_in_round
-    return connection.execute(statement, {"task_id": task_id, "round_id": round_id}).first() is not None
+    @property
+    def _connection(self) -> Connection:
+        return self._session.connection()
 
-
-def tasks_of_annotations(connection: Connection, round_id: int, annotation_ids: Collection[int]) -> set[int]:
-    """The tasks of the round that hold any of these stored annotations (or gold answers). Ids the
-    service never stored for this round lead nowhere."""
-    statement = _statements(_dialect(connection)).tasks_of_annotations
-    ids = sorted(set(annotation_ids))
-    found: set[int] = set()
-    for start in range(0, len(ids), _IN_CHUNK):
-        chunk = ids[start : start + _IN_CHUNK]
-        found.update(
-            int(task_id)
-            for (task_id,) in connection.execute(statement, {"annotation_ids": chunk, "round_id": round_id})
-            if task_id is not None
+    def round_of_project(self, project_id: int) -> int | None:
+        """The id of the round whose Label Studio project this is, or None."""
+        connection = self._connection
+        value = connection.execute(
+            _statements(_dialect(connection)).round_by_project, {"project_id": project_id}
         )
-    return found
+        found = value.scalar()
+        return int(found) if found is not None else None
 
+    def is_task_of_round(self, round_id: int, task_id: int) -> bool:
+        """Whether the task is a candidate's or a gold item's of the round."""
+        connection = self._connection
+        statement = _statements(_dialect(connection)).task_in_round
+        return connection.execute(statement, {"task_id": task_id, "round_id": round_id}).first() is not None
 
-def request_checks(connection: Connection, round_id: int, task_ids: Iterable[int], at: datetime) -> None:
-    """Ask for these tasks of the round to be read back from Label Studio (again, if waiting)."""
-    rows = [
-        {"task_id": task_id, "round_id": round_id, "requested_at": at} for task_id in sorted(set(task_ids))
-    ]
-    if rows:
-        connection.execute(_statements(_dialect(connection)).request_check, rows)
+    def tasks_of_annotations(self, round_id: int, annotation_ids: Collection[int]) -> set[int]:
+        """The tasks of the round that hold any of these stored annotations (or gold answers). Ids
+        the service never stored for this round lead nowhere."""
+        connection = self._connection
+        statement = _statements(_dialect(connection)).tasks_of_annotations
+        ids = sorted(set(annotation_ids))
+        found: set[int] = set()
+        for start in range(0, len(ids), _IN_CHUNK):
+            chunk = ids[start : start + _IN_CHUNK]
+            rows = connection.execute(statement, {"annotation_ids": chunk, "round_id": round_id})
+            found.update(int(task_id) for (task_id,) in rows if task_id is not None)
+        return found
 
+    def request(self, round_id: int, task_ids: Iterable[int], at: datetime) -> None:
+        """Ask for these tasks of the round to be read back from Label Studio (again, if waiting)."""
+        rows = [
+            {"task_id": task_id, "round_id": round_id, "requested_at": at}
+            for task_id in sorted(set(task_ids))
+        ]
+        if rows:
+            connection = self._connection
+            connection.execute(_statements(_dialect(connection)).request_check, rows)
 
-def pending_tasks(connection: Connection, round_id: int, *, until: datetime, limit: int) -> list[int]:
-    """Tasks of the round asked for at or before ``until``, the longest-waiting first."""
-    statement = _statements(_dialect(connection)).pending
-    found = connection.execute(statement, {"round_id": round_id, "until": until, "limit": limit})
-    return [int(task_id) for (task_id,) in found]
+    def pending(self, round_id: int, *, until: datetime, limit: int) -> list[int]:
+        """Tasks of the round asked for at or before ``until``, the longest-waiting first."""
+        connection = self._connection
+        statement = _statements(_dialect(connection)).pending
+        found = connection.execute(statement, {"round_id": round_id, "until": until, "limit": limit})
+        return [int(task_id) for (task_id,) in found]
 
+    def settle(self, round_id: int, task_ids: Collection[int], read_at: datetime) -> int:
+        """Forget the requests that a read of Label Studio started at ``read_at`` answered. A request
+        that came during the read stays: what it announced may be missing from the read."""
+        connection = self._connection
+        statement = _statements(_dialect(connection)).settle
+        ids = sorted(set(task_ids))
+        settled = 0
+        for start in range(0, len(ids), _IN_CHUNK):
+            chunk = ids[start : start + _IN_CHUNK]
+            result = connection.execute(
+                statement, {"round_id": round_id, "task_ids": chunk, "read_at": read_at}
+            )
+            settled += int(result.rowcount or 0)
+        return settled
 
-def settle_checks(connection: Connection, round_id: int, task_ids: Collection[int], read_at: datetime) -> int:
-    """Forget the requests that a read of Label Studio started at ``read_at`` answered. A request
-    that came during the read stays: what it announced may be missing from the read."""
-    statement = _statements(_dialect(connection)).settle
-    ids = sorted(set(task_ids))
-    settled = 0
-    for start in range(0, len(ids), _IN_CHUNK):
-        chunk = ids[start : start + _IN_CHUNK]
-        result = connection.execute(statement, {"round_id": round_id, "task_ids": chunk, "read_at": read_at})
-        settled += int(result.rowcount or 0)
-    return settled
+    def settle_round(self, round_id: int, read_at: datetime) -> int:
+        """Forget every request of the round that a read of all its tasks, started at ``read_at``,
+        answered."""
+        check = _table(TaskCheckRow)
+        result = self._connection.execute(
+            sa_delete(check).where(check.c.round_id == round_id, check.c.requested_at <= read_at)
+        )
+        return int(result.rowcount or 0)
 
+    def rounds_waiting(self) -> list[int]:
+        """Rounds that have tasks waiting to be read back."""
+        check = _table(TaskCheckRow)
+        rows = self._connection.execute(select(check.c.round_id).distinct().order_by(check.c.round_id))
+        return [int(r) for (r,) in rows]
 
-def settle_round(connection: Connection, round_id: int, read_at: datetime) -> int:
-    """Forget every request of the round that a read of all its tasks, started at ``read_at``, answered."""
-    check = _table(TaskCheckRow)
-    result = connection.execute(
-        sa_delete(check).where(check.c.round_id == round_id, check.c.requested_at <= read_at)
-    )
-    return int(result.rowcount or 0)
-
-
-def rounds_with_pending_checks(connection: Connection) -> list[int]:
-    """Rounds that have tasks waiting to be read back."""
-    check = _table(TaskCheckRow)
-    return [
-        int(r) for (r,) in connection.execute(select(check.c.round_id).distinct().order_by(check.c.round_id))
-    ]
-
-
-def waiting(connection: Connection, round_id: int) -> tuple[int, datetime | None]:
-    """How many of the round's tasks wait to be read back, and since when the longest has waited."""
-    check = _table(TaskCheckRow)
-    count, oldest = connection.execute(
-        select(func.count(), func.min(check.c.requested_at)).where(check.c.round_id == round_id)
-    ).one()
-    return int(count), oldest
+    def waiting(self, round_id: int) -> tuple[int, datetime | None]:
+        """How many of the round's tasks wait to be read back, and since when the longest has waited."""
+        check = _table(TaskCheckRow)
+        count, oldest = self._connection.execute(
+            select(func.count(), func.min(check.c.requested_at)).where(check.c.round_id == round_id)
+        ).one()
+        return int(count), as_utc(oldest) if oldest is not None else None

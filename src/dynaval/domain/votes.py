@@ -20,6 +20,8 @@ class AnnotationRecord:
     reason: str | None
     was_cancelled: bool
     updated_at: datetime
+    created_at: datetime | None = None
+    lead_time_s: float | None = None
 
 
 def current_votes(annotations: Iterable[AnnotationRecord]) -> list[AnnotationRecord]:

@@ -99,13 +99,12 @@ def cmd_build_default_model(args: argparse.Namespace) -> int:
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
-    from dynaval.service_layer.rounds import get_round
+    from dynaval.service_layer.rounds import check_round_exists
     from dynaval.service_layer.verification import sync_round
 
     services = _services()
     try:
-        with services.database.unit_of_work() as session:
-            get_round(session, args.round)  # an unknown round fails before the progress bar shows
+        check_round_exists(services, args.round)  # an unknown round fails before the progress bar shows
     except DomainError:
         services.close()
         raise

@@ -18,10 +18,10 @@ from typing import Any
 
 from flask import Flask, current_app, jsonify, request
 from flask_limiter import Limiter, RateLimitExceeded
-from werkzeug.routing import IntegerConverter
 from limits import RateLimitItem, parse_many
 from limits.storage import MemoryStorage, storage_from_string
 from limits.strategies import MovingWindowRateLimiter
+from werkzeug.routing import IntegerConverter
 
 from dynaval.adapters.database import MAX_SERIAL_ID
 from dynaval.domain.errors import InvalidInput, NotFound, ScoringLimited, TooLarge

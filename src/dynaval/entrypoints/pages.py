@@ -42,13 +42,14 @@ from flask import (
 from werkzeug.wrappers import Response as BaseResponse
 
 from dynaval.domain.errors import DomainError
+from dynaval.entrypoints import charts
 from dynaval.entrypoints.auth import Caller, Role, Unauthorized, caller_of, caller_of_token
 from dynaval.entrypoints.errors import status_of
 from dynaval.entrypoints.guards import query_int
 from dynaval.entrypoints.routes import dataset_download
-from dynaval.service_layer import agreement, dashboard_sessions, dataset, gold, overrides
+from dynaval.service_layer import agreement, annotator_exclusion, dashboard_sessions, dataset, overrides
 from dynaval.service_layer import dashboard as use_cases
-from dynaval.service_layer.dashboard import FiguresCache
+from dynaval.service_layer.figures_cache import FiguresCache
 from dynaval.service_layer.services import Services
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -305,7 +306,7 @@ def logout() -> Any:
 @lead_page
 def rounds() -> Any:
     figures = use_cases.rounds_overview(_services(), _cache())
-    return render_template("rounds.html", rounds=figures, chart=use_cases.rounds_chart(figures))
+    return render_template("rounds.html", rounds=figures, chart=charts.rounds_chart(figures))
 
 
 @pages.get("/rounds/<int:round_id>")
@@ -377,7 +378,7 @@ def _annotators_page(round_id: int, *, error: str | None = None, status: int = 2
     nav = use_cases.round_nav(services, round_id)
     view = use_cases.annotators_view(services, _cache(), round_id)
     return render_template(
-        "annotators.html", view=view, chart=use_cases.annotators_chart(view), nav_round=nav, error=error
+        "annotators.html", view=view, chart=charts.annotators_chart(view), nav_round=nav, error=error
     ), status
 
 
@@ -385,7 +386,7 @@ def _annotators_page(round_id: int, *, error: str | None = None, status: int = 2
 @lead_page
 def toggle_exclusion(round_id: int, annotator: str) -> Any:
     try:
-        gold.set_exclusion_by_lead(
+        annotator_exclusion.set_exclusion_by_lead(
             _services(),
             round_id=round_id,
             annotator=annotator,

@@ -28,6 +28,7 @@ from dynaval.entrypoints.schemas import (
 )
 from dynaval.service_layer import (
     agreement,
+    annotator_exclusion,
     annotators,
     candidates,
     dataset,
@@ -189,7 +190,11 @@ def submit_candidate_batch(round_id: int) -> Any:
     body = _json_body()
     _refuse_unknown_fields(body, CandidateBatch)
     rows = candidates.submit_candidates(
-        services, round_id=round_id, bodies=body.get("candidates"), submitter=_submitter(), charge=charge_scoring
+        services,
+        round_id=round_id,
+        bodies=body.get("candidates"),
+        submitter=_submitter(),
+        charge=charge_scoring,
     )
     return jsonify({"candidates": candidates.candidates_public(services, [r.id for r in rows])}), 201
 
@@ -343,7 +348,7 @@ def round_annotators(round_id: int) -> Any:
 def change_exclusion(round_id: int, annotator: str) -> Any:
     body = _json_body()
     return jsonify(
-        gold.set_exclusion_by_lead(
+        annotator_exclusion.set_exclusion_by_lead(
             _services(),
             round_id=round_id,
             annotator=annotator,
@@ -357,7 +362,7 @@ def change_exclusion(round_id: int, annotator: str) -> Any:
 @documented(summary="The log of exclusions and reinstatements", responses={200: "OK", 404: "No such round"})
 @requires(Role.LEAD)
 def exclusion_log(round_id: int) -> Any:
-    return jsonify({"events": gold.exclusion_log(_services(), round_id)})
+    return jsonify({"events": annotator_exclusion.exclusion_log(_services(), round_id)})
 
 
 @api.get("/api/rounds/<int:round_id>/agreement")

@@ -5,14 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlmodel import select
-
-from dynaval.adapters.orm import CandidateRow
 from dynaval.domain.agreement_engine import AgreementReport, Id, Label, agreement_report
 from dynaval.domain.dawid_skene import dawid_skene_beside_majority
 from dynaval.domain.errors import InvalidInput
 from dynaval.domain.provenance import pseudonym
-from dynaval.service_layer.rounds import get_round, round_votes, validation_cost
+from dynaval.service_layer.rounds import validation_cost
 from dynaval.service_layer.services import Services
 
 MAX_RESAMPLES = 10_000
@@ -44,17 +41,12 @@ def _read_round_votes(services: Services, round_id: int, bootstrap: int, seed: i
     if not 0 <= seed <= MAX_SEED:
         raise InvalidInput(f"seed must be between 0 and {MAX_SEED}", field="seed")
     secret = services.settings.pseudonym_secret
-    with services.database.reading() as session:
-        round_row = get_round(session, round_id)
-        votes = _pseudonymous(secret, round_votes(session, round_id))
-        writer_labels: dict[Id, Label] = dict(
-            session.exec(
-                select(CandidateRow.id, CandidateRow.writer_label).where(CandidateRow.round_id == round_id)
-            ).all()
-        )
-        return _RoundVotes(
-            votes, writer_labels, list(round_row.labels), validation_cost(session, round_row, len(votes))
-        )
+    with services.uow(read_only=True) as uow:
+        round_ = uow.rounds.get(round_id)
+        votes = _pseudonymous(secret, uow.round_queries.counted_votes(round_id))
+        writer_labels: dict[Id, Label] = dict(uow.round_queries.writer_labels(round_id))
+        cost = validation_cost(round_, uow.round_queries.validated_candidates(round_id), len(votes))
+    return _RoundVotes(votes, writer_labels, list(round_.labels), cost)
 
 
 def _report(data: _RoundVotes, bootstrap: int, seed: int) -> AgreementReport:

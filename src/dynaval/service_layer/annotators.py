@@ -7,18 +7,17 @@ from typing import Any
 
 from dynaval.domain.provenance import pseudonym
 from dynaval.service_layer.agreement import round_agreement_report
-from dynaval.service_layer.gold import annotator_statuses
-from dynaval.service_layer.rounds import current_labelled_votes, get_round
+from dynaval.service_layer.annotator_exclusion import annotator_statuses
 from dynaval.service_layer.services import Services
 
 
 def annotators_report(services: Services, round_id: int) -> list[dict[str, Any]]:
     """One row per annotator who answered in the round, by pseudonymous id."""
     secret = services.settings.pseudonym_secret
-    with services.database.reading() as session:
-        get_round(session, round_id)
-        votes: Counter[str] = Counter(a for _item, a, _label in current_labelled_votes(session, round_id))
-        statuses = annotator_statuses(session, round_id)
+    with services.uow(read_only=True) as uow:
+        uow.rounds.get(round_id)
+        votes: Counter[str] = Counter(a for _item, a, _label in uow.round_queries.labelled_votes(round_id))
+        statuses = annotator_statuses(uow, round_id)
     agreement, _cost = round_agreement_report(services, round_id, bootstrap=0)
     with_others = {row.annotator: row for row in agreement.per_annotator}
     report = []

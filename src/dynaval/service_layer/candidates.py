@@ -8,18 +8,17 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlmodel import Session, col, select
-
-from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow, utcnow
 from dynaval.adapters.predictor import Prediction
-from dynaval.domain.errors import Conflict, Forbidden, InvalidInput, NotFound, TooLarge, Unavailable
-from dynaval.domain.policy import DecisionPolicy
+from dynaval.domain.candidate import Candidate, CandidateStatus
+from dynaval.domain.clock import utcnow
+from dynaval.domain.errors import Forbidden, InvalidInput, NotFound, TooLarge, Unavailable
 from dynaval.domain.provenance import pseudonym, sign_prediction, writer_pseudonym
+from dynaval.domain.round import Round
+from dynaval.domain.task_type import TaskType
 from dynaval.domain.text import has_visible_character, normalised
 from dynaval.domain.votes import current_ballots
-from dynaval.service_layer.decisions import annotation_records, decision_history, override_record
-from dynaval.service_layer.rounds import get_round
 from dynaval.service_layer.services import Services
+from dynaval.service_layer.unit_of_work import UnitOfWork
 
 MAX_WRITER_ID_CHARS = 200
 
@@ -29,11 +28,10 @@ given); raises to refuse. The HTTP routes pass ``dynaval.entrypoints.guards.char
 
 
 def validated_inputs(
-    services: Services, round_row: RoundRow, body: dict[str, Any], *, field_prefix: str = ""
+    services: Services, task_type: TaskType, body: dict[str, Any], *, field_prefix: str = ""
 ) -> dict[str, str]:
     """The task type's data fields (e.g. ``text``) from a request body, each checked and
     NFC-normalised (the length limit counts what is stored)."""
-    task_type = services.catalog.get(round_row.task_type)
     inputs: dict[str, str] = {}
     for name in task_type.data_fields:
         value = body.get(name)
@@ -75,7 +73,7 @@ def submit_candidate(
     body: dict[str, Any],
     submitter: Submitter,
     charge: ScoringCharge | None = None,
-) -> CandidateRow:
+) -> Candidate:
     """Store the candidate, score it with the round's model and tell whether it fooled the model.
 
     The writer is the submitter, unless the submitter is a collector, which names the writer in
@@ -94,7 +92,7 @@ def submit_candidates(
     bodies: object,
     submitter: Submitter,
     charge: ScoringCharge | None = None,
-) -> list[CandidateRow]:
+) -> list[Candidate]:
     """:func:`submit_candidate` for a batch, all or nothing: every item is checked before any is
     stored (an error names ``candidates[i].field``), then all are stored in one transaction and
     scored together through the model's micro-batcher. Returns them in the order given. ``charge``
@@ -118,60 +116,58 @@ def _submit(
     submitter: Submitter,
     charge: ScoringCharge | None,
     charge_field: str | None = None,
-) -> list[CandidateRow]:
+) -> list[Candidate]:
     """Check every ``(body, where)``, charge for scoring them, store them all, then score them all."""
-    with services.database.unit_of_work() as session:
-        round_row = get_round(session, round_id)
-        if round_row.state != "open":
-            raise Conflict(f"round {round_id} is {round_row.state} and takes no candidates", field="round_id")
-        rows = [
-            _new_candidate(services, round_row, body, where=where, submitter=submitter)
+    with services.uow() as uow:
+        round_ = uow.rounds.get(round_id)
+        round_.check_takes_candidates()
+        task_type = services.catalog.get(round_.task_type)
+        candidates = [
+            _new_candidate(services, round_, task_type, body, where=where, submitter=submitter)
             for body, where in bodies
         ]
         if charge is not None:
-            field = charge_field or services.catalog.get(round_row.task_type).main_field
-            charge([model_input(row.inputs) for row in rows], field)
-        session.add_all(rows)
-        session.commit()
-        model_dir = round_row.model_dir
-        policy = DecisionPolicy(**round_row.policy)
-        model_hash = round_row.model_hash
-        work = [(row.id, model_input(row.inputs)) for row in rows]
-    predictions = services.models.get_path(model_dir).predict_many([text for _, text in work])
+            charge([model_input(c.inputs) for c in candidates], charge_field or task_type.main_field)
+        for candidate in candidates:
+            uow.candidates.add(candidate)
+        uow.commit()
+    predictions = services.models.get_path(round_.model_dir).predict_many(
+        [model_input(c.inputs) for c in candidates]
+    )
     scored = [
-        _store_score(services, candidate_id, prediction, model_hash, policy)
-        for (candidate_id, _), prediction in zip(work, predictions, strict=True)
+        _store_score(services, candidate.id, prediction, round_)
+        for candidate, prediction in zip(candidates, predictions, strict=True)
     ]
-    if any(row.status == "queued" for row in scored):
+    if any(c.status is CandidateStatus.QUEUED for c in scored):
         services.work.push_soon(round_id)  # into Label Studio by the task queue, not in this request
     return scored
 
 
 def _new_candidate(
-    services: Services, round_row: RoundRow, body: object, *, where: str, submitter: Submitter
-) -> CandidateRow:
-    """A candidate row (not stored yet) from one request object, every field checked; an error
-    names the field under ``where`` (``candidates[3].text``, or ``text`` when ``where`` is empty)."""
+    services: Services, round_: Round, task_type: TaskType, body: object, *, where: str, submitter: Submitter
+) -> Candidate:
+    """A candidate (not stored yet) from one request object, every field checked; an error names
+    the field under ``where`` (``candidates[3].text``, or ``text`` when ``where`` is empty)."""
     prefix = f"{where}." if where else ""
     if not isinstance(body, dict):
         raise InvalidInput("each candidate must be an object", field=where or "body")
-    inputs = validated_inputs(services, round_row, body, field_prefix=prefix)
+    inputs = validated_inputs(services, task_type, body, field_prefix=prefix)
     writer_label = body.get("writer_label")
-    if not isinstance(writer_label, str) or writer_label not in round_row.labels:
+    if not isinstance(writer_label, str) or writer_label not in round_.labels:
         raise InvalidInput(
-            f"writer_label must be one of: {', '.join(round_row.labels)}", field=prefix + "writer_label"
+            f"writer_label must be one of: {', '.join(round_.labels)}", field=prefix + "writer_label"
         )
     writer_id, collected_by = _writer_of(body, submitter, field=prefix + "writer_id")
-    assert round_row.id is not None  # a stored round
-    return CandidateRow(
+    assert round_.id is not None  # a stored round
+    return Candidate(
         id=str(uuid.uuid4()),
-        round_id=round_row.id,
+        round_id=round_.id,
         inputs=inputs,
         writer_label=writer_label,
         writer_id=writer_id,
         submitted_by=submitter.name,
         collected_by=collected_by,
-        status="scoring",
+        submitted_at=utcnow(),
     )
 
 
@@ -207,60 +203,54 @@ def _writer_of(body: dict[str, Any], submitter: Submitter, *, field: str) -> tup
     return submitter.name, None
 
 
-def _store_score(
-    services: Services, candidate_id: str, prediction: Prediction, model_hash: str, policy: DecisionPolicy
-) -> CandidateRow:
-    with services.database.unit_of_work() as session:
-        candidate = session.get(CandidateRow, candidate_id)
+def _store_score(services: Services, candidate_id: str, prediction: Prediction, round_: Round) -> Candidate:
+    """Record the model's answer, signed; a candidate scored already keeps its first answer."""
+    with services.uow() as uow:
+        candidate = uow.candidates.get(candidate_id, for_update=True)
         if candidate is None:
             raise NotFound(f"candidate {candidate_id} does not exist", field="candidate_id")
-        if candidate.status != "scoring":
-            return candidate
-        fooled = prediction.label != candidate.writer_label
-        candidate.model_prediction = prediction.label
-        candidate.model_probabilities = prediction.probabilities
-        candidate.model_signature = sign_prediction(
+        signature = sign_prediction(
             services.settings.signing_secret,
-            model_hash,
+            round_.model_hash,
             candidate.inputs,
             prediction.label,
             prediction.probabilities,
         )
-        candidate.fooled = fooled
-        candidate.scored_at = utcnow()
-        candidate.status = "queued" if fooled or policy.validate_non_fooling else "not_fooled"
-        session.add(candidate)
-        session.commit()
-        session.refresh(candidate)
+        scored = candidate.score(
+            prediction=prediction.label,
+            probabilities=prediction.probabilities,
+            signature=signature,
+            validate_non_fooling=round_.decision_policy.validate_non_fooling,
+            at=utcnow(),
+        )
+        if scored:
+            uow.candidates.save(candidate)
+            uow.commit()
         return candidate
 
 
 def score_pending(services: Services, *, older_than_s: float = 10.0, limit: int = 200) -> int:
     """Score candidates left in ``scoring`` by a model failure or a crash. Returns how many."""
-    cutoff = utcnow() - timedelta(seconds=older_than_s)
-    with services.database.unit_of_work() as session:
-        rows = session.exec(
-            select(CandidateRow, RoundRow)
-            .join(RoundRow, col(RoundRow.id) == CandidateRow.round_id)
-            .where(CandidateRow.status == "scoring", col(CandidateRow.submitted_at) < cutoff)
-            .limit(limit)
-        ).all()
-        work = [(c.id, c.inputs, r.model_dir, r.model_hash, DecisionPolicy(**r.policy)) for c, r in rows]
+    with services.uow(read_only=True) as uow:
+        left = uow.candidates.left_scoring(utcnow() - timedelta(seconds=older_than_s), limit)
+        rounds = {round_id: uow.rounds.get(round_id) for round_id in {c.round_id for c in left}}
     done = 0
-    for candidate_id, inputs, model_dir, model_hash, policy in work:
+    for candidate in left:
+        round_ = rounds[candidate.round_id]
         try:
-            prediction = services.models.get_path(model_dir).predict_one(model_input(inputs))
+            prediction = services.models.get_path(round_.model_dir).predict_one(model_input(candidate.inputs))
         except Unavailable:
             continue
-        _store_score(services, candidate_id, prediction, model_hash, policy)
+        _store_score(services, candidate.id, prediction, round_)
         done += 1
     return done
 
 
-def candidate_public(services: Services, candidate: CandidateRow, *, session: Session) -> dict[str, Any]:
+def candidate_public(services: Services, uow: UnitOfWork, candidate: Candidate) -> dict[str, Any]:
     """The candidate as the API shows it: votes by pseudonymous annotator, never raw identities."""
     secret = services.settings.pseudonym_secret
-    ballots = current_ballots(annotation_records(session, candidate.id))
+    ballots = current_ballots(uow.candidates.annotations(candidate.id))
+    override = candidate.override.to_dict() if candidate.override else None
     decision = dict(candidate.decision) if candidate.decision else None
     if decision is not None:
         decision.pop("ballots", None)
@@ -268,7 +258,7 @@ def candidate_public(services: Services, candidate: CandidateRow, *, session: Se
             pseudonym(secret, "annotator", a) for a in decision.get("excluded_annotators", [])
         ]
         decision["decided_at"] = candidate.decided_at.isoformat() if candidate.decided_at else None
-        decision["override"] = override_record(candidate)
+        decision["override"] = override
     history = [
         {
             "outcome": d.outcome,
@@ -276,17 +266,12 @@ def candidate_public(services: Services, candidate: CandidateRow, *, session: Se
             "cause": d.cause,
             "made_at": d.made_at.isoformat(),
         }
-        for d in decision_history(session, candidate.id)
+        for d in uow.candidates.history(candidate.id)
     ]
-    cancelled = session.exec(
-        select(AnnotationRow.id).where(
-            AnnotationRow.candidate_id == candidate.id, col(AnnotationRow.was_cancelled).is_(True)
-        )
-    ).all()
     return {
         "id": candidate.id,
         "round_id": candidate.round_id,
-        "status": candidate.status,
+        "status": candidate.status.value,
         "inputs": dict(candidate.inputs),
         "writer_label": candidate.writer_label,
         "writer": writer_pseudonym(secret, candidate.writer_id, candidate.collected_by),
@@ -295,7 +280,7 @@ def candidate_public(services: Services, candidate: CandidateRow, *, session: Se
         "model_probabilities": candidate.model_probabilities,
         "model_signature": candidate.model_signature,
         "fooled": candidate.fooled,
-        "submitted_at": candidate.submitted_at.isoformat(),
+        "submitted_at": candidate.submitted_at.isoformat() if candidate.submitted_at else None,
         "label_studio_task_id": candidate.label_studio_task_id,
         "wanted_votes": candidate.wanted_votes,
         "votes": [
@@ -307,7 +292,7 @@ def candidate_public(services: Services, candidate: CandidateRow, *, session: Se
             }
             for b in ballots
         ],
-        "cancelled_annotations": len(cancelled),
+        "cancelled_annotations": uow.candidates.cancelled_annotations(candidate.id),
         "agreement": (
             {
                 "item_agreement": decision.get("item_agreement"),
@@ -320,16 +305,16 @@ def candidate_public(services: Services, candidate: CandidateRow, *, session: Se
             else None
         ),
         "decision": decision,
-        "override": override_record(candidate),
+        "override": override,
         "history": history,
     }
 
 
 def candidates_public(services: Services, candidate_ids: list[str]) -> list[dict[str, Any]]:
-    """Candidates as the API shows them, in the order of ``candidate_ids``, read in one session."""
-    with services.database.unit_of_work() as session:
-        rows = [session.get(CandidateRow, candidate_id) for candidate_id in candidate_ids]
-        return [candidate_public(services, row, session=session) for row in rows if row is not None]
+    """Candidates as the API shows them, in the order of ``candidate_ids``, read in one unit of work."""
+    with services.uow(read_only=True) as uow:
+        found = uow.candidates.get_many(candidate_ids)
+        return [candidate_public(services, uow, found[c]) for c in candidate_ids if c in found]
 
 
 def get_candidate(
@@ -337,8 +322,8 @@ def get_candidate(
 ) -> dict[str, Any]:
     """The candidate as the API shows it. With ``only_submitted_by`` (a writer's or collector's
     name), a candidate submitted under another name (or before submitters were recorded) is refused."""
-    with services.database.unit_of_work() as session:
-        candidate = session.get(CandidateRow, candidate_id)
+    with services.uow(read_only=True) as uow:
+        candidate = uow.candidates.get(candidate_id)
         if candidate is None:
             raise NotFound(f"candidate {candidate_id} does not exist", field="candidate_id")
         if only_submitted_by is not None and candidate.submitted_by != only_submitted_by:
@@ -347,4 +332,4 @@ def get_candidate(
                 "only the candidates submitted with its own token",
                 field="Authorization",
             )
-        return candidate_public(services, candidate, session=session)
+        return candidate_public(services, uow, candidate)

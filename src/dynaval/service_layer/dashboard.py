@@ -1,207 +1,40 @@
 """What the lead's dashboard shows: round figures, the decision queue, a candidate, the annotators.
 
 Pages must stay fast on a round of 100,000 candidates: the queue pages through an index with
-LIMIT/OFFSET, and the round's agreement figures (alpha with its bootstrap interval, the pairwise
-matrix, the annotators' report), which need every vote, are cached in the process under a
-fingerprint of the round's votes, so a page view recomputes them only when a vote or an exclusion
-changed.
+LIMIT/OFFSET (:class:`dynaval.adapters.queries.SqlDashboardQueries`), and the figures that need every
+vote come from the per-process :class:`~dynaval.service_layer.figures_cache.FiguresCache`.
 """
 
 from __future__ import annotations
 
-import logging
 import math
-import threading
-import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, TypeVar, cast
+from typing import Any
 
-from sqlalchemy import func, or_
-from sqlmodel import Session, col, select
-
-from dynaval.adapters.orm import (
-    AnnotationRow,
-    CandidateRow,
-    ExclusionEventRow,
-    GoldAnswerRow,
-    RoundRow,
-    utcnow,
-)
 from dynaval.domain.agreement import AgreementReport
-from dynaval.domain.decision import Outcome
-from dynaval.domain.errors import Unavailable
+from dynaval.domain.candidate import OVERRIDE_OUTCOMES, Candidate, CandidateStatus
 from dynaval.domain.metrics import RoundCounts, round_counts
-from dynaval.domain.votes import current_ballots
+from dynaval.domain.round import Round
+from dynaval.domain.votes import AnnotationRecord, current_ballots
 from dynaval.service_layer import agreement, annotators, candidates, dataset, overrides
-from dynaval.service_layer.decisions import annotation_records_of, override_record
-from dynaval.service_layer.rounds import get_round
+from dynaval.service_layer.figures_cache import Cached, FiguresCache
 from dynaval.service_layer.services import Services
 
 PAGE_SIZE = 50
-URGENT = (Outcome.ESCALATED.value, Outcome.FLAGGED.value)
+URGENT = (CandidateStatus.ESCALATED.value, CandidateStatus.FLAGGED.value)
 """Statuses a lead should look at first: the queue lists them before the rest."""
-STATUSES = (
-    "scoring",
-    "queued",
-    "not_fooled",
-    *(o.value for o in Outcome),
-)
+STATUSES = tuple(s.value for s in CandidateStatus)
 BOOTSTRAP = 1000
 SEED = 0
 """The agreement figures shown are the API's defaults (``GET /api/rounds/<id>/agreement``)."""
 
-T = TypeVar("T")
-FIRST_COMPUTATION_WAIT_S = 120.0
-"""A first view waits this long for its figures at most, then answers 503 (the computation goes on)."""
-logger = logging.getLogger(__name__)
-
-
-# ------------------------------------------------------------------------------ the figure cache
-
-
-@dataclass(frozen=True)
-class Cached(Generic[T]):
-    """Figures as a page shows them, with when they were computed and whether they are current."""
-
-    value: T
-    computed_at: datetime
-    current: bool
-    """Computed under the round's present fingerprint; False while newer votes are being counted."""
-
-
-@dataclass
-class _Entry:
-    fingerprint: Hashable
-    value: Any
-    computed_at: datetime
-
-
-@dataclass
-class _Run:
-    fingerprint: Hashable
-    done: threading.Event = field(default_factory=threading.Event)
-    error: BaseException | None = None
-
-
-class FiguresCache:
-    """Per-process cache of computed round figures, one entry per (kind, round).
-
-    An entry is current while the round's fingerprint (see :func:`votes_fingerprint`) is the one it
-    was computed under. When the fingerprint moved on, the figures are recomputed in a background
-    thread, and the view waits up to ``wait_s`` for them: small rounds are recomputed well within
-    that and always show current figures; on a large round the view shows the previous figures,
-    marked with the time they were computed, instead of keeping the lead waiting for seconds. Only
-    the very first view of a round's figures waits for the whole computation.
-
-    At most one computation per (kind, round) runs at a time; a view that finds one running for an
-    older fingerprint queues one for its own, which starts when the running one ends, so a steady
-    stream of votes costs one computation after another, never a pile of them. Thread-safe.
-    """
-
-    def __init__(self, *, wait_s: float = 0.5) -> None:
-        self.wait_s = wait_s
-        self._entries: dict[tuple[str, int], _Entry] = {}
-        self._runs: dict[tuple[str, int], _Run] = {}
-        self._queued: dict[tuple[str, int], tuple[Hashable, Callable[[], Any]]] = {}
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    def get(self, kind: str, round_id: int, fingerprint: Hashable, compute: Callable[[], T]) -> Cached[T]:
-        key = (kind, round_id)
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None and entry.fingerprint == fingerprint:
-                self.hits += 1
-                return Cached(cast(T, entry.value), entry.computed_at, current=True)
-            run = self._runs.get(key)
-            if run is None:
-                run = self._start(key, fingerprint, compute)
-            elif run.fingerprint != fingerprint:
-                self._queued[key] = (fingerprint, compute)
-        finished = run.done.wait(self.wait_s if entry is not None else FIRST_COMPUTATION_WAIT_S)
-        with self._lock:
-            latest = self._entries.get(key)
-        if latest is None:
-            if not finished:
-                raise Unavailable(
-                    f"the {kind} figures of round {round_id} are still being computed; try again shortly"
-                )
-            if run.error is not None:
-                raise run.error
-            # The run we waited for was an older fingerprint's and failed; ours is queued.
-            raise RuntimeError(f"the {kind} figures of round {round_id} could not be computed")
-        return Cached(cast(T, latest.value), latest.computed_at, current=latest.fingerprint == fingerprint)
-
-    def _start(self, key: tuple[str, int], fingerprint: Hashable, compute: Callable[[], Any]) -> _Run:
-        """Start computing ``key`` under ``fingerprint``; the caller holds the lock."""
-        run = _Run(fingerprint)
-        self._runs[key] = run
-        thread = threading.Thread(
-            target=self._compute, args=(key, run, compute), name=f"figures-{key[0]}-{key[1]}", daemon=True
-        )
-        thread.start()
-        return run
-
-    def _compute(self, key: tuple[str, int], run: _Run, compute: Callable[[], Any]) -> None:
-        try:
-            value = compute()
-        except BaseException as exc:  # handed to the views that wait for it; logged here
-            run.error = exc
-            logger.warning("computing the %s figures of round %s failed: %r", key[0], key[1], exc)
-            value = None
-        with self._lock:
-            if run.error is None:
-                self.misses += 1
-                self._entries[key] = _Entry(run.fingerprint, value, utcnow())
-            del self._runs[key]
-            queued = self._queued.pop(key, None)
-            if queued is not None and queued[0] != run.fingerprint:
-                self._start(key, *queued)
-        run.done.set()
-
-    def settle(self, timeout_s: float = 60.0) -> None:
-        """Wait until no computation is running (for tests and benchmarks)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with self._lock:
-                runs = list(self._runs.values())
-            if not runs:
-                return
-            for run in runs:
-                run.done.wait(max(0.0, deadline - time.monotonic()))
-        raise TimeoutError("figures were still being computed")
-
-
-def votes_fingerprint(session: Session, round_id: int) -> tuple[Any, ...]:
-    """What the round's counted votes depend on: its annotations (how many, and the latest time one
-    was stored or changed) and its exclusion log (every exclusion or reinstatement adds an event).
-    Cheap indexed queries (a count and a max are faster apart than together)."""
-    where = AnnotationRow.round_id == round_id
-    annotations = session.exec(select(func.count()).select_from(AnnotationRow).where(where)).one()
-    latest = session.exec(select(func.max(AnnotationRow.received_at)).where(where)).one()
-    exclusions = session.exec(
-        select(func.count(), func.max(ExclusionEventRow.id)).where(ExclusionEventRow.round_id == round_id)
-    ).one()
-    return (round_id, int(annotations), latest, int(exclusions[0]), exclusions[1])
-
-
-def annotators_fingerprint(session: Session, round_id: int) -> tuple[Any, ...]:
-    """The votes' fingerprint and the round's gold answers (gold accuracy is on the annotators page)."""
-    gold = session.exec(
-        select(func.count(), func.max(GoldAnswerRow.received_at), func.max(GoldAnswerRow.updated_at)).where(
-            GoldAnswerRow.round_id == round_id
-        )
-    ).one()
-    return (*votes_fingerprint(session, round_id), int(gold[0]), gold[1], gold[2])
-
 
 def _round_agreement(services: Services, cache: FiguresCache, round_id: int) -> Cached[AgreementReport]:
-    with services.database.reading() as session:
-        get_round(session, round_id)
-        fingerprint = votes_fingerprint(session, round_id)
+    with services.uow(read_only=True) as uow:
+        uow.rounds.get(round_id)
+        fingerprint = uow.dashboard.votes_fingerprint(round_id)
 
     def compute() -> AgreementReport:
         report, _cost = agreement.round_agreement_report(services, round_id, bootstrap=BOOTSTRAP, seed=SEED)
@@ -257,31 +90,17 @@ class RoundFigures:
         return self.counts.vmer
 
 
-def _counts(session: Session, round_ids: Sequence[int]) -> dict[int, RoundCounts]:
-    """Counts by status, fooled and MER/VMER of each round, as the round summary computes them."""
-    rows = session.exec(
-        select(CandidateRow.round_id, CandidateRow.status, CandidateRow.fooled, func.count())
-        .where(col(CandidateRow.round_id).in_(round_ids))
-        .group_by(col(CandidateRow.round_id), col(CandidateRow.status), col(CandidateRow.fooled))
-    ).all()
-    grouped: dict[int, dict[tuple[str, bool], int]] = {r: {} for r in round_ids}
-    for round_id, status, fooled, n in rows:
-        key = (status, bool(fooled))
-        grouped[round_id][key] = grouped[round_id].get(key, 0) + int(n)
-    return {r: round_counts(g) for r, g in grouped.items()}
-
-
-def _figures(row: RoundRow, counts: RoundCounts, cached: Cached[AgreementReport]) -> RoundFigures:
-    assert row.id is not None
+def _figures(round_: Round, counts: RoundCounts, cached: Cached[AgreementReport]) -> RoundFigures:
+    assert round_.id is not None
     report = cached.value
     ci = report.ci95
     return RoundFigures(
-        id=row.id,
-        name=row.name,
-        state=row.state,
-        task=row.task_type,
-        model_hash=row.model_hash,
-        label_studio_project_id=row.label_studio_project_id,
+        id=round_.id,
+        name=round_.name,
+        state=round_.state.value,
+        task=round_.task_type,
+        model_hash=round_.model_hash,
+        label_studio_project_id=round_.label_studio_project_id,
         counts=counts,
         alpha=report.alpha,
         alpha_undefined_reason=report.undefined_reason,
@@ -294,19 +113,21 @@ def _figures(row: RoundRow, counts: RoundCounts, cached: Cached[AgreementReport]
 
 def rounds_overview(services: Services, cache: FiguresCache) -> list[RoundFigures]:
     """Every round's figures, oldest first: counts, MER, VMER, and alpha with its 95% interval."""
-    with services.database.reading() as session:
-        rows = list(session.exec(select(RoundRow).order_by(col(RoundRow.id))).all())
-        counts = _counts(session, [r.id for r in rows if r.id is not None])
+    with services.uow(read_only=True) as uow:
+        rounds = [r for r in uow.rounds.all() if r.id is not None]
+        counts = uow.dashboard.status_counts([r.id for r in rounds if r.id is not None])
     return [
-        _figures(r, counts[r.id], _round_agreement(services, cache, r.id)) for r in rows if r.id is not None
+        _figures(r, round_counts(counts[r.id]), _round_agreement(services, cache, r.id))
+        for r in rounds
+        if r.id is not None
     ]
 
 
 def round_figures(services: Services, cache: FiguresCache, round_id: int) -> RoundFigures:
-    with services.database.reading() as session:
-        row = get_round(session, round_id)
-        counts = _counts(session, [round_id])[round_id]
-    return _figures(row, counts, _round_agreement(services, cache, round_id))
+    with services.uow(read_only=True) as uow:
+        round_ = uow.rounds.get(round_id)
+        counts = round_counts(uow.dashboard.status_counts([round_id])[round_id])
+    return _figures(round_, counts, _round_agreement(services, cache, round_id))
 
 
 @dataclass(frozen=True)
@@ -318,20 +139,8 @@ class RoundNav:
 
 
 def round_nav(services: Services, round_id: int) -> RoundNav:
-    with services.database.reading() as session:
-        row = get_round(session, round_id)
-        return RoundNav(round_id, row.name)
-
-
-def rounds_chart(figures: Sequence[RoundFigures]) -> dict[str, Any]:
-    """The rounds chart's data: alpha with its interval and VMER, one point per round."""
-    return {
-        "labels": [f"#{f.id} {f.name}" for f in figures],
-        "alpha": [f.alpha for f in figures],
-        "ci_low": [f.ci_low for f in figures],
-        "ci_high": [f.ci_high for f in figures],
-        "vmer": [f.vmer for f in figures],
-    }
+    with services.uow(read_only=True) as uow:
+        return RoundNav(round_id, uow.rounds.get(round_id).name)
 
 
 # ---------------------------------------------------------------------------------- the queue
@@ -389,63 +198,22 @@ def decision_queue(
     """
     page = max(page, 1)
     q = q.strip()
-    offset = (page - 1) * PAGE_SIZE
-    with services.database.reading() as session:
-        round_row = get_round(session, round_id)
-        fields = services.catalog.get(round_row.task_type).data_fields
-        conditions: list[Any] = [CandidateRow.round_id == round_id]
-        if status:
-            conditions.append(CandidateRow.status == status)
-        if q:
-            needle = q.lower()
-            matches = [func.lower(col(CandidateRow.inputs)[name].as_string()) for name in fields]
-            clauses = [m.contains(needle, autoescape=True) for m in matches]
-            conditions.append(or_(*clauses))
-
-        def count(where: list[Any]) -> int:
-            return int(session.exec(select(func.count()).select_from(CandidateRow).where(*where)).one())
-
-        known = by_status if by_status is not None and not q else None
-        if known is not None:
-            total = known.get(status, 0) if status else sum(known.values())
-        else:
-            total = count(conditions)
-        parts: list[tuple[list[Any], int]]
-        if status:
-            parts = [(conditions, total)]
-        else:
-            urgent = [*conditions, col(CandidateRow.status).in_(URGENT)]
-            n_urgent = sum(known.get(s, 0) for s in URGENT) if known is not None else count(urgent)
-            parts = [
-                (urgent, n_urgent),
-                ([*conditions, col(CandidateRow.status).not_in(URGENT)], total - n_urgent),
-            ]
-        rows: list[CandidateRow] = []
-        skip = offset
-        for where, size in parts:
-            if skip >= size:
-                skip -= size
-                continue
-            rows += session.exec(
-                select(CandidateRow)
-                .where(*where)
-                .order_by(col(CandidateRow.submitted_at), col(CandidateRow.id))
-                .offset(skip)
-                .limit(PAGE_SIZE - len(rows))
-            ).all()
-            skip = 0
-            if len(rows) >= PAGE_SIZE:
-                break
-        annotations: dict[str, list[AnnotationRow]] = {c.id: [] for c in rows}
-        if rows:
-            for a in session.exec(
-                select(AnnotationRow).where(col(AnnotationRow.candidate_id).in_(list(annotations)))
-            ).all():
-                annotations[a.candidate_id].append(a)
-        queue_rows = [_queue_row(c, fields, annotations[c.id]) for c in rows]
+    with services.uow(read_only=True) as uow:
+        round_ = uow.rounds.get(round_id)
+        fields = services.catalog.get(round_.task_type).data_fields
+        found, annotations, total = uow.dashboard.queue_page(
+            round_id,
+            fields=fields,
+            status=status,
+            q=q,
+            urgent=URGENT,
+            offset=(page - 1) * PAGE_SIZE,
+            limit=PAGE_SIZE,
+            by_status=by_status,
+        )
     return QueuePage(
         round_id=round_id,
-        rows=queue_rows,
+        rows=[_queue_row(c, fields, annotations[c.id]) for c in found],
         total=total,
         page=page,
         pages=max(1, math.ceil(total / PAGE_SIZE)),
@@ -454,8 +222,8 @@ def decision_queue(
     )
 
 
-def _queue_row(candidate: CandidateRow, fields: Sequence[str], annotations: list[AnnotationRow]) -> QueueRow:
-    ballots = current_ballots(annotation_records_of(annotations))
+def _queue_row(candidate: Candidate, fields: Sequence[str], annotations: list[AnnotationRecord]) -> QueueRow:
+    ballots = current_ballots(annotations)
     decision = candidate.decision or {}
     return QueueRow(
         id=candidate.id,
@@ -464,10 +232,10 @@ def _queue_row(candidate: CandidateRow, fields: Sequence[str], annotations: list
         model_prediction=candidate.model_prediction,
         votes=[(b.label or "no label") + (" (flag)" if b.flagged else "") for b in ballots],
         item_agreement=decision.get("item_agreement"),
-        status=candidate.status,
+        status=candidate.status.value,
         rule_version=decision.get("rule_version"),
         rule_reason=decision.get("reason"),
-        override=override_record(candidate),
+        override=candidate.override.to_dict() if candidate.override else None,
         label_studio_task_id=candidate.label_studio_task_id,
     )
 
@@ -483,7 +251,7 @@ class CandidateView:
     """The provenance record, as the round dataset would hold it."""
     audit: list[dict[str, Any]]
     label_studio_project_id: int | None
-    outcomes: tuple[str, ...] = overrides.OVERRIDE_OUTCOMES
+    outcomes: tuple[str, ...] = tuple(o.value for o in OVERRIDE_OUTCOMES)
 
 
 def candidate_view(services: Services, candidate_id: str) -> CandidateView:
@@ -524,10 +292,9 @@ class AnnotatorsView:
 
 def annotators_view(services: Services, cache: FiguresCache, round_id: int) -> AnnotatorsView:
     """The annotators' report, their pairwise agreement and the writer x validators confusion."""
-    with services.database.reading() as session:
-        round_row = get_round(session, round_id)
-        labels = list(round_row.labels)
-        fingerprint = annotators_fingerprint(session, round_id)
+    with services.uow(read_only=True) as uow:
+        labels = list(uow.rounds.get(round_id).labels)
+        fingerprint = uow.dashboard.annotators_fingerprint(round_id)
     confusion = cache.get("confusion", round_id, fingerprint, lambda: _confusion(services, round_id, labels))
     report = cache.get(
         "annotators", round_id, fingerprint, lambda: annotators.annotators_report(services, round_id)
@@ -556,23 +323,9 @@ def annotators_view(services: Services, cache: FiguresCache, round_id: int) -> A
 def _confusion(services: Services, round_id: int, labels: list[str]) -> dict[str, dict[str, int]]:
     """Candidates by writer label and validators' majority label (from each candidate's latest rule
     decision, over its counted votes; candidates without a majority are left out)."""
-    majority = col(CandidateRow.decision)["majority_label"].as_string()
-    with services.database.reading() as session:
-        rows = session.exec(
-            select(CandidateRow.writer_label, majority, func.count())
-            .where(CandidateRow.round_id == round_id, majority.is_not(None))
-            .group_by(col(CandidateRow.writer_label), majority)
-        ).all()
+    with services.uow(read_only=True) as uow:
+        rows = uow.dashboard.writer_by_validators(round_id)
     table = {w: dict.fromkeys(labels, 0) for w in labels}
     for writer, validators, n in rows:
-        table.setdefault(writer, dict.fromkeys(labels, 0))[validators] = int(n)
+        table.setdefault(writer, dict.fromkeys(labels, 0))[validators] = n
     return table
-
-
-def annotators_chart(view: AnnotatorsView) -> dict[str, Any]:
-    """The annotators chart's data: agreement with the others and gold accuracy, per annotator."""
-    return {
-        "labels": [a["annotator"][:18] + "…" for a in view.annotators],
-        "agreement": [a["agreement_with_others"] for a in view.annotators],
-        "gold_accuracy": [a["gold_accuracy"] for a in view.annotators],
-    }

@@ -21,10 +21,8 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, or_, update
-from sqlmodel import Session, col
-
-from dynaval.adapters.orm import DashboardSessionRow, as_utc, utcnow
+from dynaval.domain.clock import utcnow
+from dynaval.domain.lead_session import LeadSessionRecord
 from dynaval.service_layer.services import Services
 from dynaval.settings import Settings
 
@@ -63,12 +61,12 @@ def start(services: Services, *, lead: str, token: str, replacing: str | None = 
     settings = services.settings
     session_id = secrets.token_urlsafe(32)
     now = utcnow()
-    with services.database.unit_of_work() as session:
-        _purge(session, settings, now)
+    with services.uow() as uow:
+        uow.dashboard_sessions.purge(now, idle=timedelta(seconds=settings.session_idle_s))
         if replacing:
-            _revoke(session, replacing, now)
-        session.add(
-            DashboardSessionRow(
+            uow.dashboard_sessions.revoke(id_hash(replacing), now)
+        uow.dashboard_sessions.add(
+            LeadSessionRecord(
                 id_hash=id_hash(session_id),
                 lead=lead,
                 token_fingerprint=fingerprint(settings, token),
@@ -77,7 +75,7 @@ def start(services: Services, *, lead: str, token: str, replacing: str | None = 
                 expires_at=now + timedelta(seconds=settings.session_lifetime_s),
             )
         )
-        session.commit()
+        uow.commit()
     return session_id
 
 
@@ -85,34 +83,27 @@ def resolve(services: Services, session_id: str) -> LeadSession | None:
     """The session this id names if it holds now, else None; notes that it was used."""
     settings = services.settings
     now = utcnow()
-    with services.database.reading() as session:
-        row = session.get(DashboardSessionRow, id_hash(session_id))
-    if row is None or row.revoked_at is not None or now >= as_utc(row.expires_at):
+    with services.uow(read_only=True) as uow:
+        record = uow.dashboard_sessions.get(id_hash(session_id))
+    if record is None or not record.holds(now, idle=timedelta(seconds=settings.session_idle_s)):
         return None
-    last_seen = as_utc(row.last_seen_at)
-    if now - last_seen >= timedelta(seconds=settings.session_idle_s):
-        return None
-    lead = _lead_of(settings, row.token_fingerprint)
+    lead = _lead_of(settings, record.token_fingerprint)
     if lead is None:
         return None
-    if (now - last_seen).total_seconds() >= min(TOUCH_EVERY_S, settings.session_idle_s / 10):
-        with services.database.transaction() as connection:
-            connection.execute(
-                update(DashboardSessionRow)
-                .where(col(DashboardSessionRow.id_hash) == row.id_hash)
-                .where(col(DashboardSessionRow.last_seen_at) < now)
-                .values(last_seen_at=now)
-            )
-    return LeadSession(lead=lead, expires_at=as_utc(row.expires_at))
+    if record.due_for_touch(now, every=timedelta(seconds=min(TOUCH_EVERY_S, settings.session_idle_s / 10))):
+        with services.uow() as uow:
+            uow.dashboard_sessions.touch(record.id_hash, now)
+            uow.commit()
+    return LeadSession(lead=lead, expires_at=record.expires_at)
 
 
 def end(services: Services, session_id: str) -> None:
     """Revoke the session (the logout): its id is refused from now on, on every worker."""
     now = utcnow()
-    with services.database.unit_of_work() as session:
-        _revoke(session, session_id, now)
-        _purge(session, services.settings, now)
-        session.commit()
+    with services.uow() as uow:
+        uow.dashboard_sessions.revoke(id_hash(session_id), now)
+        uow.dashboard_sessions.purge(now, idle=timedelta(seconds=services.settings.session_idle_s))
+        uow.commit()
 
 
 def _lead_of(settings: Settings, kept: str) -> str | None:
@@ -123,26 +114,3 @@ def _lead_of(settings: Settings, kept: str) -> str | None:
         if hmac.compare_digest(kept, fingerprint(settings, credential.token)) and found is None:
             found = credential.name
     return found
-
-
-def _revoke(session: Session, session_id: str, now: datetime) -> None:
-    session.execute(
-        update(DashboardSessionRow)
-        .where(col(DashboardSessionRow.id_hash) == id_hash(session_id))
-        .where(col(DashboardSessionRow.revoked_at).is_(None))
-        .values(revoked_at=now)
-    )
-
-
-def _purge(session: Session, settings: Settings, now: datetime) -> None:
-    """Delete the rows that can no longer hold: past their lifetime or their idle timeout.
-
-    A revoked row stays until then, so the table shows recent logouts."""
-    session.execute(
-        delete(DashboardSessionRow).where(
-            or_(
-                col(DashboardSessionRow.expires_at) <= now,
-                col(DashboardSessionRow.last_seen_at) <= now - timedelta(seconds=settings.session_idle_s),
-            )
-        )
-    )

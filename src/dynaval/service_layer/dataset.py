@@ -5,127 +5,93 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import func
-from sqlmodel import col, select
-
-from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow
+from dynaval.domain.candidate import Candidate, CandidateStatus
 from dynaval.domain.errors import NotFound
 from dynaval.domain.provenance import pseudonym, writer_pseudonym
-from dynaval.domain.votes import current_votes
-from dynaval.service_layer.decisions import annotation_records_of, override_record
-from dynaval.service_layer.rounds import get_round
+from dynaval.domain.round import Round
+from dynaval.domain.votes import AnnotationRecord, current_votes
 from dynaval.service_layer.services import Services
 
 PAGE = 500
 
 
 def count_accepted(services: Services, round_id: int) -> int:
-    with services.database.reading() as session:
-        get_round(session, round_id)
-        return int(
-            session.exec(
-                select(func.count())
-                .select_from(CandidateRow)
-                .where(CandidateRow.round_id == round_id, CandidateRow.status == "accepted")
-            ).one()
-        )
+    with services.uow(read_only=True) as uow:
+        uow.rounds.get(round_id)
+        return uow.candidates.count_with_status(round_id, CandidateStatus.ACCEPTED)
 
 
 def iter_round_dataset(services: Services, round_id: int) -> Iterator[dict[str, Any]]:
     """Yield one provenance record per accepted candidate, ordered by submission, page by page."""
     secret = services.settings.pseudonym_secret
-    with services.database.reading() as session:
-        round_row = get_round(session, round_id)
-        round_info = {"id": round_row.id, "name": round_row.name, "state": round_row.state}
-    after: tuple[Any, str] | None = None
+    after = None
     while True:
-        with services.database.reading() as session:
-            statement = select(CandidateRow).where(
-                CandidateRow.round_id == round_id, CandidateRow.status == "accepted"
+        with services.uow(read_only=True) as uow:
+            round_ = uow.rounds.get(round_id)
+            page = uow.candidates.page_with_status(
+                round_id, CandidateStatus.ACCEPTED, after=after, limit=PAGE
             )
-            if after is not None:
-                statement = statement.where(
-                    (col(CandidateRow.submitted_at) > after[0])
-                    | ((col(CandidateRow.submitted_at) == after[0]) & (col(CandidateRow.id) > after[1]))
-                )
-            page = session.exec(
-                statement.order_by(col(CandidateRow.submitted_at), col(CandidateRow.id)).limit(PAGE)
-            ).all()
             if not page:
                 return
-            annotations: dict[str, list[AnnotationRow]] = {}
-            for row in session.exec(
-                select(AnnotationRow).where(col(AnnotationRow.candidate_id).in_([c.id for c in page]))
-            ).all():
-                annotations.setdefault(row.candidate_id, []).append(row)
-            for candidate in page:
-                yield _record(secret, round_row, round_info, candidate, annotations.get(candidate.id, []))
-            after = (page[-1].submitted_at, page[-1].id)
+            annotations = uow.candidates.annotations_of([c.id for c in page])
+        for candidate in page:
+            yield _record(secret, round_, candidate, annotations[candidate.id])
+        last = page[-1]
+        assert last.submitted_at is not None
+        after = (last.submitted_at, last.id)
 
 
 def provenance_record(services: Services, candidate_id: str) -> dict[str, Any]:
     """Any candidate's provenance record, accepted or not: the same fields as a dataset record."""
-    with services.database.reading() as session:
-        candidate = session.get(CandidateRow, candidate_id)
+    with services.uow(read_only=True) as uow:
+        candidate = uow.candidates.get(candidate_id)
         if candidate is None:
             raise NotFound(f"candidate {candidate_id} does not exist", field="candidate_id")
-        round_row = get_round(session, candidate.round_id)
-        annotations = session.exec(
-            select(AnnotationRow).where(AnnotationRow.candidate_id == candidate_id)
-        ).all()
-        round_info = {"id": round_row.id, "name": round_row.name, "state": round_row.state}
-        return _record(
-            services.settings.pseudonym_secret, round_row, round_info, candidate, list(annotations)
-        )
+        round_ = uow.rounds.get(candidate.round_id)
+        annotations = uow.candidates.annotations(candidate_id)
+    return _record(services.settings.pseudonym_secret, round_, candidate, annotations)
 
 
 def _record(
-    secret: str,
-    round_row: RoundRow,
-    round_info: dict[str, Any],
-    candidate: CandidateRow,
-    annotations: list[AnnotationRow],
+    secret: str, round_: Round, candidate: Candidate, annotations: list[AnnotationRecord]
 ) -> dict[str, Any]:
-    by_id = {a.id: a for a in annotations}
-    votes = []
-    for vote in current_votes(annotation_records_of(annotations)):
-        row = by_id[vote.annotation_id]
-        votes.append(
-            {
-                "annotator": pseudonym(secret, "annotator", vote.annotator),
-                "label": vote.label,
-                "flagged": vote.flagged,
-                "flag_reason": vote.reason,
-                "annotation_id": row.id,
-                "created_at": row.created_at.isoformat(),
-                "updated_at": row.updated_at.isoformat(),
-                "lead_time_s": row.lead_time_s,
-            }
-        )
+    votes = [
+        {
+            "annotator": pseudonym(secret, "annotator", vote.annotator),
+            "label": vote.label,
+            "flagged": vote.flagged,
+            "flag_reason": vote.reason,
+            "annotation_id": vote.annotation_id,
+            "created_at": vote.created_at.isoformat() if vote.created_at else None,
+            "updated_at": vote.updated_at.isoformat(),
+            "lead_time_s": vote.lead_time_s,
+        }
+        for vote in current_votes(annotations)
+    ]
     decision = dict(candidate.decision or {})
     decision.pop("ballots", None)
     decision.pop("excluded_annotators", None)
     return {
         "example_id": candidate.id,
-        "round": round_info,
-        "task_type": round_row.task_type,
+        "round": {"id": round_.id, "name": round_.name, "state": round_.state.value},
+        "task_type": round_.task_type,
         "inputs": dict(candidate.inputs),
         "writer_label": candidate.writer_label,
         "writer": writer_pseudonym(secret, candidate.writer_id, candidate.collected_by),
         # The collector that submitted it for that writer (the writer's identity is its word), or
         # None when the writer's own token did.
         "collected_by": candidate.collected_by,
-        "submitted_at": candidate.submitted_at.isoformat(),
+        "submitted_at": candidate.submitted_at.isoformat() if candidate.submitted_at else None,
         "model": {
-            "name": round_row.model_name,
-            "hash": round_row.model_hash,
+            "name": round_.model_name,
+            "hash": round_.model_hash,
             "prediction": candidate.model_prediction,
             "probabilities": candidate.model_probabilities,
             "signature": candidate.model_signature,
             "fooled": candidate.fooled,
         },
         "label_studio": {
-            "project_id": round_row.label_studio_project_id,
+            "project_id": round_.label_studio_project_id,
             "task_id": candidate.label_studio_task_id,
         },
         "votes": votes,
@@ -141,8 +107,8 @@ def _record(
             "outcome": decision.get("outcome"),
             "reason": decision.get("reason"),
             "rule_version": decision.get("rule_version"),
-            "policy": dict(round_row.policy),
+            "policy": dict(round_.policy),
             "decided_at": candidate.decided_at.isoformat() if candidate.decided_at else None,
-            "override": override_record(candidate),
+            "override": candidate.override.to_dict() if candidate.override else None,
         },
     }

@@ -8,17 +8,13 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
-from sqlalchemy import CursorResult, or_, update
-from sqlmodel import Session, col, select
-
-from dynaval.adapters.orm import AnnotationRow, CandidateRow, GoldItemRow, RoundRow, as_utc, utcnow
+from dynaval.domain.candidate import Candidate
+from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import Unavailable
-from dynaval.domain.policy import DecisionPolicy
-from dynaval.service_layer.decisions import WAITING_STATUSES, refresh_decision
-from dynaval.service_layer.gold import gold_to_push
+from dynaval.domain.gold import GoldItem, gold_to_mix
 from dynaval.service_layer.services import Services
+from dynaval.service_layer.unit_of_work import UnitOfWork
 from dynaval.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -36,20 +32,11 @@ def _take_push_lease(services: Services, round_id: int, *, force: bool) -> datet
     every batch, only by its holder), so a process killed mid-push holds up the next push that
     long at most. Unless ``force``, a round whose last push failed waits for its ``push_retry_at``.
     """
-    now = utcnow()
-    conditions = [
-        col(RoundRow.id) == round_id,
-        or_(col(RoundRow.push_lease_until).is_(None), col(RoundRow.push_lease_until) < now),
-    ]
-    if not force:
-        conditions.append(or_(col(RoundRow.push_retry_at).is_(None), col(RoundRow.push_retry_at) <= now))
     lease = _new_lease_time(services)
-    with services.database.unit_of_work() as session:
-        result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-            update(RoundRow).where(*conditions).values(push_lease_until=lease)
-        )
-        session.commit()
-        return lease if result.rowcount == 1 else None
+    with services.uow() as uow:
+        taken = uow.rounds.take_push_lease(round_id, lease, now=utcnow(), respect_backoff=not force)
+        uow.commit()
+    return lease if taken else None
 
 
 def _new_lease_time(services: Services) -> datetime:
@@ -62,14 +49,10 @@ def _new_lease_time(services: Services) -> datetime:
 def _renew_push_lease(services: Services, round_id: int, lease: datetime) -> datetime:
     """Extend this process's lease; raises :class:`PushLeaseLost` when another process took over."""
     renewed = _new_lease_time(services)
-    with services.database.unit_of_work() as session:
-        result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-            update(RoundRow)
-            .where(col(RoundRow.id) == round_id, col(RoundRow.push_lease_until) == lease)
-            .values(push_lease_until=renewed)
-        )
-        session.commit()
-    if result.rowcount != 1:
+    with services.uow() as uow:
+        kept = uow.rounds.renew_push_lease(round_id, lease, renewed)
+        uow.commit()
+    if not kept:
         raise PushLeaseLost(f"round {round_id}: another process took the push over")
     return renewed
 
@@ -82,32 +65,26 @@ def push_backoff_s(settings: Settings, failures: int) -> float:
 
 
 def _record_push_outcome(services: Services, round_id: int, *, failed: bool) -> None:
-    with services.database.unit_of_work() as session:
-        round_row = session.get(RoundRow, round_id)
-        if round_row is None:
-            return
+    with services.uow() as uow:
+        round_ = uow.rounds.get(round_id)
         if failed:
-            round_row.push_failures += 1
-            wait = push_backoff_s(services.settings, round_row.push_failures)
-            round_row.push_retry_at = utcnow() + timedelta(seconds=wait * random.uniform(0.8, 1.0))
-        elif round_row.push_failures or round_row.push_retry_at is not None:
-            round_row.push_failures = 0
-            round_row.push_retry_at = None
+            round_.push_failures += 1
+            wait = push_backoff_s(services.settings, round_.push_failures)
+            round_.push_retry_at = utcnow() + timedelta(seconds=wait * random.uniform(0.8, 1.0))
+        elif round_.push_failures or round_.push_retry_at is not None:
+            round_.push_failures = 0
+            round_.push_retry_at = None
         else:
             return
-        session.add(round_row)
-        session.commit()
+        uow.rounds.save(round_)
+        uow.commit()
 
 
 def _release_push_lease(services: Services, round_id: int, lease: datetime) -> None:
     """Give the lease back, unless it is no longer this process's."""
-    with services.database.unit_of_work() as session:
-        session.execute(
-            update(RoundRow)
-            .where(col(RoundRow.id) == round_id, col(RoundRow.push_lease_until) == lease)
-            .values(push_lease_until=None)
-        )
-        session.commit()
+    with services.uow() as uow:
+        uow.rounds.release_push_lease(round_id, lease)
+        uow.commit()
 
 
 def push_pending(
@@ -154,130 +131,105 @@ def _push_under_lease(
     services: Services, round_id: int, progress: Callable[[int], None] | None, holder: _LeaseHolder
 ) -> int:
     pushed = 0
-    with services.database.unit_of_work() as session:
-        round_row = session.get(RoundRow, round_id)
-        if round_row is None or round_row.label_studio_project_id is None:
-            return 0
-        project_id = round_row.label_studio_project_id
-        policy = DecisionPolicy(**round_row.policy)
-        overlap = policy.min_votes
+    with services.uow(read_only=True) as uow:
+        round_ = uow.rounds.get(round_id)
+    if round_.label_studio_project_id is None:
+        return 0
+    project_id = round_.label_studio_project_id
+    policy = round_.decision_policy
     while True:
         holder.lease = _renew_push_lease(services, round_id, holder.lease)
-        with services.database.unit_of_work() as session:
-            batch = session.exec(
-                select(CandidateRow)
-                .where(CandidateRow.round_id == round_id, CandidateRow.status == "queued")
-                .order_by(col(CandidateRow.submitted_at))
-                .limit(services.settings.push_batch_size)
-            ).all()
+        with services.uow() as uow:
+            batch = uow.candidates.queued(round_id, services.settings.push_batch_size)
             if not batch:
                 return pushed
-            gold = gold_to_push(session, round_id, policy, len(batch))
-            rows: list[CandidateRow | GoldItemRow] = [*batch, *gold]
-            retried = [r.id for r in rows if r.push_attempted_at is not None]
+            gold = uow.gold.to_push(round_id, gold_to_mix(policy, len(batch)))
+            items: list[Candidate | GoldItem] = [*batch, *gold]
+            retried = [item.id for item in items if item.push_attempted_at is not None]
             # No transaction stays open across a Label Studio call (on SQLite it would hold the
             # write lock, and every webhook, for as long as Label Studio takes to answer).
-            session.commit()
-            # An earlier attempt may have created tasks whose ids never came back: ask first.
-            existing = (
-                services.label_studio.find_tasks(project_id=project_id, candidate_ids=retried)
-                if retried
-                else {}
-            )
+            uow.commit()
+        # An earlier attempt may have created tasks whose ids never came back: ask first.
+        existing = (
+            services.label_studio.find_tasks(project_id=project_id, candidate_ids=retried) if retried else {}
+        )
+        fresh = [item for item in items if item.id not in existing]
+        with services.uow() as uow:
             now = utcnow()
-            fresh: list[CandidateRow | GoldItemRow] = []
-            adopted: list[CandidateRow | GoldItemRow] = []
-            for row in rows:
-                task_id = existing.get(row.id)
-                if task_id is not None:
-                    _mark_pushed(row, task_id, overlap, now)
-                    adopted.append(row)
+            for item in items:
+                if item.id in existing:
+                    _enter_validation(uow, item, existing[item.id], policy.min_votes, round_.policy, now)
                 else:
-                    row.push_attempted_at = now
-                    fresh.append(row)
-                session.add(row)
-            _record_first_decisions(session, round_id, adopted)
-            session.commit()
-            if fresh:
-                # Gold items must not sit at a recognisable place among the candidates.
-                random.Random(fresh[0].id).shuffle(fresh)
-                task_ids = services.label_studio.import_tasks(
-                    project_id=project_id,
-                    tasks=[{"candidate_id": r.id, **r.inputs} for r in fresh],
-                )
+                    item.push_attempted_at = now
+                    _save(uow, item)
+            uow.commit()
+        if fresh:
+            # Gold items must not sit at a recognisable place among the candidates.
+            random.Random(fresh[0].id).shuffle(fresh)
+            task_ids = services.label_studio.import_tasks(
+                project_id=project_id, tasks=[{"candidate_id": item.id, **item.inputs} for item in fresh]
+            )
+            with services.uow() as uow:
                 now = utcnow()
-                for row, task_id in zip(fresh, task_ids, strict=True):
-                    _mark_pushed(row, task_id, overlap, now)
-                    session.add(row)
-                _record_first_decisions(session, round_id, fresh)
-                session.commit()
-            pushed += len(batch)
-            if progress:
-                progress(len(batch))
+                for item, task_id in zip(fresh, task_ids, strict=True):
+                    _enter_validation(uow, item, task_id, policy.min_votes, round_.policy, now)
+                uow.commit()
+        pushed += len(batch)
+        if progress:
+            progress(len(batch))
 
 
-def _record_first_decisions(session: Session, round_id: int, rows: list[CandidateRow | GoldItemRow]) -> None:
-    """A candidate entering validation gets its first decision ("0 of N first votes") on record."""
-    round_row = session.get(RoundRow, round_id)
-    assert round_row is not None
-    for row in rows:
-        if isinstance(row, CandidateRow):
-            refresh_decision(session, row, round_row, cause="pushed")
+def _enter_validation(
+    uow: UnitOfWork,
+    item: Candidate | GoldItem,
+    task_id: int,
+    overlap: int,
+    policy: dict[str, object],
+    at: datetime,
+) -> None:
+    """The item's task is in Label Studio. A candidate gets its first decision ("0 of N first
+    votes") on record."""
+    if isinstance(item, Candidate):
+        item.enter_validation(task_id=task_id, overlap=overlap, at=at)
+        item.decide([], policy, excluded=frozenset(), cause="pushed", at=at)
+    else:
+        item.enter_validation(task_id=task_id, at=at)
+    _save(uow, item)
 
 
-def _mark_pushed(row: CandidateRow | GoldItemRow, task_id: int, overlap: int, now: datetime) -> None:
-    row.label_studio_task_id = task_id
-    row.pushed_at = now
-    if isinstance(row, CandidateRow):
-        row.status = "in_validation"
-        row.wanted_votes = overlap
-        row.label_studio_overlap = overlap
+def _save(uow: UnitOfWork, item: Candidate | GoldItem) -> None:
+    if isinstance(item, Candidate):
+        uow.candidates.save(item)
+    else:
+        uow.gold.save(item)
 
 
 def apply_escalations(services: Services, round_id: int) -> int:
     """Raise the task overlap in Label Studio where a decision wants more votes."""
-    with services.database.unit_of_work() as session:
-        rows = session.exec(
-            select(CandidateRow).where(
-                CandidateRow.round_id == round_id,
-                col(CandidateRow.label_studio_task_id).is_not(None),
-                col(CandidateRow.wanted_votes) > col(CandidateRow.label_studio_overlap),
-                # A decided candidate that got more votes than its task asked for wants nothing.
-                col(CandidateRow.status).in_(WAITING_STATUSES),
-            )
-        ).all()
-        work = []
-        for c in rows:
-            voters = session.exec(
-                select(AnnotationRow.annotator_id)
-                .where(AnnotationRow.candidate_id == c.id, col(AnnotationRow.was_cancelled).is_(False))
-                .distinct()
-            ).all()
-            work.append((c.id, c.label_studio_task_id, c.wanted_votes, len(voters)))
-    done = 0
+    with services.uow(read_only=True) as uow:
+        work = [
+            (c.id, c.label_studio_task_id, c.wanted_votes, uow.candidates.voters(c.id))
+            for c in uow.candidates.wanting_more_votes(round_id)
+        ]
     for candidate_id, task_id, wanted, voter_count in work:
         assert task_id is not None
         # Label Studio's queue skips a task marked labelled even after its overlap rises.
         services.label_studio.set_task_overlap(
             task_id=task_id, overlap=wanted, is_labeled=voter_count >= wanted
         )
-        with services.database.unit_of_work() as session:
-            candidate = session.get(CandidateRow, candidate_id)
+        with services.uow() as uow:
+            candidate = uow.candidates.get(candidate_id, for_update=True)
             if candidate is not None:
-                candidate.label_studio_overlap = max(candidate.label_studio_overlap, wanted)
-                session.add(candidate)
-                session.commit()
-        done += 1
-    return done
+                candidate.record_overlap(wanted)
+                uow.candidates.save(candidate)
+                uow.commit()
+    return len(work)
 
 
 def push_retry_at(services: Services, round_id: int) -> datetime | None:
     """When the round's next push is due after failed ones (None: no push is waiting for a retry)."""
-    with services.database.reading() as session:
-        round_row = session.get(RoundRow, round_id)
-        if round_row is None or round_row.push_retry_at is None:
-            return None
-        return as_utc(round_row.push_retry_at)
+    with services.uow(read_only=True) as uow:
+        return uow.rounds.get(round_id).push_retry_at
 
 
 def background_pass(services: Services) -> None:
@@ -285,10 +237,9 @@ def background_pass(services: Services) -> None:
     from dynaval.service_layer.candidates import score_pending
 
     score_pending(services)
-    with services.database.unit_of_work() as session:
-        round_ids = [r for r in session.exec(select(RoundRow.id).where(RoundRow.state != "frozen")).all()]
+    with services.uow(read_only=True) as uow:
+        round_ids = uow.rounds.live_ids()
     for round_id in round_ids:
-        assert round_id is not None
         try:
             push_pending(services, round_id)
             apply_escalations(services, round_id)

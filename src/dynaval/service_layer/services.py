@@ -13,6 +13,7 @@ from dynaval.adapters.database import Database
 from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.label_studio import LabelStudioGateway
 from dynaval.adapters.predictor import MicroBatcher, Predictor
+from dynaval.service_layer.unit_of_work import UnitOfWork
 from dynaval.settings import Settings
 
 PredictorFactory = Callable[[Path], Predictor]
@@ -79,13 +80,22 @@ class ModelRegistry:
             self._batchers.clear()
 
 
+class UnitOfWorkFactory(Protocol):
+    def __call__(self, *, read_only: bool = False) -> UnitOfWork:
+        """A new unit of work: a write transaction, or a read-only one (a snapshot on SQLite that
+        holds no write lock)."""
+
+
 @dataclass
 class Services:
     settings: Settings
-    database: Database
     catalog: LabelConfigCatalog
     label_studio: LabelStudioGateway
     models: ModelRegistry
+    uow: UnitOfWorkFactory
+    """Storage, reached only through units of work (repositories inside)."""
+    database: Database | None = None
+    """The database behind ``uow``, for what is not a use case: health checks, migrations, closing."""
     work: WorkQueue = field(default_factory=NoWorkQueue)
     task_queue: Any = None
     """The huey instance behind ``work`` (the composition root sets both), or None."""
@@ -94,8 +104,10 @@ class Services:
 
     def health(self) -> dict[str, object]:
         """What ``GET /health`` reports: the service answers and its database does."""
-        return {"status": "ok", "database": self.database.ping(), "version": __version__}
+        database = self.database.ping() if self.database is not None else "not configured"
+        return {"status": "ok", "database": database, "version": __version__}
 
     def close(self) -> None:
         self.models.close()
-        self.database.dispose()
+        if self.database is not None:
+            self.database.dispose()

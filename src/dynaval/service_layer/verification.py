@@ -26,25 +26,15 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.engine import Connection
-from sqlmodel import Session, select
-
-from dynaval.adapters import task_checks, vote_store
 from dynaval.adapters.label_studio import READ_BATCH_SIZE, ExportedTask, ParsedAnnotation
-from dynaval.adapters.orm import (
-    CandidateRow,
-    GoldAnswerRow,
-    GoldItemRow,
-    RoundRow,
-    as_utc,
-    utcnow,
-)
+from dynaval.domain.candidate import CandidateStatus
+from dynaval.domain.clock import utcnow
+from dynaval.domain.gold import GoldAnswer
 from dynaval.domain.task_type import TaskType
 from dynaval.domain.votes import AnnotationRecord
-from dynaval.service_layer.decisions import evaluate_decision, wants_more_annotations
-from dynaval.service_layer.gold import apply_gold_rule, gold_item_for_task
-from dynaval.service_layer.rounds import get_round
+from dynaval.service_layer.annotator_exclusion import apply_gold_rule
 from dynaval.service_layer.services import Services
+from dynaval.service_layer.unit_of_work import ANNOTATION_FIELDS, UnitOfWork, VoteWrites
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +61,6 @@ class ReadReport:
         return asdict(self)
 
 
-ReconcileReport = ReadReport
-
-
 @dataclass(frozen=True)
 class _Round:
     id: int
@@ -83,14 +70,14 @@ class _Round:
 
 
 def _round(services: Services, round_id: int) -> _Round:
-    with services.database.reading() as session:
-        round_row = get_round(session, round_id)
-        return _Round(
-            id=round_id,
-            project_id=round_row.label_studio_project_id,
-            task_type=services.catalog.get(round_row.task_type),
-            policy=dict(round_row.policy),
-        )
+    with services.uow(read_only=True) as uow:
+        round_ = uow.rounds.get(round_id)
+    return _Round(
+        id=round_id,
+        project_id=round_.label_studio_project_id,
+        task_type=services.catalog.get(round_.task_type),
+        policy=dict(round_.policy),
+    )
 
 
 # --------------------------------------------------------------------------- verification
@@ -110,10 +97,8 @@ def verify_round(services: Services, round_id: int, *, batch_size: int = READ_BA
         return report
     started = utcnow()
     while True:
-        with services.database.reading() as session:
-            task_ids = task_checks.pending_tasks(
-                session.connection(), round_id, until=started, limit=batch_size
-            )
+        with services.uow(read_only=True) as uow:
+            task_ids = uow.task_checks.pending(round_id, until=started, limit=batch_size)
         if not task_ids:
             break
         read_at = utcnow()
@@ -122,11 +107,11 @@ def verify_round(services: Services, round_id: int, *, batch_size: int = READ_BA
         )
         by_id = {task.task_id: task for task in read}
         report.tasks_missing += sum(1 for task_id in task_ids if task_id not in by_id)
-        _apply_read(
-            services, target, [by_id[t] for t in task_ids if t in by_id], read_at, report, "verification"
-        )
-        with services.database.transaction() as connection:
-            task_checks.settle_checks(connection, round_id, task_ids, read_at)
+        found = [by_id[t] for t in task_ids if t in by_id]
+        _apply_read(services, target, found, read_at, report, "verification")
+        with services.uow() as uow:
+            uow.task_checks.settle(round_id, task_ids, read_at)
+            uow.commit()
         if len(task_ids) < batch_size:
             break
     return report
@@ -134,8 +119,8 @@ def verify_round(services: Services, round_id: int, *, batch_size: int = READ_BA
 
 def verify_pending_rounds(services: Services) -> dict[int, ReadReport]:
     """Verify every round that has tasks waiting (the sweep's safety net for lost queue work)."""
-    with services.database.reading() as session:
-        round_ids = task_checks.rounds_with_pending_checks(session.connection())
+    with services.uow(read_only=True) as uow:
+        round_ids = uow.task_checks.rounds_waiting()
     return {round_id: verify_round(services, round_id) for round_id in round_ids}
 
 
@@ -156,8 +141,9 @@ def reconcile_round(
         services.label_studio.export_tasks(project_id=target.project_id, task_type=target.task_type)
     )
     _apply_read(services, target, exported, read_at, report, "reconcile", progress=progress)
-    with services.database.transaction() as connection:
-        task_checks.settle_round(connection, round_id, read_at)
+    with services.uow() as uow:
+        uow.task_checks.settle_round(round_id, read_at)
+        uow.commit()
     return report
 
 
@@ -167,8 +153,8 @@ def sync_round(
     """Push what is queued, reconcile every annotation, then apply escalations."""
     from dynaval.service_layer.pushing import apply_escalations, push_pending
 
-    with services.database.reading() as session:
-        get_round(session, round_id)
+    with services.uow(read_only=True) as uow:
+        uow.rounds.get(round_id)  # an unknown round: a 404 before Label Studio is called
     pushed = push_pending(services, round_id, force=True)
     report = reconcile_round(services, round_id, progress=progress)
     escalated = apply_escalations(services, round_id)
@@ -177,13 +163,9 @@ def sync_round(
 
 def reconcile_live_rounds(services: Services) -> dict[int, ReadReport]:
     """Reconcile every round that is not frozen (the scheduled safety net for lost webhooks)."""
-    with services.database.reading() as session:
-        round_ids = [r for r in session.exec(select(RoundRow.id).where(RoundRow.state != "frozen")).all()]
-    reports = {}
-    for round_id in round_ids:
-        assert round_id is not None
-        reports[round_id] = reconcile_round(services, round_id)
-    return reports
+    with services.uow(read_only=True) as uow:
+        round_ids = uow.rounds.live_ids()
+    return {round_id: reconcile_round(services, round_id) for round_id in round_ids}
 
 
 # --------------------------------------------------------------- applying Label Studio's copy
@@ -206,8 +188,8 @@ def _apply_read(
     """Apply each task's copy: candidates' tasks in chunks, gold items' one by one (they are few);
     then the gold rule for the annotators whose gold answers changed, and escalations."""
     report.tasks += len(tasks)
-    with services.database.reading() as session:
-        kinds = vote_store.task_kinds(session.connection(), target.id, [t.task_id for t in tasks])
+    with services.uow(read_only=True) as uow:
+        kinds = uow.votes.task_kinds(target.id, [t.task_id for t in tasks])
     for task in tasks:
         if task.task_id not in kinds:
             kind = _adopt(services, target.id, task, report)
@@ -220,8 +202,9 @@ def _apply_read(
     candidate_tasks = [t for t in tasks if kinds.get(t.task_id) == "candidate"]
     for start in range(0, len(candidate_tasks), CHUNK_TASKS):
         chunk = candidate_tasks[start : start + CHUNK_TASKS]
-        with services.database.transaction() as connection:
-            wants_more_votes |= _apply_candidates(connection, target, chunk, read_at, report, source)
+        with services.uow() as uow:
+            wants_more_votes |= _apply_candidates(uow, target, chunk, read_at, report, source)
+            uow.commit()
         done += len(chunk)
         if progress:
             progress(done, len(tasks))
@@ -229,19 +212,15 @@ def _apply_read(
     for task in tasks:
         if kinds.get(task.task_id) != "gold":
             continue
-        with services.database.unit_of_work() as session:
-            gold_item = gold_item_for_task(session, target.id, task.task_id)
-            assert gold_item is not None
+        with services.uow() as uow:
             report.gold_tasks += 1
-            gold_annotators |= _apply_gold_answers(session, gold_item, task.annotations, read_at, report)
-            session.commit()
+            gold_annotators |= _apply_gold_answers(uow, target.id, task, read_at, report)
+            uow.commit()
         done += 1
         if progress:
             progress(done, len(tasks))
     if gold_annotators:
-        with services.database.unit_of_work() as session:
-            changed = apply_gold_rule(session, get_round(session, target.id), gold_annotators)
-            session.commit()
+        changed = apply_gold_rule(services, target.id, gold_annotators)
         report.decisions_changed += changed
         wants_more_votes |= changed > 0
     if wants_more_votes:
@@ -249,7 +228,7 @@ def _apply_read(
 
 
 def _apply_candidates(
-    connection: Connection,
+    uow: UnitOfWork,
     target: _Round,
     tasks: Sequence[ExportedTask],
     read_at: datetime,
@@ -258,8 +237,8 @@ def _apply_candidates(
 ) -> bool:
     """Make the stored annotations of these tasks' candidates equal the copies read, and decide
     each again; returns whether Label Studio must be asked for more annotations."""
-    locked = vote_store.lock_candidates(connection, target.id, [t.task_id for t in tasks])
-    excluded = vote_store.excluded_annotators(connection, target.id)
+    locked = uow.votes.lock_candidates(target.id, [t.task_id for t in tasks])
+    excluded = uow.annotators.excluded(target.id)
     unseen = {
         a.annotation_id
         for t in tasks
@@ -269,26 +248,27 @@ def _apply_candidates(
     }
     # Label Studio never gives one annotation to two tasks; an id stored for another candidate
     # would be a corrupt read, and is left alone rather than moved.
-    foreign = vote_store.annotation_owners(connection, unseen)
-    writes = vote_store.VoteWrites()
+    foreign = uow.votes.annotation_owners(unseen)
+    writes = VoteWrites()
     now = utcnow()
     wants_more_votes = False
     for task in tasks:
-        candidate = locked.get(task.task_id)
-        if candidate is None:
+        stored = locked.get(task.task_id)
+        if stored is None:
             continue
-        if candidate.read_at is not None and candidate.read_at >= read_at:
+        read_before = stored.candidate.label_studio_read_at
+        if read_before is not None and read_before >= read_at:
             report.newer_read_kept += 1
             continue
         report.annotations_seen += len(task.annotations)
-        current = dict(candidate.annotations)
+        current = dict(stored.annotations)
         incoming = {a.annotation_id: a for a in task.annotations}
         for annotation_id, parsed in incoming.items():
             values = _columns(parsed)
-            stored = candidate.annotations.get(annotation_id)
-            if stored == values:
+            before = stored.annotations.get(annotation_id)
+            if before == values:
                 continue
-            if stored is None and annotation_id in foreign:
+            if before is None and annotation_id in foreign:
                 log.warning(
                     "annotation %s of task %s belongs to another candidate; not moved",
                     annotation_id,
@@ -296,51 +276,48 @@ def _apply_candidates(
                 )
                 continue
             row = {"id": annotation_id, **values, "received_at": now, "source": source}
-            if stored is None:
-                writes.inserted.append({**row, "candidate_id": candidate.id, "round_id": target.id})
+            if before is None:
+                writes.inserted.append({**row, "candidate_id": stored.candidate.id, "round_id": target.id})
             else:
                 writes.updated.append(row)
             current[annotation_id] = values
             report.added_or_updated += 1
-        for annotation_id in [i for i in candidate.annotations if i not in incoming]:
+        for annotation_id in [i for i in stored.annotations if i not in incoming]:
             writes.deleted.append(annotation_id)
             del current[annotation_id]
             report.deleted += 1
-        change = evaluate_decision(
-            status=candidate.status,
-            override_outcome=candidate.override_outcome,
-            stored_decision=candidate.decision,
-            writer_label=candidate.writer_label,
-            records=[_record(annotation_id, values) for annotation_id, values in current.items()],
-            policy=target.policy,
+        candidate = stored.candidate
+        entry = candidate.decide(
+            [_record(annotation_id, values) for annotation_id, values in current.items()],
+            target.policy,
             excluded=excluded,
             cause=source,
+            at=now,
         )
-        if change is None:
+        candidate.label_studio_read_at = read_at
+        if entry is None:
             writes.read_only.append({"candidate_id": candidate.id, "read_at": read_at})
             continue
         writes.decisions.append(
             {
                 "candidate_id": candidate.id,
-                "status": change.status,
-                "decision": change.decision,
-                "wanted_votes": change.wanted_votes,
-                "decided_at": change.decided_at,
+                "status": candidate.status.value,
+                "decision": candidate.decision,
+                "wanted_votes": candidate.wanted_votes,
+                "decided_at": candidate.decided_at,
                 "read_at": read_at,
             }
         )
-        writes.history.append({"candidate_id": candidate.id, **change.history})
+        writes.history.append({"candidate_id": candidate.id, **asdict(entry)})
         report.decisions_changed += 1
-        wants_more_votes |= wants_more_annotations(
-            change.status, change.wanted_votes, candidate.label_studio_overlap
-        )
-    vote_store.write(connection, writes)
+        wants_more_votes |= candidate.wants_more_annotations
+    uow.votes.write(writes)
     return wants_more_votes
 
 
 def _columns(parsed: ParsedAnnotation) -> dict[str, Any]:
-    """The stored columns of an annotation as read (those of :data:`vote_store.ANNOTATION_FIELDS`)."""
-    return {
+    """The stored columns of an annotation as read (those of :data:`ANNOTATION_FIELDS`)."""
+    columns = {
         "annotator_id": parsed.annotator_id,
         "label": parsed.label,
         "flagged": parsed.flagged,
@@ -350,6 +327,8 @@ def _columns(parsed: ParsedAnnotation) -> dict[str, Any]:
         "created_at": parsed.created_at,
         "updated_at": parsed.updated_at,
     }
+    assert tuple(columns) == ANNOTATION_FIELDS
+    return columns
 
 
 def _record(annotation_id: int, values: dict[str, Any]) -> AnnotationRecord:
@@ -369,102 +348,68 @@ def _adopt(services: Services, round_id: int, task: ExportedTask, report: ReadRe
     item its data names. Returns what it now is (``"candidate"`` or ``"gold"``), or None."""
     if not task.candidate_id:
         return None
-    with services.database.unit_of_work() as session:
-        if _adopt_task(session, round_id, task.candidate_id, task.task_id, report) is not None:
-            session.commit()
+    with services.uow() as uow:
+        overlap = int(uow.rounds.get(round_id).policy["min_votes"])
+        now = utcnow()
+        candidate = uow.candidates.get(task.candidate_id, for_update=True)
+        if (
+            candidate is not None
+            and candidate.round_id == round_id
+            and candidate.label_studio_task_id is None
+            and candidate.status is CandidateStatus.QUEUED
+        ):
+            candidate.enter_validation(task_id=task.task_id, overlap=overlap, at=now)
+            uow.candidates.save(candidate)
+            uow.commit()
+            report.tasks_adopted += 1
             return "candidate"
-        if _gold_item_of_task(session, round_id, task) is not None:
-            session.commit()
+        item = uow.gold.get(task.candidate_id, for_update=True)
+        if item is not None and item.round_id == round_id and item.label_studio_task_id is None:
+            item.enter_validation(task_id=task.task_id, at=item.push_attempted_at or now)
+            uow.gold.save(item)
+            uow.commit()
             return "gold"
     return None
 
 
-def _adopt_task(
-    session: Session, round_id: int, candidate_id: str, task_id: int, report: ReadReport
-) -> str | None:
-    """A task created by an import whose answer never came back: link it to its candidate."""
-    candidate = session.get(CandidateRow, candidate_id)
-    if candidate is None or candidate.round_id != round_id or candidate.label_studio_task_id is not None:
-        return None
-    overlap = int(get_round(session, round_id).policy["min_votes"])
-    candidate.label_studio_task_id = task_id
-    candidate.status = "in_validation"
-    candidate.wanted_votes = overlap
-    candidate.label_studio_overlap = overlap
-    session.add(candidate)
-    session.flush()
-    report.tasks_adopted += 1
-    return candidate.id
-
-
-def _gold_item_of_task(session: Session, round_id: int, task: ExportedTask) -> GoldItemRow | None:
-    """The gold item behind a task, adopting the task if its import's answer never came back."""
-    gold_item = gold_item_for_task(session, round_id, task.task_id)
-    if gold_item is None and task.candidate_id:
-        orphan = session.get(GoldItemRow, task.candidate_id)
-        if orphan is not None and orphan.round_id == round_id and orphan.label_studio_task_id is None:
-            orphan.label_studio_task_id = task.task_id
-            orphan.pushed_at = orphan.pushed_at or orphan.push_attempted_at
-            session.add(orphan)
-            session.flush()
-            gold_item = orphan
-    return gold_item
-
-
 def _apply_gold_answers(
-    session: Session,
-    gold_item: GoldItemRow,
-    annotations: Sequence[ParsedAnnotation],
-    read_at: datetime,
-    report: ReadReport,
+    uow: UnitOfWork, round_id: int, task: ExportedTask, read_at: datetime, report: ReadReport
 ) -> set[str]:
     """Make one gold item's stored answers equal the task's copy; returns the annotators touched."""
-    locked = session.exec(select(GoldItemRow).where(GoldItemRow.id == gold_item.id).with_for_update()).one()
-    if locked.label_studio_read_at is not None and as_utc(locked.label_studio_read_at) >= read_at:
+    item = uow.gold.by_task(round_id, task.task_id)
+    assert item is not None
+    item = uow.gold.get(item.id, for_update=True)
+    assert item is not None
+    if item.label_studio_read_at is not None and item.label_studio_read_at >= read_at:
         report.newer_read_kept += 1
         return set()
-    report.annotations_seen += len(annotations)
-    stored = {
-        row.id: row
-        for row in session.exec(select(GoldAnswerRow).where(GoldAnswerRow.gold_item_id == locked.id)).all()
-    }
-    incoming = {parsed.annotation_id: parsed for parsed in annotations}
+    report.annotations_seen += len(task.annotations)
+    stored = {a.annotation_id: a for a in uow.gold.answers_of_item(item.id)}
     touched: set[str] = set()
     now = utcnow()
-    for annotation_id, parsed in incoming.items():
-        row = stored.get(annotation_id)
-        same = row is not None and (
-            row.annotator_id,
-            row.label,
-            row.was_cancelled,
-            as_utc(row.updated_at),
-        ) == (parsed.annotator_id, parsed.label, parsed.was_cancelled, parsed.updated_at)
-        if same:
+    for parsed in task.annotations:
+        answer = GoldAnswer(
+            annotation_id=parsed.annotation_id,
+            gold_item_id=item.id,
+            annotator=parsed.annotator_id,
+            label=parsed.label,
+            was_cancelled=parsed.was_cancelled,
+            updated_at=parsed.updated_at,
+        )
+        before = stored.get(parsed.annotation_id)
+        if before == answer:
             continue
-        if row is None:
-            row = GoldAnswerRow(
-                id=annotation_id,
-                gold_item_id=locked.id,
-                round_id=locked.round_id,
-                annotator_id=parsed.annotator_id,
-                updated_at=parsed.updated_at,
-            )
-        else:
-            touched.add(row.annotator_id)  # an answer moved to another annotator changes both
-        row.annotator_id = parsed.annotator_id
-        row.label = parsed.label
-        row.was_cancelled = parsed.was_cancelled
-        row.updated_at = parsed.updated_at
-        row.received_at = now
-        session.add(row)
-        touched.add(parsed.annotator_id)
+        if before is not None:
+            touched.add(before.annotator)  # an answer moved to another annotator changes both
+        uow.gold.put_answer(round_id, answer, received_at=now)
+        touched.add(answer.annotator)
         report.added_or_updated += 1
-    for annotation_id, row in stored.items():
-        if annotation_id not in incoming:
-            touched.add(row.annotator_id)
-            session.delete(row)
+    seen = {a.annotation_id for a in task.annotations}
+    for annotation_id, before in stored.items():
+        if annotation_id not in seen:
+            touched.add(before.annotator)
+            uow.gold.delete_answer(annotation_id)
             report.deleted += 1
-    locked.label_studio_read_at = read_at
-    session.add(locked)
-    session.flush()
+    item.label_studio_read_at = read_at
+    uow.gold.save(item)
     return touched

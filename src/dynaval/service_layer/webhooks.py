@@ -18,9 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from dynaval.adapters import task_checks
 from dynaval.adapters.label_studio import WEBHOOK_ACTIONS
-from dynaval.adapters.orm import utcnow
+from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import DomainError, InvalidInput, NotFound, TooLarge
 from dynaval.service_layer.services import Services
 
@@ -80,16 +79,17 @@ def ingest_webhook(services: Services, payload: object) -> WebhookResult:
     else:
         task_id = _annotation_task(payload.get("annotation"))
     round_id = _round_of_project(services, project_id)
-    with services.database.transaction() as connection:
+    with services.uow() as uow:
         if task_id is not None:
-            if not task_checks.is_task_of_round(connection, round_id, task_id):
+            if not uow.task_checks.is_task_of_round(round_id, task_id):
                 raise NotFound(
                     "the annotation's task is not a candidate of this round", field="annotation.task"
                 )
             tasks = {task_id}
         else:
-            tasks = task_checks.tasks_of_annotations(connection, round_id, deleted_ids)
-        task_checks.request_checks(connection, round_id, tasks, utcnow())
+            tasks = uow.task_checks.tasks_of_annotations(round_id, deleted_ids)
+        uow.task_checks.request(round_id, tasks, utcnow())
+        uow.commit()
     if tasks:
         services.work.verify_soon(round_id)
     return WebhookResult(action=action, handled=True, tasks_to_verify=len(tasks))
@@ -98,8 +98,8 @@ def ingest_webhook(services: Services, payload: object) -> WebhookResult:
 def _round_of_project(services: Services, project_id: int) -> int:
     round_id = services.webhook_rounds.get(project_id)
     if round_id is None:
-        with services.database.reading() as session:
-            round_id = task_checks.round_of_project(session.connection(), project_id)
+        with services.uow(read_only=True) as uow:
+            round_id = uow.task_checks.round_of_project(project_id)
         if round_id is None:
             raise NotFound("no round uses this Label Studio project", field="project.id")
         # A round's project never changes: read it once per process.

@@ -1,0 +1,80 @@
+"""A round's lifecycle: ``open`` (takes candidates) → ``closed`` (validation finishes) → ``frozen``
+(its decisions are final and its dataset may be released)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from dynaval.domain.errors import Conflict
+from dynaval.domain.policy import DecisionPolicy
+
+
+class RoundState(StrEnum):
+    OPEN = "open"
+    CLOSED = "closed"
+    FROZEN = "frozen"
+
+
+@dataclass
+class Round:
+    """One collection period for one task type, with one pinned model."""
+
+    name: str
+    task_type: str
+    model_dir: str
+    model_name: str
+    model_hash: str
+    labels: list[str]
+    policy: dict[str, Any]
+    state: RoundState = RoundState.OPEN
+    id: int | None = None
+    label_studio_project_id: int | None = None
+    label_studio_webhook_id: int | None = None
+    created_at: datetime | None = None
+    closed_at: datetime | None = None
+    frozen_at: datetime | None = None
+    push_failures: int = 0
+    """Pushes in a row that Label Studio failed; the next waits ``push_retry_base_s * 2**(n-1)``."""
+    push_retry_at: datetime | None = None
+
+    @property
+    def decision_policy(self) -> DecisionPolicy:
+        return DecisionPolicy(**self.policy)
+
+    def _conflict(self, message: str, field: str = "round_id") -> Conflict:
+        return Conflict(f"round {self.id} {message}", field=field)
+
+    def check_takes_candidates(self) -> None:
+        """Only an open round takes candidates."""
+        if self.state is not RoundState.OPEN:
+            raise self._conflict(f"is {self.state.value} and takes no candidates")
+
+    def check_decisions_may_change(self, *, field: str = "round_id") -> None:
+        """A frozen round's decisions are final: no override, no vote changes them (the
+        :class:`Conflict` names ``field``, the request's handle on the round)."""
+        if self.state is RoundState.FROZEN:
+            raise self._conflict("is frozen; its decisions are final", field)
+
+    @property
+    def is_live(self) -> bool:
+        """Whether Label Studio work (pushes, reads, escalations) still concerns the round."""
+        return self.state is not RoundState.FROZEN
+
+    def close(self, at: datetime) -> None:
+        """``open`` → ``closed``: no more candidates; validation goes on."""
+        if self.state is not RoundState.OPEN:
+            raise self._conflict(f"is already {self.state.value}")
+        self.state = RoundState.CLOSED
+        self.closed_at = at
+
+    def freeze(self, at: datetime) -> None:
+        """``closed`` → ``frozen``: nothing changes a decision any more."""
+        if self.state is RoundState.OPEN:
+            raise self._conflict("is open: close it before freezing it")
+        if self.state is RoundState.FROZEN:
+            raise self._conflict("is already frozen")
+        self.state = RoundState.FROZEN
+        self.frozen_at = at

@@ -1,0 +1,334 @@
+"""The ports through which use cases reach storage: a unit of work and its repositories.
+
+A use case opens a unit of work, loads domain objects from its repositories, calls their methods,
+saves them and commits; nothing persists unless it commits. The SQL implementation
+(:mod:`dynaval.adapters.unit_of_work`) holds every query and every dialect detail (upserts, row
+locks, leases, Core statements for the busy paths); the unit tests run the same use cases on
+in-memory fakes of these protocols (``tests/unit/fakes.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, Protocol, Self
+
+from dynaval.domain.audit import AuditEvent
+from dynaval.domain.candidate import Candidate, CandidateStatus, DecisionEntry
+from dynaval.domain.gold import AnnotatorStatus, ExclusionEvent, GoldAnswer, GoldItem
+from dynaval.domain.lead_session import LeadSessionRecord
+from dynaval.domain.round import Round
+from dynaval.domain.votes import AnnotationRecord
+
+ANNOTATION_FIELDS = (
+    "annotator_id", "label", "flagged", "flag_reason", "was_cancelled", "lead_time_s",
+    "created_at", "updated_at",
+)  # fmt: skip
+"""The columns of a stored annotation that a read of Label Studio compares and writes."""
+
+
+@dataclass
+class StoredCandidate:
+    """A candidate as a read of Label Studio needs it: the candidate (row-locked), and its stored
+    annotations by id."""
+
+    candidate: Candidate
+    annotations: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Annotation id -> the columns of :data:`ANNOTATION_FIELDS` (times in UTC)."""
+
+
+@dataclass
+class VoteWrites:
+    """What one chunk changes; :meth:`VoteStore.write` applies it all."""
+
+    inserted: list[dict[str, Any]] = field(default_factory=list)
+    updated: list[dict[str, Any]] = field(default_factory=list)
+    deleted: list[int] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    """Candidate columns of a changed decision (``candidate_id``, ``status``, ``decision``,
+    ``wanted_votes``, ``decided_at``, ``read_at``)."""
+    history: list[dict[str, Any]] = field(default_factory=list)
+    read_only: list[dict[str, Any]] = field(default_factory=list)
+    """Candidates whose decision stands: only when their copy was read (``candidate_id``, ``read_at``)."""
+
+
+class RoundRepository(Protocol):
+    def get(self, round_id: int, *, for_update: bool = False) -> Round:
+        """The round, row-locked with ``for_update``; :class:`NotFound` naming ``round_id``."""
+
+    def add(self, round_: Round) -> Round: ...
+
+    def save(self, round_: Round) -> None: ...
+
+    def all(self) -> list[Round]: ...
+
+    def live_ids(self) -> list[int]: ...
+
+    def take_push_lease(
+        self, round_id: int, lease: datetime, *, now: datetime, respect_backoff: bool
+    ) -> bool: ...
+
+    def renew_push_lease(self, round_id: int, lease: datetime, renewed: datetime) -> bool: ...
+
+    def release_push_lease(self, round_id: int, lease: datetime) -> None: ...
+
+
+class CandidateRepository(Protocol):
+    def get(self, candidate_id: str, *, for_update: bool = False) -> Candidate | None: ...
+
+    def get_many(self, candidate_ids: Collection[str]) -> dict[str, Candidate]: ...
+
+    def by_task(self, round_id: int, task_id: int) -> Candidate | None: ...
+
+    def add(self, candidate: Candidate) -> None: ...
+
+    def save(self, candidate: Candidate) -> None: ...
+
+    def annotations(self, candidate_id: str) -> list[AnnotationRecord]: ...
+
+    def annotations_of(self, candidate_ids: Collection[str]) -> dict[str, list[AnnotationRecord]]: ...
+
+    def cancelled_annotations(self, candidate_id: str) -> int: ...
+
+    def voters(self, candidate_id: str) -> int: ...
+
+    def history(self, candidate_id: str) -> list[DecisionEntry]: ...
+
+    def count_with_status(self, round_id: int, status: CandidateStatus) -> int: ...
+
+    def page_with_status(
+        self, round_id: int, status: CandidateStatus, *, after: tuple[datetime, str] | None, limit: int
+    ) -> list[Candidate]:
+        """The round's candidates with ``status`` in (submitted, id) order, after ``after``."""
+
+    def queued(self, round_id: int, limit: int) -> list[Candidate]: ...
+
+    def left_scoring(self, older_than: datetime, limit: int) -> list[Candidate]: ...
+
+    def wanting_more_votes(self, round_id: int) -> list[Candidate]: ...
+
+    def annotated_by(self, round_id: int, annotator: str) -> list[str]: ...
+
+    def annotators(self, round_id: int) -> set[str]:
+        """Every raw annotator id with an annotation (or gold answer) in the round."""
+
+
+class GoldRepository(Protocol):
+    def add(self, item: GoldItem) -> None: ...
+
+    def get(self, item_id: str, *, for_update: bool = False) -> GoldItem | None: ...
+
+    def by_task(self, round_id: int, task_id: int) -> GoldItem | None: ...
+
+    def to_push(self, round_id: int, limit: int) -> list[GoldItem]: ...
+
+    def save(self, item: GoldItem) -> None: ...
+
+    def answers_of_item(self, item_id: str) -> list[GoldAnswer]: ...
+
+    def put_answer(self, round_id: int, answer: GoldAnswer, received_at: datetime) -> None: ...
+
+    def delete_answer(self, annotation_id: int) -> None: ...
+
+    def answers(self, round_id: int) -> list[tuple[GoldAnswer, str]]: ...
+
+
+class AnnotatorRepository(Protocol):
+    def excluded(self, round_id: int) -> frozenset[str]: ...
+
+    def status(self, round_id: int, annotator: str) -> AnnotatorStatus | None: ...
+
+    def statuses(self, round_id: int) -> dict[str, AnnotatorStatus]: ...
+
+    def set_status(self, round_id: int, status: AnnotatorStatus) -> None: ...
+
+    def log(self, event: ExclusionEvent) -> None: ...
+
+    def events(self, round_id: int) -> list[ExclusionEvent]: ...
+
+
+class AuditRepository(Protocol):
+    def add(self, event: AuditEvent) -> None: ...
+
+    def of_round(self, round_id: int) -> list[AuditEvent]: ...
+
+    def of_candidate(self, candidate_id: str) -> list[AuditEvent]: ...
+
+
+class TaskChecks(Protocol):
+    """The tasks waiting to be read back, inside one unit of work."""
+
+    def round_of_project(self, project_id: int) -> int | None:
+        """The id of the round whose Label Studio project this is, or None."""
+
+    def is_task_of_round(self, round_id: int, task_id: int) -> bool:
+        """Whether the task is a candidate's or a gold item's of the round."""
+
+    def tasks_of_annotations(self, round_id: int, annotation_ids: Collection[int]) -> set[int]:
+        """The tasks of the round that hold any of these stored annotations (or gold answers). Ids
+        the service never stored for this round lead nowhere."""
+
+    def request(self, round_id: int, task_ids: Iterable[int], at: datetime) -> None:
+        """Ask for these tasks of the round to be read back from Label Studio (again, if waiting)."""
+
+    def pending(self, round_id: int, *, until: datetime, limit: int) -> list[int]:
+        """Tasks of the round asked for at or before ``until``, the longest-waiting first."""
+
+    def settle(self, round_id: int, task_ids: Collection[int], read_at: datetime) -> int:
+        """Forget the requests that a read of Label Studio started at ``read_at`` answered. A request
+        that came during the read stays: what it announced may be missing from the read."""
+
+    def settle_round(self, round_id: int, read_at: datetime) -> int:
+        """Forget every request of the round that a read of all its tasks, started at ``read_at``,
+        answered."""
+
+    def rounds_waiting(self) -> list[int]:
+        """Rounds that have tasks waiting to be read back."""
+
+    def waiting(self, round_id: int) -> tuple[int, datetime | None]:
+        """How many of the round's tasks wait to be read back, and since when the longest has waited."""
+
+
+class VoteStore(Protocol):
+    """The votes read back from Label Studio, inside one unit of work (Core statements on its
+    connection)."""
+
+    def task_kinds(self, round_id: int, task_ids: Collection[int]) -> dict[int, str]:
+        """For each of these tasks linked to the round: ``"candidate"`` or ``"gold"``."""
+
+    def lock_candidates(self, round_id: int, task_ids: Collection[int]) -> dict[int, StoredCandidate]:
+        """The round's candidates of these tasks, row-locked, with their stored annotations, by task id."""
+
+    def annotation_owners(self, annotation_ids: Collection[int]) -> dict[int, str]:
+        """The candidate each of these stored annotation ids belongs to."""
+
+    def write(self, writes: VoteWrites) -> None:
+        """Apply one chunk's changes, each kind with one ``executemany``."""
+
+
+class RoundQueries(Protocol):
+    def status_counts(self, round_id: int) -> dict[tuple[str, bool], int]:
+        """Candidates of the round by (status, fooled)."""
+
+    def labelled_votes(self, round_id: int) -> list[tuple[str, str, str]]:
+        """Every annotator's current labelled vote in the round as (candidate, annotator, label),
+        excluded annotators included.
+
+        The same votes as :func:`dynaval.domain.votes.current_votes` per candidate (latest by update
+        time, then annotation id; an annotation with neither label nor flag is no vote; a flag-only
+        latest vote hides an earlier label), read as plain columns and ordered by the database: a
+        round of 250,000 annotations takes about a second, not the many that ORM rows would.
+        """
+
+    def counted_votes(self, round_id: int) -> list[tuple[str, str, str]]:
+        """:meth:`labelled_votes` without the excluded annotators' votes: what the round counts."""
+
+    def validated_candidates(self, round_id: int) -> int:
+        """Candidates whose task is in Label Studio."""
+
+    def annotation_count(self, round_id: int) -> int:
+        """Non-cancelled annotations stored for the round."""
+
+    def writer_labels(self, round_id: int) -> list[tuple[str, str]]:
+        """Every candidate of the round with its writer's label."""
+
+
+class DashboardSessions(Protocol):
+    """The lead's dashboard sessions (table ``dashboard_session``)."""
+
+    def add(self, record: LeadSessionRecord) -> None: ...
+
+    def get(self, id_hash: str) -> LeadSessionRecord | None: ...
+
+    def touch(self, id_hash: str, now: datetime) -> None:
+        """Note that the session was used at ``now`` (never moving ``last_seen_at`` back)."""
+
+    def revoke(self, id_hash: str, now: datetime) -> None: ...
+
+    def purge(self, now: datetime, *, idle: timedelta) -> None:
+        """Delete the rows that can no longer hold: past their lifetime or their idle timeout.
+        A revoked row stays until then, so the table shows recent logouts."""
+
+
+class DashboardQueries(Protocol):
+    """What the lead's dashboard reads: fingerprints of a round's votes, counts, the paged queue."""
+
+    def votes_fingerprint(self, round_id: int) -> tuple[Any, ...]:
+        """What the round's counted votes depend on: its annotations (how many, and the latest time
+        one was stored or changed) and its exclusion log (every exclusion or reinstatement adds an
+        event). Cheap indexed queries (a count and a max are faster apart than together)."""
+
+    def annotators_fingerprint(self, round_id: int) -> tuple[Any, ...]:
+        """The votes' fingerprint and the round's gold answers (gold accuracy is on the annotators page)."""
+
+    def status_counts(self, round_ids: Sequence[int]) -> dict[int, dict[tuple[str, bool], int]]:
+        """Candidates of each round by (status, fooled), read at once."""
+
+    def queue_page(
+        self,
+        round_id: int,
+        *,
+        fields: Sequence[str],
+        status: str,
+        q: str,
+        urgent: Sequence[str],
+        offset: int,
+        limit: int,
+        by_status: Mapping[str, int] | None,
+    ) -> tuple[list[Candidate], dict[str, list[AnnotationRecord]], int]:
+        """One page of the round's candidates, ``urgent`` statuses first, then the rest, each by
+        submission time; with their annotations, and the total the filters keep. ``q`` keeps
+        candidates whose ``fields`` contain it (case-insensitive); ``by_status``, the round's counts
+        when the caller has them, saves counting again."""
+
+    def writer_by_validators(self, round_id: int) -> list[tuple[str, str, int]]:
+        """Candidates by writer label and validators' majority label (each candidate's latest rule
+        decision; candidates without a majority are left out)."""
+
+
+class UnitOfWork(Protocol):
+    """One transaction and its repositories; rolled back on leaving the block unless committed."""
+
+    @property
+    def rounds(self) -> RoundRepository: ...
+
+    @property
+    def candidates(self) -> CandidateRepository: ...
+
+    @property
+    def gold(self) -> GoldRepository: ...
+
+    @property
+    def annotators(self) -> AnnotatorRepository: ...
+
+    @property
+    def audit(self) -> AuditRepository: ...
+
+    @property
+    def votes(self) -> VoteStore: ...
+
+    @property
+    def task_checks(self) -> TaskChecks: ...
+
+    @property
+    def round_queries(self) -> RoundQueries: ...
+
+    @property
+    def dashboard(self) -> DashboardQueries: ...
+
+    @property
+    def dashboard_sessions(self) -> DashboardSessions: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None: ...
+
+    def commit(self) -> None:
+        """Make the unit's writes durable; without it, leaving the block rolls them back."""
+
+    def flush(self) -> None:
+        """Send the pending writes inside the transaction (later reads of it see them)."""
