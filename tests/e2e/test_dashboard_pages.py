@@ -28,7 +28,6 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from dynaval.service_layer.decisions import annotation_records_of, refresh_decision
 from flask import Flask
 from flask.testing import FlaskClient
 from pydantic import ValidationError
@@ -47,6 +46,8 @@ from dynaval.adapters.orm import (
     RoundRow,
     as_utc,
 )
+from dynaval.adapters.repositories import record_of
+from dynaval.adapters.unit_of_work import SqlUnitOfWork
 from dynaval.bootstrap import bootstrap
 from dynaval.domain.policy import DecisionPolicy
 from dynaval.domain.provenance import pseudonym
@@ -57,7 +58,6 @@ from dynaval.entrypoints.headers import DATA_POLICY, PAGE_POLICY
 from dynaval.entrypoints.pages import SESSION_COOKIE
 from dynaval.service_layer import dashboard
 from dynaval.service_layer.figures_cache import FiguresCache
-from dynaval.service_layer.rounds import current_labelled_votes, round_votes
 from dynaval.service_layer.services import Services
 from tests.e2e.test_validation_loop import wait_for
 from tests.fixtures.service import (
@@ -220,8 +220,8 @@ def seed_round(services: Services, *, name: str = "Sentiment round 1", fillers: 
                 label_studio_overlap=2,
             )
             session.add(candidate)
-            session.flush()
-            refresh_decision(session, candidate, round_row, cause="pushed")
+            session.commit()
+            decide_again(services, candidate.id, cause="pushed")
             for annotator, vote, flagged in votes:
                 annotation_id += 1
                 session.add(
@@ -239,8 +239,8 @@ def seed_round(services: Services, *, name: str = "Sentiment round 1", fillers: 
                     )
                 )
                 seeded.annotators[annotator] = pseudonym(PSEUDONYM_SECRET, "annotator", annotator)
-            session.flush()
-            refresh_decision(session, candidate, round_row, cause="webhook")
+            session.commit()
+            decide_again(services, candidate.id, cause="webhook")
             seeded.ids[key] = candidate.id
         for j in range(fillers):
             filler = CandidateRow(
@@ -260,6 +260,26 @@ def seed_round(services: Services, *, name: str = "Sentiment round 1", fillers: 
             seeded.ids[f"filler{j}"] = filler.id
         session.commit()
     return seeded
+
+
+def decide_again(services: Services, candidate_id: str, *, cause: str) -> bool:
+    """The rule applied to the candidate's stored votes, as reading them back does; whether it
+    changed the decision."""
+    assert services.database is not None
+    with SqlUnitOfWork(services.database) as uow:
+        candidate = uow.candidates.get(candidate_id, for_update=True)
+        assert candidate is not None
+        policy = uow.rounds.get(candidate.round_id).policy
+        entry = candidate.decide(
+            uow.candidates.annotations(candidate_id),
+            policy,
+            excluded=uow.annotators.excluded(candidate.round_id),
+            cause=cause,
+            at=datetime.now(UTC),
+        )
+        uow.candidates.save(candidate)
+        uow.commit()
+    return entry is not None
 
 
 def select_max_annotation_id() -> Any:
@@ -1137,9 +1157,8 @@ def test_the_override_api_names_the_bad_field_and_records_who_overrode(
                     updated_at=datetime.now(UTC),
                 )
             )
-        session.flush()
-        assert refresh_decision(session, candidate, round_row, cause="webhook") is False
         session.commit()
+    assert decide_again(services, cid, cause="webhook") is False
     after = api(client, f"/api/candidates/{cid}")
     assert after["status"] == "accepted" and len(after["votes"]) == 4
 
@@ -1292,11 +1311,12 @@ def test_the_rounds_votes_are_each_annotators_current_vote(services: Services) -
         expected = sorted(
             (cid, vote.annotator, vote.label)
             for cid, group in by_candidate.items()
-            for vote in current_votes(annotation_records_of(group))
+            for vote in current_votes([record_of(r) for r in group])
             if vote.label is not None
         )
-        assert sorted(current_labelled_votes(session, rid)) == expected
-        assert sorted(round_votes(session, rid)) == [v for v in expected if v[1] != "13"]
+    with SqlUnitOfWork(services.database, read_only=True) as uow:
+        assert sorted(uow.round_queries.labelled_votes(rid)) == expected
+        assert sorted(uow.round_queries.counted_votes(rid)) == [v for v in expected if v[1] != "13"]
         assert len(expected) > 5
 
 

@@ -1,0 +1,380 @@
+"""In-memory fakes of our own ports, for the use cases' unit tests (no database, no Label Studio).
+
+:class:`FakeStore` holds what the repositories would store; each :class:`FakeUnitOfWork` works on
+a copy of it and writes the copy back only on commit, so a use case that fails half-way leaves the
+store as it was, as a rolled-back transaction would. The same use cases run on the SQL unit of work
+in the integration and end-to-end tests.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from dynaval.adapters.label_config import LabelConfigCatalog
+from dynaval.adapters.label_studio import ExportedTask, LabelStudioUnavailable
+from dynaval.domain.audit import AuditEvent
+from dynaval.domain.candidate import Candidate, CandidateStatus, DecisionEntry
+from dynaval.domain.errors import NotFound
+from dynaval.domain.gold import AnnotatorStatus, ExclusionEvent, GoldAnswer, GoldItem
+from dynaval.domain.round import Round
+from dynaval.domain.task_type import TaskType
+from dynaval.domain.votes import AnnotationRecord
+from dynaval.service_layer.services import ModelRegistry, Services
+from dynaval.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class FakeStore:
+    rounds: dict[int, Round] = field(default_factory=dict)
+    leases: dict[int, datetime | None] = field(default_factory=dict)
+    candidates: dict[str, Candidate] = field(default_factory=dict)
+    annotations: dict[str, list[AnnotationRecord]] = field(default_factory=dict)
+    history: dict[str, list[DecisionEntry]] = field(default_factory=dict)
+    gold: dict[str, GoldItem] = field(default_factory=dict)
+    gold_answers: dict[int, GoldAnswer] = field(default_factory=dict)
+    statuses: dict[tuple[int, str], AnnotatorStatus] = field(default_factory=dict)
+    exclusion_events: list[ExclusionEvent] = field(default_factory=list)
+    audit: list[AuditEvent] = field(default_factory=list)
+    commits: int = 0
+
+
+class FakeRounds:
+    def __init__(self, store: FakeStore) -> None:
+        self.store = store
+
+    def get(self, round_id: int, *, for_update: bool = False) -> Round:
+        if round_id not in self.store.rounds:
+            raise NotFound(f"round {round_id} does not exist", field="round_id")
+        return copy.deepcopy(self.store.rounds[round_id])
+
+    def add(self, round_: Round) -> Round:
+        round_.id = max(self.store.rounds, default=0) + 1
+        self.store.rounds[round_.id] = copy.deepcopy(round_)
+        return round_
+
+    def save(self, round_: Round) -> None:
+        assert round_.id is not None
+        self.store.rounds[round_.id] = copy.deepcopy(round_)
+
+    def all(self) -> list[Round]:
+        return [copy.deepcopy(r) for _, r in sorted(self.store.rounds.items())]
+
+    def live_ids(self) -> list[int]:
+        return [i for i, r in sorted(self.store.rounds.items()) if r.is_live]
+
+    def take_push_lease(
+        self, round_id: int, lease: datetime, *, now: datetime, respect_backoff: bool
+    ) -> bool:
+        held = self.store.leases.get(round_id)
+        if held is not None and held >= now:
+            return False
+        retry_at = self.store.rounds[round_id].push_retry_at
+        if respect_backoff and retry_at is not None and retry_at > now:
+            return False
+        self.store.leases[round_id] = lease
+        return True
+
+    def renew_push_lease(self, round_id: int, lease: datetime, renewed: datetime) -> bool:
+        if self.store.leases.get(round_id) != lease:
+            return False
+        self.store.leases[round_id] = renewed
+        return True
+
+    def release_push_lease(self, round_id: int, lease: datetime) -> None:
+        if self.store.leases.get(round_id) == lease:
+            self.store.leases[round_id] = None
+
+
+class FakeCandidates:
+    def __init__(self, store: FakeStore) -> None:
+        self.store = store
+
+    def get(self, candidate_id: str, *, for_update: bool = False) -> Candidate | None:
+        found = self.store.candidates.get(candidate_id)
+        return copy.deepcopy(found) if found is not None else None
+
+    def get_many(self, candidate_ids: Collection[str]) -> dict[str, Candidate]:
+        return {
+            c: copy.deepcopy(self.store.candidates[c]) for c in candidate_ids if c in self.store.candidates
+        }
+
+    def by_task(self, round_id: int, task_id: int) -> Candidate | None:
+        for c in self.store.candidates.values():
+            if c.round_id == round_id and c.label_studio_task_id == task_id:
+                return copy.deepcopy(c)
+        return None
+
+    def add(self, candidate: Candidate) -> None:
+        self.save(candidate)
+
+    def save(self, candidate: Candidate) -> None:
+        self.store.history.setdefault(candidate.id, []).extend(candidate.history)
+        candidate.history.clear()
+        self.store.candidates[candidate.id] = copy.deepcopy(candidate)
+
+    def annotations(self, candidate_id: str) -> list[AnnotationRecord]:
+        return list(self.store.annotations.get(candidate_id, []))
+
+    def annotations_of(self, candidate_ids: Collection[str]) -> dict[str, list[AnnotationRecord]]:
+        return {c: self.annotations(c) for c in candidate_ids}
+
+    def cancelled_annotations(self, candidate_id: str) -> int:
+        return sum(1 for a in self.annotations(candidate_id) if a.was_cancelled)
+
+    def voters(self, candidate_id: str) -> int:
+        return len({a.annotator for a in self.annotations(candidate_id) if not a.was_cancelled})
+
+    def history(self, candidate_id: str) -> list[DecisionEntry]:
+        return list(self.store.history.get(candidate_id, []))
+
+    def _of_round(self, round_id: int) -> list[Candidate]:
+        return [copy.deepcopy(c) for c in self.store.candidates.values() if c.round_id == round_id]
+
+    def count_with_status(self, round_id: int, status: CandidateStatus) -> int:
+        return sum(1 for c in self._of_round(round_id) if c.status is status)
+
+    def page_with_status(
+        self, round_id: int, status: CandidateStatus, *, after: tuple[datetime, str] | None, limit: int
+    ) -> list[Candidate]:
+        found = sorted(
+            (c for c in self._of_round(round_id) if c.status is status),
+            key=lambda c: (c.submitted_at, c.id),
+        )
+        if after is not None:
+            found = [c for c in found if c.submitted_at is not None and (c.submitted_at, c.id) > after]
+        return found[:limit]
+
+    def queued(self, round_id: int, limit: int) -> list[Candidate]:
+        found = [c for c in self._of_round(round_id) if c.status is CandidateStatus.QUEUED]
+        return sorted(found, key=lambda c: (c.submitted_at, c.id))[:limit]
+
+    def left_scoring(self, older_than: datetime, limit: int) -> list[Candidate]:
+        found = [
+            copy.deepcopy(c)
+            for c in self.store.candidates.values()
+            if c.status is CandidateStatus.SCORING
+            and c.submitted_at is not None
+            and c.submitted_at < older_than
+        ]
+        return found[:limit]
+
+    def wanting_more_votes(self, round_id: int) -> list[Candidate]:
+        return [
+            c
+            for c in self._of_round(round_id)
+            if c.label_studio_task_id is not None and c.wants_more_annotations
+        ]
+
+    def annotated_by(self, round_id: int, annotator: str) -> list[str]:
+        return sorted(
+            cid
+            for cid, records in self.store.annotations.items()
+            if self.store.candidates[cid].round_id == round_id
+            and any(a.annotator == annotator for a in records)
+        )
+
+    def annotators(self, round_id: int) -> set[str]:
+        voters = {
+            a.annotator
+            for cid, records in self.store.annotations.items()
+            if self.store.candidates[cid].round_id == round_id
+            for a in records
+        }
+        return voters | {
+            a.annotator
+            for a in self.store.gold_answers.values()
+            if self.store.gold[a.gold_item_id].round_id == round_id
+        }
+
+
+class FakeGold:
+    def __init__(self, store: FakeStore) -> None:
+        self.store = store
+
+    def add(self, item: GoldItem) -> None:
+        self.store.gold[item.id] = copy.deepcopy(item)
+
+    def get(self, item_id: str, *, for_update: bool = False) -> GoldItem | None:
+        found = self.store.gold.get(item_id)
+        return copy.deepcopy(found) if found is not None else None
+
+    def by_task(self, round_id: int, task_id: int) -> GoldItem | None:
+        for g in self.store.gold.values():
+            if g.round_id == round_id and g.label_studio_task_id == task_id:
+                return copy.deepcopy(g)
+        return None
+
+    def to_push(self, round_id: int, limit: int) -> list[GoldItem]:
+        found = [
+            g for g in self.store.gold.values() if g.round_id == round_id and g.label_studio_task_id is None
+        ]
+        return [copy.deepcopy(g) for g in found[: max(limit, 0)]]
+
+    def save(self, item: GoldItem) -> None:
+        self.store.gold[item.id] = copy.deepcopy(item)
+
+    def answers_of_item(self, item_id: str) -> list[GoldAnswer]:
+        return [a for a in self.store.gold_answers.values() if a.gold_item_id == item_id]
+
+    def put_answer(self, round_id: int, answer: GoldAnswer, received_at: datetime) -> None:
+        self.store.gold_answers[answer.annotation_id] = answer
+
+    def delete_answer(self, annotation_id: int) -> None:
+        self.store.gold_answers.pop(annotation_id, None)
+
+    def answers(self, round_id: int) -> list[tuple[GoldAnswer, str]]:
+        return [
+            (a, self.store.gold[a.gold_item_id].label)
+            for a in self.store.gold_answers.values()
+            if self.store.gold[a.gold_item_id].round_id == round_id
+        ]
+
+
+class FakeAnnotators:
+    def __init__(self, store: FakeStore) -> None:
+        self.store = store
+
+    def excluded(self, round_id: int) -> frozenset[str]:
+        return frozenset(a for (r, a), s in self.store.statuses.items() if r == round_id and s.excluded)
+
+    def status(self, round_id: int, annotator: str) -> AnnotatorStatus | None:
+        return self.store.statuses.get((round_id, annotator))
+
+    def statuses(self, round_id: int) -> dict[str, AnnotatorStatus]:
+        return {a: s for (r, a), s in self.store.statuses.items() if r == round_id}
+
+    def set_status(self, round_id: int, status: AnnotatorStatus) -> None:
+        self.store.statuses[(round_id, status.annotator)] = status
+
+    def log(self, event: ExclusionEvent) -> None:
+        self.store.exclusion_events.append(event)
+
+    def events(self, round_id: int) -> list[ExclusionEvent]:
+        return [e for e in self.store.exclusion_events if e.round_id == round_id]
+
+
+class FakeAudit:
+    def __init__(self, store: FakeStore) -> None:
+        self.store = store
+
+    def add(self, event: AuditEvent) -> None:
+        self.store.audit.append(dataclasses.replace(event, id=len(self.store.audit) + 1))
+
+    def of_round(self, round_id: int) -> list[AuditEvent]:
+        return [e for e in self.store.audit if e.round_id == round_id]
+
+    def of_candidate(self, candidate_id: str) -> list[AuditEvent]:
+        return [e for e in self.store.audit if e.candidate_id == candidate_id]
+
+
+class FakeUnitOfWork:
+    """A unit of work on a copy of the store: committed, the copy becomes the store."""
+
+    def __init__(self, store: FakeStore) -> None:
+        self._shared = store
+
+    def __enter__(self) -> Self:
+        self._work = copy.deepcopy(self._shared)
+        self.rounds = FakeRounds(self._work)
+        self.candidates = FakeCandidates(self._work)
+        self.gold = FakeGold(self._work)
+        self.annotators = FakeAnnotators(self._work)
+        self.audit = FakeAudit(self._work)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        pass  # not committed: the copy is dropped
+
+    def commit(self) -> None:
+        self._work.commits = self._shared.commits + 1
+        for name in (f.name for f in dataclasses.fields(FakeStore)):
+            setattr(self._shared, name, copy.deepcopy(getattr(self._work, name)))
+
+    def flush(self) -> None:
+        pass
+
+
+@dataclass
+class RecordedWork:
+    """The work queue port, recording what the use cases ask for."""
+
+    pushes: list[int] = field(default_factory=list)
+    escalations: list[int] = field(default_factory=list)
+    verifications: list[int] = field(default_factory=list)
+
+    def push_soon(self, round_id: int) -> None:
+        self.pushes.append(round_id)
+
+    def escalate_soon(self, round_id: int) -> None:
+        self.escalations.append(round_id)
+
+    def verify_soon(self, round_id: int) -> None:
+        self.verifications.append(round_id)
+
+
+@dataclass
+class FakeLabelStudio:
+    """Our Label Studio port: tasks imported, overlaps asked for, and a switch that makes it fail."""
+
+    down: bool = False
+    tasks: dict[str, int] = field(default_factory=dict)
+    """candidate or gold item id -> task id"""
+    overlaps: dict[int, tuple[int, bool]] = field(default_factory=dict)
+    imports: int = 0
+
+    def _check(self) -> None:
+        if self.down:
+            raise LabelStudioUnavailable("Label Studio could not be reached to import tasks: ConnectError")
+
+    def import_tasks(self, *, project_id: int, tasks: list[dict[str, Any]]) -> list[int]:
+        self._check()
+        self.imports += 1
+        ids = []
+        for task in tasks:
+            self.tasks[task["candidate_id"]] = 1000 + len(self.tasks)
+            ids.append(self.tasks[task["candidate_id"]])
+        return ids
+
+    def find_tasks(self, *, project_id: int, candidate_ids: list[str]) -> dict[str, int]:
+        self._check()
+        return {c: self.tasks[c] for c in candidate_ids if c in self.tasks}
+
+    def set_task_overlap(self, *, task_id: int, overlap: int, is_labeled: bool) -> None:
+        self._check()
+        self.overlaps[task_id] = (overlap, is_labeled)
+
+    def read_tasks(self, *, project_id: int, task_ids: list[int], task_type: TaskType) -> list[ExportedTask]:
+        self._check()
+        return []
+
+    def task_url(self, project_id: int, task_id: int) -> str:
+        return f"http://label-studio.invalid/projects/{project_id}/data?task={task_id}"
+
+
+def fake_services(store: FakeStore, label_studio: FakeLabelStudio | None = None, **settings: Any) -> Services:
+    """Services whose storage is ``store``, with a recording work queue and no model."""
+    values: dict[str, Any] = {"development": True, "pseudonym_secret": "p" * 20, "signing_secret": "s" * 20}
+    values.update(settings)
+
+    def no_model(folder: Path) -> Any:
+        raise AssertionError(f"no model is loaded in these tests ({folder})")
+
+    return Services(
+        settings=Settings(**values),
+        catalog=LabelConfigCatalog(REPO / "label_config"),
+        label_studio=label_studio or FakeLabelStudio(),  # type: ignore[arg-type]
+        models=ModelRegistry(factory=no_model),
+        uow=lambda *, read_only=False: FakeUnitOfWork(store),  # type: ignore[arg-type,return-value]
+        work=RecordedWork(),
+    )
