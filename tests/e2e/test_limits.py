@@ -451,7 +451,7 @@ def texts(n: int, chars: int, *, start: int = 0) -> list[dict[str, str]]:
     for i in range(start, start + n):
         stem = f"Sentence {i} "
         text = stem + "a" * (chars - len(stem))
-        out.append({"text": text, "writer_label": "positive", "writer_id": "w1"})
+        out.append({"text": text, "writer_label": "positive"})
     return out
 
 
