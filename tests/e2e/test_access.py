@@ -1,11 +1,10 @@
 """Who may call what: every route the app serves, with every kind of caller.
 
-``ACCESS`` names every rule of the Flask app's url_map (with its method) and who may call it; the
-first test fails when the app serves a route the table leaves out, so a new route cannot be
-forgotten. Each route is then called by each caller (no token, an unknown token, two writers, a
-collector, an exporter, a lead, the webhook secret as a bearer token and in its own header) and the
-answer must be
-the table's: served (any status but 401, 403 or a failure), or 401/403 with the error naming the
+``ACCESS`` names every route the app serves (Flask's url_map and the webhook endpoint in front of
+it), with its method, and who may call it; the first test fails when the app serves a route the
+table leaves out, so a new route cannot be forgotten. Each route is then called by each caller (no
+token, an unknown token, two writers, a collector, an exporter, a lead, the webhook secret as a
+bearer token and in its own header) and the answer must be the table's: served (any status but 401, 403 or a failure), or 401/403 with the error naming the
 field, or for the lead's dashboard pages the login redirect or the "leads only" page.
 
 The app runs on SQLite with Label Studio unreachable (no route needs it to decide who may call it);
@@ -29,7 +28,7 @@ from werkzeug.test import TestResponse
 from dynaval.adapters.orm import CandidateRow, RoundRow
 from dynaval.bootstrap import bootstrap
 from dynaval.domain.policy import DecisionPolicy
-from dynaval.entrypoints.app import create_app, shutdown
+from dynaval.entrypoints.app import create_app, served_routes, shutdown
 from dynaval.entrypoints.auth import Role
 from dynaval.service_layer.services import Services
 from dynaval.settings import Settings
@@ -167,11 +166,8 @@ def observed(response: TestResponse) -> str:
 
 
 def served_rules(app: Flask) -> set[tuple[str, str]]:
-    return {
-        (method, rule.rule)
-        for rule in app.url_map.iter_rules()
-        for method in (rule.methods or set()) - {"HEAD", "OPTIONS"}
-    }
+    """Flask's routes and the webhook endpoint in front of them."""
+    return set(served_routes(app))
 
 
 # ------------------------------------------------------------------------------------ the app

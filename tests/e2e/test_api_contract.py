@@ -22,6 +22,7 @@ from jsonschema.exceptions import ValidationError  # type: ignore[import-untyped
 
 from dynaval.bootstrap import bootstrap
 from dynaval.entrypoints.app import create_app, shutdown
+from dynaval.entrypoints.webhook import WEBHOOK_PATH
 from tests.fixtures.service import (
     LEAD_TOKEN,
     WEBHOOK_SECRET,
@@ -122,7 +123,7 @@ def openapi_path(rule: str) -> str:
 def registered_operations(app: Flask, *, skip_endpoints: set[str]) -> set[tuple[str, str]]:
     """Every JSON operation the app serves. The dashboard's HTML pages (blueprint ``dashboard``) are
     not part of the API document; tests/e2e/test_dashboard_pages.py covers them."""
-    operations = set()
+    operations = {(WEBHOOK_PATH, "post")}  # the endpoint in front of Flask: no Flask rule
     for rule in app.url_map.iter_rules():
         if rule.rule == "/openapi.json" or rule.endpoint in skip_endpoints:
             continue

@@ -22,7 +22,7 @@ from flask import Flask
 from sqlalchemy import text
 
 from dynaval.bootstrap import bootstrap
-from dynaval.entrypoints.app import create_app
+from dynaval.entrypoints.app import create_app, served_routes
 from dynaval.settings import Settings
 from tests.fixtures.service import (
     COLLECTOR_TOKEN,
@@ -69,11 +69,10 @@ def open_round(live_service: LiveService) -> dict[str, Any]:
 def every_route(app: Flask, round_id: int, candidate_id: str) -> list[tuple[str, str]]:
     """(method, path) of every route the app serves, its placeholders filled with real values."""
     values = {"round_id": str(round_id), "candidate_id": candidate_id, "filename": "dashboard.css"}
-    routes = []
-    for rule in app.url_map.iter_rules():
-        path = re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", lambda m: values.get(m.group(1), "someone"), rule.rule)
-        routes += [(method, path) for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"})]
-    return routes
+    return [
+        (method, re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", lambda m: values.get(m.group(1), "someone"), rule))
+        for method, rule in served_routes(app)
+    ]
 
 
 def test_every_endpoint_refuses_a_body_over_the_limit_with_413_and_writes_nothing(

@@ -1,11 +1,10 @@
-"""Label Studio's webhook over HTTP: the path in front of Flask answers as the Flask route does.
+"""Label Studio's webhook over HTTP: one endpoint, in front of Flask, owns every request to its path.
 
-An ordinary webhook (POST, a JSON body of known length, no query string) is answered by
-:class:`dynaval.entrypoints.webhook_wsgi.WebhookFastPath`; anything else reaches the Flask route.
-A query string sends the same request to the Flask route, so each case is sent both ways and the
-answers and the stored state are compared. Candidates are written straight into the database (SQLite
-and PostgreSQL), as in ``test_verified_votes.py``, whose fake of our Label Studio port holds what
-Label Studio has.
+:class:`dynaval.entrypoints.webhook.LabelStudioWebhookEndpoint` answers every request to
+``/webhooks/label-studio`` (another method, a query string, a chunked body, a body over the limit,
+a body that is not JSON) and passes every other request on untouched. Candidates are written
+straight into the database (SQLite and PostgreSQL), as in ``test_verified_votes.py``, whose fake of
+our Label Studio port holds what Label Studio has.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from flask.testing import FlaskClient
 from werkzeug.test import EnvironBuilder
 
 from dynaval.entrypoints.errors import render_error
-from dynaval.entrypoints.webhook_wsgi import WEBHOOK_PATH, WebhookFastPath
+from dynaval.entrypoints.webhook import WEBHOOK_PATH, LabelStudioWebhookEndpoint
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.verification import verify_round
 from tests.fixtures.service import WEBHOOK_SECRET
@@ -49,99 +48,122 @@ def annotation_payload(
     return webhook(action, project_id, annotation_json(annotation_id, task_id, annotator, label, **kwargs))
 
 
-FAST = WEBHOOK_PATH
-VIA_FLASK = WEBHOOK_PATH + "?via=flask"
 SECRET = {"X-Dynaval-Webhook-Secret": WEBHOOK_SECRET}
+JSON = "application/json"
 
 
-def answer(client: FlaskClient, path: str, **kwargs: Any) -> tuple[int, Any, str | None]:
-    response = client.post(path, **kwargs)
-    assert response.content_type == "application/json"
-    return response.status_code, response.get_json(), response.headers.get("Retry-After")
+def answer(client: FlaskClient, path: str = WEBHOOK_PATH, method: str = "POST", **kwargs: Any) -> Any:
+    response = client.open(path, method=method, **kwargs)
+    assert response.content_type == JSON
+    # The API's security headers, on every answer the endpoint gives.
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    assert response.headers["Cache-Control"] == "no-store"
+    assert "Content-Security-Policy" in response.headers
+    return response
 
 
 @pytest.mark.usefixtures("label_studio")
-def test_refusals_are_the_same_on_both_paths_and_write_nothing(app: Flask, services: Services) -> None:
+def test_refusals_name_the_field_and_write_nothing(app: Flask, services: Services) -> None:
     round_id = add_round(services)
     candidate_id = add_candidate(services, round_id, task_id=11)
     good = annotation_payload(1, 11, 101, "negative")
     deep = b"[" * 5000 + b"]" * 5000
-    cases: list[tuple[int, dict[str, Any]]] = [
-        (401, {"json": good}),
-        (401, {"json": good, "headers": {"X-Dynaval-Webhook-Secret": WEBHOOK_SECRET + "x"}}),
-        (401, {"json": good, "headers": {"Authorization": f"Bearer {WEBHOOK_SECRET}"}}),
-        (422, {"data": b"{not json", "headers": SECRET, "content_type": "application/json"}),
-        (422, {"data": b"\xff\xfe\x00", "headers": SECRET, "content_type": "application/json"}),
-        (422, {"data": deep, "headers": SECRET, "content_type": "application/json"}),
-        (422, {"data": b"", "headers": SECRET, "content_type": "application/json"}),
-        (422, {"json": ["ANNOTATION_CREATED"], "headers": SECRET}),
-        (422, {"json": {**good, "action": 5}, "headers": SECRET}),
-        (422, {"json": {**good, "project": {"id": 2**63}}, "headers": SECRET}),
-        (422, {"json": {**good, "annotation": {**good["annotation"], "task": "11"}}, "headers": SECRET}),
-        (422, {"json": {"action": "ANNOTATIONS_DELETED", "project": {"id": PROJECT}}, "headers": SECRET}),
-        (404, {"json": annotation_payload(1, 11, 101, "negative", project_id=999), "headers": SECRET}),
-        (404, {"json": annotation_payload(1, 12, 101, "negative"), "headers": SECRET}),
-        (200, {"json": {**good, "action": "PROJECT_UPDATED"}, "headers": SECRET}),
+    limit = services.settings.max_body_bytes
+    cases: list[tuple[int, str | None, dict[str, Any]]] = [
+        (401, None, {"json": good}),
+        (401, None, {"json": good, "headers": {"X-Dynaval-Webhook-Secret": WEBHOOK_SECRET + "x"}}),
+        (401, None, {"json": good, "headers": {"Authorization": f"Bearer {WEBHOOK_SECRET}"}}),
+        # The body's size is refused before the secret is looked at.
+        (413, None, {"data": b"x" * (limit + 1), "content_type": JSON}),
+        (413, None, {"data": b"x" * (limit + 1), "content_type": JSON, "headers": SECRET}),
+        (422, "body", {"data": b"{not json", "headers": SECRET, "content_type": JSON}),
+        (422, "body", {"data": b"\xff\xfe\x00", "headers": SECRET, "content_type": JSON}),
+        (422, "body", {"data": deep, "headers": SECRET, "content_type": JSON}),
+        (422, "body", {"data": b"", "headers": SECRET, "content_type": JSON}),
+        (422, "body", {"data": json.dumps(good), "headers": SECRET, "content_type": "text/plain"}),
+        (422, "body", {"json": ["ANNOTATION_CREATED"], "headers": SECRET}),
+        (422, "action", {"json": {**good, "action": 5}, "headers": SECRET}),
+        (422, "project.id", {"json": {**good, "project": {"id": 2**63}}, "headers": SECRET}),
+        (
+            422,
+            "annotation.task",
+            {"json": {**good, "annotation": {**good["annotation"], "task": "11"}}, "headers": SECRET},
+        ),
+        (
+            422,
+            "annotations",
+            {"json": {"action": "ANNOTATIONS_DELETED", "project": {"id": PROJECT}}, "headers": SECRET},
+        ),
+        (404, "project.id", {"json": annotation_payload(1, 11, 101, "x", project_id=999), "headers": SECRET}),
+        (404, "annotation.task", {"json": annotation_payload(1, 12, 101, "negative"), "headers": SECRET}),
     ]
     before = candidate_state(services, candidate_id)
     with app.test_client() as client:
-        for status, request in cases:
-            fast = answer(client, FAST, **request)
-            flask = answer(client, VIA_FLASK, **request)
-            assert fast == flask, request
-            assert fast[0] == status, (request, fast)
-            if status != 200:
-                assert set(fast[1]["error"]) == {"code", "message", "field"}
+        for status, field, request in cases:
+            response = answer(client, **request)
+            assert response.status_code == status, (request, response.get_json())
+            error = response.get_json()["error"]
+            assert set(error) == {"code", "message", "field"}
+            if field is not None:
+                assert error["field"] == field, (request, error)
+        # Another method: 405, saying which one is allowed.
+        for method in ("GET", "PUT", "DELETE", "PATCH"):
+            response = answer(client, method=method, json=good, headers=SECRET)
+            assert response.status_code == 405 and response.headers["Allow"] == "POST", method
+        # An action the service does not handle is answered and ignored.
+        ignored = answer(client, json={**good, "action": "PROJECT_UPDATED"}, headers=SECRET)
+        assert ignored.status_code == 200 and ignored.get_json()["handled"] is False
     assert candidate_state(services, candidate_id) == before
     assert waiting_tasks(services) == []
 
 
-def test_votes_sent_either_way_end_in_the_same_state(
+def test_votes_end_in_label_studios_state(
     app: Flask, services: Services, label_studio: LabelStudioCopy
 ) -> None:
-    """One candidate gets its webhooks before Flask, its twin the same ones through Flask; each
-    webhook's task is read back from Label Studio after it."""
+    """Each webhook's task is read back from Label Studio after it: forged and repeated webhooks
+    change nothing, an edit and a deletion in Label Studio do. A query string and a charset
+    change nothing either."""
     round_id = add_round(services)
-    twins = {
-        11: add_candidate(services, round_id, task_id=11),
-        12: add_candidate(services, round_id, task_id=12),
-    }
-    answers: dict[int, list[tuple[int, Any, str | None]]] = {11: [], 12: []}
+    candidate_id = add_candidate(services, round_id, task_id=11)
+    edited = annotation_json(3, 11, 103, "positive", updated=T0 + timedelta(minutes=1))
+    # (what happens in Label Studio, the webhook that comes): "put" or "delete" an annotation,
+    # or None for a webhook about nothing Label Studio has (forged, or a repeat).
+    steps: list[tuple[str | None, Any]] = [
+        (None, annotation_payload(99, 11, 109, "negative")),  # forged
+        ("put", annotation_json(1, 11, 101, "negative")),
+        ("put", annotation_json(2, 11, 102, "negative")),
+        (None, annotation_payload(2, 11, 102, "negative")),  # repeated: changes nothing
+        ("put", annotation_json(3, 11, 103, "negative")),
+        ("put", edited),
+        ("delete", 1),
+    ]
+    paths = [WEBHOOK_PATH, WEBHOOK_PATH + "?via=anything"]
     with app.test_client() as client:
-        for task, path, base in ((11, FAST, 0), (12, VIA_FLASK, 100)):
-            edited = annotation_json(base + 3, task, 103, "positive", updated=T0 + timedelta(minutes=1))
-            # (what happens in Label Studio, the webhook that comes): "put" or "delete" an annotation,
-            # or None for a webhook about nothing Label Studio has (forged, or a repeat).
-            steps: list[tuple[str | None, Any]] = [
-                (None, annotation_payload(base + 99, task, 109, "negative")),  # forged
-                ("put", annotation_json(base + 1, task, 101, "negative")),
-                ("put", annotation_json(base + 2, task, 102, "negative")),
-                (None, annotation_payload(base + 2, task, 102, "negative")),  # repeated: changes nothing
-                ("put", annotation_json(base + 3, task, 103, "negative")),
-                ("put", edited),
-                ("delete", base + 1),
-            ]
-            for change, argument in steps:
-                if change == "put":
-                    label_studio.put(argument)
-                    body = webhook("ANNOTATION_CREATED", PROJECT, argument)
-                elif change == "delete":
-                    label_studio.delete(argument)
-                    body = deletion_webhook(PROJECT, [argument])
-                else:
-                    body = argument
-                answers[task].append(answer(client, path, json=body, headers=SECRET))
-                verify_round(services, round_id)
-    assert answers[11] == answers[12]
-    assert [a[0] for a in answers[11]] == [200] * 7
-    assert [a[1]["tasks_to_verify"] for a in answers[11]] == [1] * 7
-    fast_state, flask_state = candidate_state(services, twins[11]), candidate_state(services, twins[12])
-    assert fast_state[:2] == flask_state[:2] == ("in_validation", 5)  # 2 votes left: short of 3
-    assert [(annotator, label) for _, annotator, label in fast_state[2]] == [
+        for number, (change, argument) in enumerate(steps):
+            if change == "put":
+                label_studio.put(argument)
+                body = webhook("ANNOTATION_CREATED", PROJECT, argument)
+            elif change == "delete":
+                label_studio.delete(argument)
+                body = deletion_webhook(PROJECT, [argument])
+            else:
+                body = argument
+            response = answer(
+                client,
+                paths[number % 2],
+                data=json.dumps(body),
+                content_type=JSON + "; charset=utf-8",
+                headers=SECRET,
+            )
+            assert response.status_code == 200, response.get_json()
+            assert response.get_json()["tasks_to_verify"] == 1
+            verify_round(services, round_id)
+    status, votes, stored = candidate_state(services, candidate_id)
+    assert (status, votes) == ("in_validation", 5)  # 2 votes left: short of 3
+    assert [(annotator, label) for _, annotator, label in stored] == [
         ("102", "negative"),
         ("103", "positive"),
     ]
-    assert [(a, label) for _, a, label in flask_state[2]] == [(a, label) for _, a, label in fast_state[2]]
 
 
 class ResetStream(io.RawIOBase):
@@ -161,115 +183,122 @@ class ResetStream(io.RawIOBase):
         return len(data)
 
 
-def raw_answer(app: Flask, path: str, stream: Any, content_length: int) -> tuple[str, Any]:
-    """Call the app as gunicorn does, with a body that may end before its Content-Length."""
-    path, _, query = path.partition("?")
+def raw_answer(
+    app: Flask, stream: Any, content_length: int | None, **environ_changes: Any
+) -> tuple[str, Any]:
+    """Call the app as the WSGI server does, with a body that may end before its Content-Length
+    (``content_length`` None: a chunked body, whose length is not known up front)."""
     environ = EnvironBuilder(
-        path=path,
-        query_string=query,
-        method="POST",
-        data=b"",
-        content_type="application/json",
-        headers=SECRET,
+        path=WEBHOOK_PATH, method="POST", data=b"", content_type=JSON, headers=SECRET
     ).get_environ()
     environ["wsgi.input"] = stream
-    environ["CONTENT_LENGTH"] = str(content_length)
+    if content_length is None:
+        environ.pop("CONTENT_LENGTH", None)
+        environ["HTTP_TRANSFER_ENCODING"] = "chunked"
+    else:
+        environ["CONTENT_LENGTH"] = str(content_length)
+    environ.update(environ_changes)
     started: list[str] = []
     data = b"".join(app.wsgi_app(environ, lambda status, headers, *_: started.append(status)))
     return started[0], json.loads(data)
 
 
 @pytest.mark.usefixtures("label_studio")
-def test_a_client_that_goes_away_mid_body_gets_the_same_answer_both_ways(
-    app: Flask, services: Services
-) -> None:
+def test_a_client_that_goes_away_mid_body_changes_nothing(app: Flask, services: Services) -> None:
     round_id = add_round(services)
     candidate_id = add_candidate(services, round_id, task_id=11)
     body = json.dumps(annotation_payload(1, 11, 101, "negative")).encode()
     before = candidate_state(services, candidate_id)
-    # The body ends before its Content-Length: Werkzeug's ClientDisconnected, a 400, both ways.
-    fast = raw_answer(app, FAST, io.BytesIO(body[:100]), len(body))
-    assert fast == raw_answer(app, VIA_FLASK, io.BytesIO(body[:100]), len(body))
-    assert fast[0] == "400 BAD REQUEST" and fast[1]["error"]["code"] == "http_error"
-    # The connection is reset mid-body.
-    fast = raw_answer(app, FAST, ResetStream(body, 100), len(body))
-    assert fast == raw_answer(app, VIA_FLASK, ResetStream(body, 100), len(body))
-    assert fast[0] in ("400 BAD REQUEST", "500 INTERNAL SERVER ERROR"), fast
+    # The body ends before its Content-Length: Werkzeug's ClientDisconnected, a 400.
+    status, answered = raw_answer(app, io.BytesIO(body[:100]), len(body))
+    assert status == "400 BAD REQUEST" and answered["error"]["code"] == "http_error"
+    # The connection is reset mid-body: an error, never a stored vote.
+    status, answered = raw_answer(app, ResetStream(body, 100), len(body))
+    assert status in ("400 BAD REQUEST", "500 INTERNAL SERVER ERROR"), status
     assert candidate_state(services, candidate_id) == before
     assert waiting_tasks(services) == []
 
 
-def test_a_database_failure_gets_the_same_answer_both_ways(app: Flask, services: Services) -> None:
-    """Whatever the database raises mid-webhook, both paths answer it alike (SQLite: a locked or
-    broken file is a 503 the caller may retry)."""
+@pytest.mark.usefixtures("label_studio")
+def test_a_chunked_body_is_read_up_to_the_limit(app: Flask, services: Services) -> None:
+    """A server that ends the body itself (``wsgi.input_terminated``, as gunicorn) lets a chunked
+    webhook be read, up to DYNAVAL_MAX_BODY_BYTES; one that cannot gives an empty body, a 422."""
+    round_id = add_round(services)
+    candidate_id = add_candidate(services, round_id, task_id=11)
+    body = json.dumps(annotation_payload(1, 11, 101, "negative")).encode()
+    status, answered = raw_answer(app, io.BytesIO(body), None, **{"wsgi.input_terminated": True})
+    assert (status, answered["tasks_to_verify"]) == ("200 OK", 1)
+    assert waiting_tasks(services) == [11]
+    limit = services.settings.max_body_bytes
+    padded = body[:-1] + b', "pad": "' + b"x" * limit + b'"}'
+    status, answered = raw_answer(app, io.BytesIO(padded), None, **{"wsgi.input_terminated": True})
+    assert status == "413 REQUEST ENTITY TOO LARGE", answered
+    status, answered = raw_answer(app, io.BytesIO(body), None)
+    assert status == "422 UNPROCESSABLE ENTITY" and answered["error"]["field"] == "body"
+    assert candidate_state(services, candidate_id)[1] == 0
+
+
+def test_a_database_failure_is_an_error_the_caller_may_retry(app: Flask, services: Services) -> None:
+    """Whatever the database raises mid-webhook is rendered as the Flask app renders it (SQLite: a
+    locked or broken file is a 503 the caller may retry)."""
     round_id = add_round(services)
     add_candidate(services, round_id, task_id=11)
     with services.database.engine.begin() as connection:
         cascade = "" if services.database.is_sqlite else " CASCADE"
         connection.exec_driver_sql(f"DROP TABLE task_check{cascade}")
     with app.test_client() as client:
-        fast = answer(client, FAST, json=annotation_payload(1, 11, 101, "negative"), headers=SECRET)
-        flask = answer(client, VIA_FLASK, json=annotation_payload(1, 11, 101, "negative"), headers=SECRET)
-    assert fast == flask
+        response = answer(client, json=annotation_payload(1, 11, 101, "negative"), headers=SECRET)
+    error = response.get_json()["error"]
     if services.database.is_sqlite:  # "no such table" is an OperationalError
-        assert fast[0] == 503 and fast[1]["error"]["code"] == "unavailable" and fast[2] == "1"
+        assert (response.status_code, error["code"]) == (503, "unavailable")
+        assert response.headers["Retry-After"] == "1"
     else:  # PostgreSQL's UndefinedTable is not: an internal error, its details in the log only
-        assert fast[0] == 500 and fast[1]["error"]["code"] == "internal"
+        assert (response.status_code, error["code"]) == (500, "internal")
+        assert "task_check" not in error["message"]
 
 
-def test_only_an_ordinary_webhook_is_answered_before_flask(services: Services) -> None:
-    """Every request that is not an ordinary webhook reaches the app behind, untouched."""
+def test_every_request_to_the_path_is_answered_here_and_no_other(services: Services) -> None:
     reached: list[str] = []
 
     def behind(environ: dict[str, Any], start_response: Any) -> list[bytes]:
-        reached.append(
-            f"{environ['REQUEST_METHOD']} {environ['PATH_INFO']}?{environ.get('QUERY_STRING', '')}"
-        )
+        reached.append(f"{environ['REQUEST_METHOD']} {environ['PATH_INFO']}")
         start_response("418 I'M A TEAPOT", [("Content-Type", "text/plain")])
         return [b"behind"]
 
-    fast_path = WebhookFastPath(
+    endpoint = LabelStudioWebhookEndpoint(
         behind, services, functools.partial(render_error, max_body_bytes=services.settings.max_body_bytes)
     )
 
-    def status_of(environ_changes: dict[str, str] | None = None, **kwargs: Any) -> str:
-        environ = EnvironBuilder(**kwargs).get_environ()
-        environ.update(environ_changes or {})
+    def status_of(**kwargs: Any) -> str:
         started: list[str] = []
-        body = b"".join(fast_path(environ, lambda status, headers, *_: started.append(status)))
+        body = b"".join(endpoint(EnvironBuilder(**kwargs).get_environ(), lambda s, h, *_: started.append(s)))
         assert body  # every answer has a body
         return started[0]
 
     body = json.dumps({"action": "PROJECT_UPDATED"}).encode()
-    json_type = "application/json"
     limit = services.settings.max_body_bytes
-    # An ordinary webhook, refused (no secret) or ignored (an action we do not handle): answered here.
-    assert status_of(path=FAST, method="POST", data=body, content_type=json_type) == "401 UNAUTHORIZED"
-    assert status_of(path=FAST, method="POST", data=body, content_type=json_type, headers=SECRET) == "200 OK"
-    charset = "application/json; charset=utf-8"
-    assert status_of(path=FAST, method="POST", data=body, content_type=charset, headers=SECRET) == "200 OK"
-    assert reached == []
-    # Everything else goes behind.
-    behind_cases: list[dict[str, Any]] = [
-        {"path": FAST, "method": "GET"},
-        {"path": FAST + "/", "method": "POST", "data": body, "content_type": json_type},
-        {"path": "/api/rounds", "method": "POST", "data": body, "content_type": json_type},
-        {"path": FAST, "method": "POST", "data": body, "content_type": json_type, "query_string": "a=1"},
-        {"path": FAST, "method": "POST", "data": body, "content_type": "text/plain"},
-        {"path": FAST, "method": "POST", "data": body, "content_type": "application/vnd.api+json"},
-        {"path": FAST, "method": "POST", "data": b"x" * (limit + 1), "content_type": json_type},
-        # A chunked body, whatever its Content-Length says: Flask decides.
-        {
-            "path": FAST,
-            "method": "POST",
-            "data": body,
-            "content_type": json_type,
-            "environ_changes": {"HTTP_TRANSFER_ENCODING": "chunked"},
-        },
+    here: list[tuple[str, dict[str, Any]]] = [
+        ("401 UNAUTHORIZED", {"method": "POST", "data": body, "content_type": JSON}),
+        ("200 OK", {"method": "POST", "data": body, "content_type": JSON, "headers": SECRET}),
+        (
+            "200 OK",
+            {"method": "POST", "data": body, "content_type": JSON, "query_string": "a=1", "headers": SECRET},
+        ),
+        ("405 METHOD NOT ALLOWED", {"method": "GET"}),
+        ("405 METHOD NOT ALLOWED", {"method": "HEAD"}),
+        ("405 METHOD NOT ALLOWED", {"method": "OPTIONS"}),
+        (
+            "413 REQUEST ENTITY TOO LARGE",
+            {"method": "POST", "data": b"x" * (limit + 1), "content_type": JSON},
+        ),
+        (
+            "422 UNPROCESSABLE ENTITY",
+            {"method": "POST", "data": body, "content_type": "text/plain", "headers": SECRET},
+        ),
     ]
-    for case in behind_cases:
-        assert status_of(**case) == "418 I'M A TEAPOT", case
-    chunked = EnvironBuilder(path=FAST, method="POST", data=body, content_type=json_type).get_environ()
-    del chunked["CONTENT_LENGTH"]  # a chunked body: its length is not known up front
-    list(fast_path(chunked, lambda *_: None))
-    assert len(reached) == len(behind_cases) + 1
+    for status, request in here:
+        assert status_of(path=WEBHOOK_PATH, **request) == status, request
+    assert reached == []
+    for path in (WEBHOOK_PATH + "/", "/webhooks", "/api/rounds", "/health"):
+        assert status_of(path=path, method="POST", data=body, content_type=JSON) == "418 I'M A TEAPOT"
+    assert reached == [f"POST {path}" for path in (WEBHOOK_PATH + "/", "/webhooks", "/api/rounds", "/health")]

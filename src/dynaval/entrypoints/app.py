@@ -14,7 +14,7 @@ from dynaval.adapters.task_queue import EmbeddedConsumer, start_embedded_consume
 from dynaval.domain.errors import DomainError
 from dynaval.entrypoints.errors import render_error
 from dynaval.entrypoints.openapi import build_openapi
-from dynaval.entrypoints.webhook_wsgi import WebhookFastPath
+from dynaval.entrypoints.webhook import WEBHOOK_PATH, LabelStudioWebhookEndpoint
 from dynaval.service_layer.services import Services
 from dynaval.settings import Settings
 
@@ -81,9 +81,8 @@ def create_app(
 
     for kind in (DomainError, OperationalError, HTTPException, Exception):
         app.register_error_handler(kind, render)
-    # Label Studio's webhook is answered before Flask's request machinery (the same use case and
-    # error bodies); see dynaval.entrypoints.webhook_wsgi.
-    app.wsgi_app = WebhookFastPath(  # type: ignore[method-assign]
+    # Label Studio's webhook is an endpoint of its own in front of Flask (dynaval.entrypoints.webhook).
+    app.wsgi_app = LabelStudioWebhookEndpoint(  # type: ignore[method-assign]
         app.wsgi_app, services, functools.partial(render_error, max_body_bytes=max_body_bytes)
     )
 
@@ -93,6 +92,16 @@ def create_app(
             services.task_queue, workers=services.settings.queue_workers
         )
     return app
+
+
+def served_routes(app: Flask) -> list[tuple[str, str]]:
+    """Every (method, rule) the app answers: Flask's routes and the webhook endpoint in front of them."""
+    routes = [
+        (method, rule.rule)
+        for rule in app.url_map.iter_rules()
+        for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"})
+    ]
+    return [*routes, ("POST", WEBHOOK_PATH)]
 
 
 def shutdown(app: Flask) -> None:

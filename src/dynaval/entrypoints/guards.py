@@ -32,9 +32,8 @@ log = logging.getLogger(__name__)
 
 LIMITER = "dynaval_limiter"
 SCORING_BUDGET = "dynaval_scoring_budget"
-# Label Studio waits for the webhook's answer inside an annotator's request, and a refused webhook
-# is a vote missing until the next reconcile: never refused for rate. /health is for probes.
-RATE_EXEMPT_ENDPOINTS = frozenset({"api.health", "api.label_studio_webhook"})
+# /health is for probes. (Label Studio's webhook is no Flask route: dynaval.entrypoints.webhook.)
+RATE_EXEMPT_ENDPOINTS = frozenset({"api.health"})
 
 
 def init_app(app: Flask) -> None:

@@ -64,6 +64,8 @@ def documented(
 
 
 def build_openapi(app: Flask) -> dict[str, Any]:
+    from dynaval.entrypoints.webhook import WEBHOOK_OPERATION, WEBHOOK_PATH
+
     paths: dict[str, dict[str, Any]] = {}
     components: dict[str, Any] = {
         "schemas": {"Error": ERROR_SCHEMA},
@@ -145,9 +147,49 @@ def build_openapi(app: Flask) -> dict[str, Any]:
                     "content": {"application/json": {"schema": content_schema}},
                 }
             paths.setdefault(path, {})[method.lower()] = operation
+    paths[WEBHOOK_PATH] = {"post": _webhook_operation(WEBHOOK_OPERATION, components)}
     return {
         "openapi": "3.1.0",
         "info": {"title": "dynaval", "version": __version__},
         "paths": paths,
         "components": components,
+    }
+
+
+def _webhook_operation(spec: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
+    """Label Studio's webhook: an endpoint in front of Flask (no url_map rule), published alike."""
+    body: type[BaseModel] = spec["body"]
+    schema = body.model_json_schema(ref_template="#/components/schemas/{model}")
+    components["schemas"].update(schema.pop("$defs", {}))
+    components["schemas"][body.__name__] = schema
+    return {
+        "operationId": "label_studio_webhook_post",
+        "summary": spec["summary"],
+        "parameters": [
+            {
+                "name": name,
+                "in": "header",
+                "required": True,
+                "description": text,
+                "schema": {"type": "string"},
+            }
+            for name, text in spec["headers"].items()
+        ],
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{body.__name__}"}}},
+        },
+        "responses": {
+            str(status): {
+                "description": description,
+                "content": {
+                    "application/json": {
+                        "schema": {"$ref": "#/components/schemas/Error"}
+                        if status >= 400
+                        else {"type": "object"}
+                    }
+                },
+            }
+            for status, description in sorted(spec["responses"].items())
+        },
     }

@@ -12,7 +12,6 @@ from flask import Blueprint, Response, current_app, g, jsonify, request, send_fi
 from pydantic import BaseModel
 
 from dynaval.adapters.dataset_files import FORMATS, jsonl_line, write_dataset
-from dynaval.adapters.label_studio import WEBHOOK_SECRET_HEADER
 from dynaval.domain.errors import InvalidInput
 from dynaval.entrypoints.auth import Role, requires
 from dynaval.entrypoints.guards import charge_scoring, parse_json, query_int, read_body
@@ -22,7 +21,6 @@ from dynaval.entrypoints.schemas import (
     CandidateCreate,
     ExclusionChange,
     GoldUpload,
-    LabelStudioWebhook,
     OverrideCreate,
     RoundCreate,
 )
@@ -36,7 +34,6 @@ from dynaval.service_layer import (
     overrides,
     rounds,
     verification,
-    webhooks,
 )
 from dynaval.service_layer.services import Services
 
@@ -294,27 +291,6 @@ def dataset_download(services: Services, round_id: int, fmt: str) -> Response:
         as_attachment=True,
         download_name=filename,
     )
-
-
-@api.post("/webhooks/label-studio")
-@documented(
-    summary="Label Studio webhook: a hint that an annotation was created, updated or deleted",
-    body=LabelStudioWebhook,
-    headers={WEBHOOK_SECRET_HEADER: "The round webhook's shared secret"},
-    responses={
-        200: "Its tasks wait to be read back from Label Studio (tasks_to_verify), or ignored",
-        401: "Wrong or missing secret",
-        404: "Unknown project or task",
-        413: "Body too large, or more than 5,000 deleted annotations",
-        422: "Bad",
-    },
-)
-def label_studio_webhook() -> Any:
-    services = _services()
-    webhooks.check_webhook_secret(services, request.headers.get(WEBHOOK_SECRET_HEADER))
-    # Lenient: whatever Label Studio's encoder writes (NaN included) is read; the adapter cleans text.
-    result = webhooks.ingest_webhook(services, _json_payload(strict=False))
-    return jsonify(result.to_dict())
 
 
 @api.post("/api/rounds/<int:round_id>/gold")
