@@ -1,4 +1,5 @@
-"""OpenAPI 3.1 document generated from the registered routes and their pydantic models."""
+"""OpenAPI 3.1 document generated from the registered routes and the request models that check their
+bodies, built with the app's configured limits (:func:`dynaval.entrypoints.schemas.request_models`)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from flask import Flask
-from pydantic import BaseModel
 from werkzeug.routing import IntegerConverter
 
 from dynaval import __version__
 from dynaval.adapters.database import MAX_SERIAL_ID
 from dynaval.entrypoints.auth import Role
 from dynaval.entrypoints.guards import LIMITER, RATE_EXEMPT_ENDPOINTS, SCORING_BUDGET
+from dynaval.entrypoints.schemas import RequestModel, request_models
+from dynaval.service_layer.services import Services
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,14 +41,15 @@ def documented(
     *,
     summary: str,
     roles: tuple[str, ...] = (),
-    body: type[BaseModel] | None = None,
+    body: type[RequestModel] | None = None,
     responses: dict[int, str] | None = None,
     query: dict[str, dict[str, Any]] | None = None,
     headers: dict[str, str] | None = None,
     scores: bool = False,
 ) -> Callable[[F], F]:
-    """Attach the facts the OpenAPI document needs to a view function. ``scores``: the route runs the
-    model, charged to the caller's scoring budget (``guards.charge_scoring``)."""
+    """Attach the facts the OpenAPI document needs to a view function. ``body``: the request model the
+    route validates its body with (documented with the app's limits, as it checks them). ``scores``:
+    the route runs the model, charged to the caller's scoring budget (``guards.charge_scoring``)."""
 
     def mark(view: F) -> F:
         view.openapi = {  # type: ignore[attr-defined]
@@ -64,6 +67,8 @@ def documented(
 
 
 def build_openapi(app: Flask) -> dict[str, Any]:
+    services: Services = app.extensions["dynaval"]
+    models = request_models(services.settings)
     paths: dict[str, dict[str, Any]] = {}
     components: dict[str, Any] = {
         "schemas": {"Error": ERROR_SCHEMA},
@@ -107,7 +112,7 @@ def build_openapi(app: Flask) -> dict[str, Any]:
             if roles:
                 operation["security"] = [{"bearer": []}]
                 operation["description"] = "Roles: " + ", ".join(roles)
-            body = spec["body"]
+            body = models.model(spec["body"]) if spec["body"] is not None else None
             if body is not None:
                 name = body.__name__
                 schema = body.model_json_schema(ref_template="#/components/schemas/{model}")

@@ -3,7 +3,8 @@
 Label Studio posts one webhook per annotation, inside the annotator's own request, and it is the
 one route that sees a steady stream. Flask's per-request work (request context, URL matching, the
 limiter, session and error-handler lookups) costs about as much as applying the vote, so an
-ordinary webhook is answered here, before Flask: the same secret check, the same use case
+ordinary webhook is answered here, before Flask: the same secret check, the same request model
+(:func:`dynaval.entrypoints.schemas.read_webhook`), the same use case
 (:func:`dynaval.service_layer.webhooks.ingest_webhook`), the same error bodies.
 
 Anything out of the ordinary (another method, a query string, no ``Content-Length``, a body over
@@ -23,6 +24,7 @@ from werkzeug.wsgi import LimitedStream
 
 from dynaval.adapters.label_studio import WEBHOOK_SECRET_HEADER
 from dynaval.entrypoints.guards import parse_json
+from dynaval.entrypoints.schemas import read_webhook
 from dynaval.service_layer import webhooks
 from dynaval.service_layer.services import Services
 
@@ -78,4 +80,5 @@ class WebhookFastPath:
         # As Flask reads it: a body shorter than its Content-Length (the client went away) raises
         # Werkzeug's ClientDisconnected, a 400.
         data = LimitedStream(environ["wsgi.input"], length).read() if length else b""
-        return webhooks.ingest_webhook(self._services, parse_json(data, strict=False)).to_dict()
+        hint = read_webhook(parse_json(data, strict=False))
+        return webhooks.ingest_webhook(self._services, hint).to_dict()
