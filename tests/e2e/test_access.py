@@ -4,8 +4,9 @@
 it), with its method, and who may call it; the first test fails when the app serves a route the
 table leaves out, so a new route cannot be forgotten. Each route is then called by each caller (no
 token, an unknown token, two writers, a collector, an exporter, a lead, the webhook secret as a
-bearer token and in its own header) and the answer must be the table's: served (any status but 401, 403 or a failure), or 401/403 with the error naming the
-field, or for the lead's dashboard pages the login redirect or the "leads only" page.
+bearer token and in its own header) and the answer must be the table's: served (any status but
+401, 403 or a failure), or 401/403 with the error naming the field, or for the lead's dashboard
+pages the login redirect or the "leads only" page.
 
 The app runs on SQLite with Label Studio unreachable (no route needs it to decide who may call it);
 the writers' own candidates are checked on SQLite and PostgreSQL, with a real (tiny) model.

@@ -35,7 +35,7 @@ from tests.fixtures.service import (
 HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
 
-def offline_app(database_url: str, folder: Path) -> Flask:
+def offline_app(database_url: str, folder: Path, **overrides: Any) -> Flask:
     """The app on a real database, its Label Studio unreachable, no background worker."""
     settings = make_settings(
         database_url=database_url,
@@ -44,6 +44,7 @@ def offline_app(database_url: str, folder: Path) -> Flask:
         label_studio_api_key="unused-in-these-tests",
         public_url="http://127.0.0.1:8000",
         model_dir=folder / "no-model",
+        **overrides,
     )
     return create_app(bootstrap(settings), start_background=False)
 
@@ -280,18 +281,67 @@ def test_request_bodies_publish_their_required_fields(document: dict[str, Any]) 
             validate_round.validate(bad)
 
     cands, validate_candidate = body_validator(document, "/api/rounds/{round_id}/candidates")
-    # writer_id is optional: the token names a writer; only a collector's token needs it.
-    assert set(cands["required"]) == {"text", "writer_label"}
-    assert "writer_id" in cands["properties"]
+    # writer_id is optional: the token names a writer; only a collector's token needs it. Which
+    # inputs are required is the round's task type's (text for sentiment, checked by the route with
+    # a 422 naming it; premise and hypothesis for NLI): the body publishes each as a text.
+    assert set(cands["required"]) == {"writer_label"}
+    assert {"text", "writer_label", "writer_id"} <= set(cands["properties"])
+    assert cands["additionalProperties"]["type"] == "string"
     validate_candidate.validate({"text": "Nice.", "writer_label": "positive", "writer_id": "w"})
     validate_candidate.validate({"text": "Nice.", "writer_label": "positive"})
-    for missing in ("text", "writer_label"):
-        body = {"text": "Nice.", "writer_label": "positive"}
-        del body[missing]
+    validate_candidate.validate({"premise": "It rains.", "hypothesis": "It is wet.", "writer_label": "yes"})
+    for bad in (
+        {"text": "Nice."},
+        {"text": "Nice.", "writer_label": "positive", "writer_id": ""},
+        {"text": "", "writer_label": "positive"},
+        {"text": 5, "writer_label": "positive"},
+        {"premise": 5, "writer_label": "positive"},
+    ):
         with pytest.raises(ValidationError):
-            validate_candidate.validate(body)
-    with pytest.raises(ValidationError):
-        validate_candidate.validate({"text": "Nice.", "writer_label": "positive", "writer_id": ""})
+            validate_candidate.validate(bad)
+
+
+def test_the_document_publishes_the_configured_limits_and_the_app_enforces_them(tmp_path: Path) -> None:
+    """The bodies are documented by the models that check them: an app configured with 50
+    characters per text and 7 candidates per batch publishes 50 and 7, and refuses one more."""
+    application = offline_app(f"sqlite:///{tmp_path / 'limits.sqlite3'}", tmp_path, max_text_chars=50,
+                              max_batch_size=7)  # fmt: skip
+    try:
+        client = application.test_client()
+        document = client.get("/openapi.json").get_json()
+        schemas = document["components"]["schemas"]
+        batch = document["paths"]["/api/rounds/{round_id}/candidates/batch"]["post"]
+        assert batch["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
+            "/CandidateBatch"
+        )
+        candidates = schemas["CandidateBatch"]["properties"]["candidates"]
+        assert (candidates["minItems"], candidates["maxItems"]) == (1, 7)
+        text = next(
+            s for s in schemas["CandidateCreate"]["properties"]["text"]["anyOf"] if s["type"] == "string"
+        )
+        assert (text["minLength"], text["maxLength"]) == (1, 50)
+        assert schemas["CandidateCreate"]["additionalProperties"]["maxLength"] == 50
+        gold_text = schemas["GoldItem"]["properties"]["text"]["anyOf"][0]
+        assert gold_text["maxLength"] == 50 and schemas["GoldItem"]["additionalProperties"]["maxLength"] == 50
+        assert "2000" not in str(schemas["CandidateCreate"]) and "100" not in candidates["description"]
+
+        # The same models check the bodies: refused before the round is even looked up.
+        headers = {"Authorization": f"Bearer {WRITER_TOKEN}"}
+        good = {"text": "é" * 50, "writer_label": "positive"}
+        over = client.post("/api/rounds/1/candidates", json={**good, "text": "é" * 51}, headers=headers)
+        assert over.status_code == 413, over.get_json()
+        assert over.get_json()["error"]["field"] == "text" and "50" in over.get_json()["error"]["message"]
+        eight = client.post(
+            "/api/rounds/1/candidates/batch", json={"candidates": [good] * 8}, headers=headers
+        )
+        assert eight.status_code == 413 and eight.get_json()["error"]["field"] == "candidates"
+        # At the limits the body is taken, and the use case answers: there is no round 1.
+        for path, body in (("/api/rounds/1/candidates", good), ("/api/rounds/1/candidates/batch",
+                                                                  {"candidates": [good] * 7})):  # fmt: skip
+            answer = client.post(path, json=body, headers=headers)
+            assert answer.status_code == 404 and answer.get_json()["error"]["field"] == "round_id"
+    finally:
+        shutdown(application)
 
 
 # ------------------------------------------------------------------------------ who may call what

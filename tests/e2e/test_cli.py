@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from dynaval.devtools.label_studio_server import Annotator, LabelStudioServer
 from dynaval.domain.provenance import pseudonym
@@ -305,3 +306,82 @@ def test_sync_reconciles_votes_whose_webhooks_were_lost(
     last = failed.stderr.strip().splitlines()[-1]
     assert last.startswith("dynaval: ") and "Label Studio" in last
     assert len(candidate()["votes"]) == 2
+
+
+# ------------------------------------------------------------------------------------- gold add
+
+
+@pytest.mark.parametrize(
+    ("lines", "says"),
+    [
+        pytest.param(
+            [
+                '{"text": "Fine gold.", "label": "positive"}',
+                "",
+                '{"text": "' + "x" * 21 + '", "label": "neutral"}',
+            ],
+            "gold.jsonl:3: text must be at most 20 characters",
+            id="text-over-the-configured-limit",
+        ),
+        pytest.param(
+            ['{"text": "Fine gold.", "label": "positive"}', '{"text": "Odd gold."}'],
+            "gold.jsonl:2: label is required",
+            id="no-label",
+        ),
+        pytest.param(
+            ['{"text": "\\u200b ", "label": "positive"}'],
+            "gold.jsonl:1: text must not be empty",
+            id="invisible-text",
+        ),
+    ],
+)
+def test_gold_add_checks_each_line_with_the_apis_model_before_touching_the_database(
+    lines: list[str], says: str, tmp_path: Path
+) -> None:
+    (tmp_path / "gold.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    env = clean_environment(
+        DYNAVAL_DATA_DIR=str(tmp_path / "data"), DYNAVAL_MAX_TEXT_CHARS="20", **GOOD_SECRETS
+    )
+    done = run_dynaval("gold", "add", "--round", "1", "gold.jsonl", env=env, cwd=tmp_path)
+    line = assert_one_line_error(done)
+    assert line.startswith(f"dynaval: {says}"), line
+    assert not (tmp_path / "data").exists()  # refused before the database was touched
+
+
+@pytest.mark.labelstudio
+def test_gold_add_stores_a_files_items_all_or_none(live_service: LiveService, tmp_path: Path) -> None:
+    created = live_service.call("POST", "/api/rounds", json={"name": "cli gold round", "task": "sentiment"})
+    assert created.status_code == 201, created.text
+    round_id = created.json()["id"]
+    env = clean_environment(
+        DYNAVAL_DATABASE_URL=live_service.services.settings.resolved_database_url,
+        DYNAVAL_DATA_DIR=str(tmp_path / "cli-data"),
+        DYNAVAL_LABEL_STUDIO_URL=f"http://127.0.0.1:{free_port()}",  # adding gold needs no Label Studio
+        **GOOD_SECRETS,
+    )
+
+    def stored() -> list[str]:
+        with live_service.services.database.engine.connect() as connection:
+            rows = connection.execute(
+                text('SELECT inputs FROM "gold_item" WHERE round_id = :r ORDER BY id'), {"r": round_id}
+            ).scalars()
+            return sorted((r if isinstance(r, dict) else json.loads(r))["text"] for r in rows)
+
+    gold = tmp_path / "gold.jsonl"
+    # The round's labels are the use case's to check: the error still names the line.
+    gold.write_text(
+        '{"text": "Lovely.", "label": "positive"}\n{"text": "Meh.", "label": "joyful"}\n', encoding="utf-8"
+    )
+    line = assert_one_line_error(run_dynaval("gold", "add", "--round", str(round_id), str(gold), env=env,
+                                             cwd=tmp_path))  # fmt: skip
+    assert line.startswith(f"dynaval: {gold}:2: label must be one of: positive, negative, neutral"), line
+    assert stored() == []
+
+    gold.write_text(
+        '{"text": "Lovely.", "label": "positive"}\n\n{"text": "Cre\\u0300me, awful.", "label": "negative"}\n',
+        encoding="utf-8",
+    )
+    done = run_dynaval("gold", "add", "--round", str(round_id), str(gold), env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"added 2 gold items to round {round_id}"
+    assert stored() == ["Crème, awful.", "Lovely."]

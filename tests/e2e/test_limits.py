@@ -445,7 +445,8 @@ def test_an_unreachable_rate_limit_storage_never_fails_a_request(
 
 def texts(n: int, chars: int, *, start: int = 0) -> list[dict[str, str]]:
     """``n`` candidates whose texts have ``chars`` characters each (a long word for the long ones: a
-    few tokens, which the tiny test model, made for short texts, can take)."""
+    few tokens, which the tiny test model, made for short texts, can take), as a writer or lead sends
+    them: their token names the writer."""
     out = []
     for i in range(start, start + n):
         stem = f"Sentence {i} "

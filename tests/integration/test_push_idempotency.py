@@ -54,7 +54,9 @@ class Harness:
             row = candidates.submit_candidate(
                 self.services,
                 round_id=self.round_id,
-                body={"text": f"push test text {i}", "writer_label": "positive"},
+                candidate=candidates.NewCandidate(
+                    inputs={"text": f"push test text {i}"}, writer_label="positive"
+                ),
                 submitter=candidates.Submitter("writer-ana"),
             )
             assert row.status == "queued"  # the tiny model says neutral: fooled

@@ -4,7 +4,8 @@ PostgreSQL database.
 Candidates are written straight into the database with Label Studio task ids. A fake of our Label
 Studio port (:class:`tests.support.label_studio_copy.LabelStudioCopy`) holds what "Label Studio
 has"; webhooks in Label Studio's shape go through
-:func:`dynaval.service_layer.webhooks.ingest_webhook` and the tasks they name are read back with
+:func:`dynaval.service_layer.webhooks.ingest_webhook` (through the request model that checks their
+shape, as both HTTP entry points do) and the tasks they name are read back with
 :func:`dynaval.service_layer.verification.verify_round`. Forged webhooks (sent with the right
 secret, as any Label Studio user could) change nothing. (The same, against a real Label Studio,
 runs in tests/e2e/test_forged_webhooks.py.)
@@ -34,14 +35,20 @@ from dynaval.adapters.repositories import record_of
 from dynaval.adapters.task_queue import QueuedWork, start_embedded_consumer
 from dynaval.domain.errors import InvalidInput, NotFound, TooLarge
 from dynaval.domain.votes import current_ballots
+from dynaval.entrypoints.schemas import MAX_DELETED_IDS, read_webhook
+from dynaval.service_layer import webhooks
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.verification import reconcile_round, verify_round
-from dynaval.service_layer.webhooks import MAX_DELETED_IDS, ingest_webhook
 from tests.integration.conftest import PROJECT, RecordedWork
 from tests.support.label_studio_copy import T0, LabelStudioCopy, annotation_json, deletion_webhook, webhook
 from tests.support.waiting import wait_for
 
 CREATED, UPDATED = "ANNOTATION_CREATED", "ANNOTATION_UPDATED"
+
+
+def ingest_webhook(services: Services, payload: object) -> webhooks.WebhookResult:
+    """A webhook's body as both entry points take it: checked by the request model, then ingested."""
+    return webhooks.ingest_webhook(services, read_webhook(payload))
 
 
 def add_round(services: Services, project_id: int = PROJECT) -> int:

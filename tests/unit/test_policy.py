@@ -1,4 +1,8 @@
-"""DecisionPolicy: defaults, per-round overrides and the field named in each error."""
+"""DecisionPolicy: defaults, per-round overrides and the field named in each error.
+
+The overrides reach the domain typed: the request model checks each value's type and that no other
+key is given (tests/unit/test_request_models.py); the domain keeps its bounds as invariants and
+checks the values against one another."""
 
 from __future__ import annotations
 
@@ -54,35 +58,22 @@ def test_all_fields_can_be_overridden_and_round_trip_through_to_dict() -> None:
     assert DecisionPolicy.from_overrides(policy.to_dict()) == policy
 
 
-def test_integer_accept_share_is_taken_as_a_number() -> None:
-    policy = DecisionPolicy.from_overrides({"accept_share": 1})
-    assert policy.accept_share == 1.0
-    assert isinstance(policy.accept_share, float)
-
-
 @pytest.mark.parametrize(
     ("overrides", "field"),
     [
         ({"min_votes": 0}, "policy.min_votes"),
         ({"gold_rate": 0.6}, "policy.gold_rate"),
         ({"gold_rate": -0.1}, "policy.gold_rate"),
-        ({"gold_rate": "often"}, "policy.gold_rate"),
         ({"gold_min_items": 0}, "policy.gold_min_items"),
-        ({"gold_min_items": 2.5}, "policy.gold_min_items"),
+        ({"gold_min_items": 1001}, "policy.gold_min_items"),
         ({"gold_min_accuracy": 1.5}, "policy.gold_min_accuracy"),
-        ({"gold_min_accuracy": True}, "policy.gold_min_accuracy"),
         ({"min_votes": -1}, "policy.min_votes"),
         ({"min_votes": MAX_VOTES_LIMIT + 1, "max_votes": MAX_VOTES_LIMIT + 1}, "policy.min_votes"),
-        ({"min_votes": "2"}, "policy.min_votes"),
-        ({"min_votes": 2.0}, "policy.min_votes"),
-        ({"min_votes": None}, "policy.min_votes"),
         ({"max_votes": 1}, "policy.max_votes"),  # below the default min_votes (2)
         ({"min_votes": 4, "max_votes": 3}, "policy.max_votes"),
         ({"max_votes": MAX_VOTES_LIMIT + 1}, "policy.max_votes"),
-        ({"max_votes": 3.5}, "policy.max_votes"),
         ({"flag_votes": 0}, "policy.flag_votes"),
         ({"flag_votes": MAX_VOTES_LIMIT + 1}, "policy.flag_votes"),
-        ({"flag_votes": "two"}, "policy.flag_votes"),
         ({"accept_share": 0.5}, "policy.accept_share"),
         ({"accept_share": 0.2}, "policy.accept_share"),
         ({"accept_share": 0}, "policy.accept_share"),
@@ -90,35 +81,10 @@ def test_integer_accept_share_is_taken_as_a_number() -> None:
         ({"accept_share": 2}, "policy.accept_share"),
         ({"accept_share": float("nan")}, "policy.accept_share"),
         ({"accept_share": float("inf")}, "policy.accept_share"),
-        ({"accept_share": "2/3"}, "policy.accept_share"),
-        ({"accept_share": None}, "policy.accept_share"),
-        ({"validate_non_fooling": 1}, "policy.validate_non_fooling"),
-        ({"validate_non_fooling": "yes"}, "policy.validate_non_fooling"),
-        ({"validate_non_fooling": None}, "policy.validate_non_fooling"),
     ],
 )
 def test_bad_field_is_named_in_the_error(overrides: dict[str, Any], field: str) -> None:
     assert field_of_error(overrides) == field
-
-
-@pytest.mark.parametrize("key", ["min_votes", "max_votes", "flag_votes", "accept_share"])
-@pytest.mark.parametrize("value", [True, False])
-def test_bools_are_rejected_as_numbers(key: str, value: bool) -> None:
-    # bool is a subclass of int in Python; True must not silently mean 1.
-    assert field_of_error({key: value}) == f"policy.{key}"
-
-
-def test_unknown_field_is_named_and_allowed_fields_listed() -> None:
-    with pytest.raises(InvalidInput) as caught:
-        DecisionPolicy.from_overrides({"max_vote": 5})
-    assert caught.value.field == "policy.max_vote"
-    for allowed in ("accept_share", "flag_votes", "max_votes", "min_votes", "validate_non_fooling"):
-        assert allowed in caught.value.message
-
-
-@pytest.mark.parametrize("overrides", [[], "min_votes=2", 3, [("min_votes", 2)]])
-def test_policy_that_is_not_an_object_is_rejected(overrides: Any) -> None:
-    assert field_of_error(overrides) == "policy"
 
 
 @pytest.mark.parametrize("share", [0.5000001, 0.51, 2 / 3, 0.75, 1.0])

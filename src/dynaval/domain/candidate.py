@@ -16,12 +16,11 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from dynaval.domain.decision import Decision, Outcome, decide
-from dynaval.domain.errors import Conflict, InvalidInput
+from dynaval.domain.errors import Conflict
 from dynaval.domain.policy import DecisionPolicy
-from dynaval.domain.text import has_visible_character, normalised
 from dynaval.domain.votes import AnnotationRecord, current_ballots
 
 
@@ -55,32 +54,21 @@ class CandidateStatus(StrEnum):
 
 _OUTCOMES = frozenset(o.value for o in Outcome)
 OVERRIDE_OUTCOMES = (CandidateStatus.ACCEPTED, CandidateStatus.REJECTED)
+OverrideOutcome = Literal["accepted", "rejected"]
+"""The outcomes a lead may set: ``OVERRIDE_OUTCOMES``, as the request model takes them."""
 OVERRIDE_RULE_VERSION = "lead-override/1"
-MAX_REASON_CHARS = 2000
 
 
 @dataclass(frozen=True)
 class Override:
-    """A lead's outcome for a candidate, which the rule then leaves alone."""
+    """A lead's outcome for a candidate, which the rule then leaves alone. The request model checked
+    the outcome (one of ``OverrideOutcome``) and the reason (readable text, stored NFC, since it goes
+    into the dataset's provenance)."""
 
     outcome: CandidateStatus
     reason: str
     by: str
     at: datetime
-
-    @staticmethod
-    def checked(outcome: object, reason: object, *, by: str, at: datetime) -> Override:
-        """An override from a request's values, or :class:`InvalidInput` naming the bad field."""
-        allowed = [o.value for o in OVERRIDE_OUTCOMES]
-        if not isinstance(outcome, str) or outcome not in allowed:
-            raise InvalidInput(f"outcome must be one of: {', '.join(allowed)}", field="outcome")
-        # The reason goes into the dataset's provenance: readable text, stored NFC.
-        if not isinstance(reason, str) or not has_visible_character(reason):
-            raise InvalidInput("a reason is required", field="reason")
-        text = normalised(reason).strip()
-        if len(text) > MAX_REASON_CHARS:
-            raise InvalidInput(f"reason must be at most {MAX_REASON_CHARS} characters", field="reason")
-        return Override(CandidateStatus(outcome), text, by, at)
 
     def to_dict(self) -> dict[str, Any]:
         return {

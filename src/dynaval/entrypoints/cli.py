@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -142,7 +143,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_jsonl(path: Path) -> list[Any]:
+def _read_jsonl(path: Path) -> list[tuple[int, Any]]:
+    """Each JSON value of a JSONL file, with its line number (blank lines are skipped)."""
+    from dynaval.entrypoints.guards import unstorable_text
+
     items = []
     try:
         with path.open(encoding="utf-8") as handle:
@@ -150,29 +154,61 @@ def _read_jsonl(path: Path) -> list[Any]:
                 if not line.strip():
                     continue
                 try:
-                    items.append(json.loads(line))
+                    value = json.loads(line, parse_constant=_refuse_constant)
                 except ValueError:
                     raise CommandError(
                         f"{path}:{number}: not JSON; each line must be one JSON object"
                     ) from None
+                # What the API's guard refuses in a body, no database stores either.
+                if (where := unstorable_text(value)) is not None:
+                    raise CommandError(
+                        f"{path}:{number}: {where} must not contain a NUL character or an unpaired surrogate"
+                    )
+                items.append((number, value))
     except UnicodeDecodeError:
         raise CommandError(f"{path} is not UTF-8 text") from None
     return items
 
 
+def _refuse_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def cmd_gold_add(args: argparse.Namespace) -> int:
+    """Gold items from a JSONL file, checked by the same request model as the API's gold upload
+    (``POST /api/rounds/<id>/gold``), then by the same use case; an error names the line."""
+    from dynaval.entrypoints.schemas import GoldUpload, request_models
     from dynaval.service_layer.gold import add_gold_items
 
-    items = _read_jsonl(Path(args.file))
-    if not items:
+    path = Path(args.file)
+    lines = _read_jsonl(path)
+    if not lines:
         raise CommandError(f'{args.file} holds no items; write one {{"text": ..., "label": ...}} per line')
+    settings = _settings()
+    try:
+        upload = request_models(settings).validate(GoldUpload, {"items": [value for _, value in lines]})
+    except DomainError as exc:
+        raise _at_line(exc, path, [number for number, _ in lines]) from None
     services = _services()
     try:
-        ids = add_gold_items(services, round_id=args.round, items=items)
+        ids = add_gold_items(services, round_id=args.round, items=[i.new_gold_item() for i in upload.items])
+    except DomainError as exc:
+        raise _at_line(exc, path, [number for number, _ in lines]) from None
     finally:
         services.close()
     print(f"added {len(ids)} gold items to round {args.round}")
     return 0
+
+
+def _at_line(error: DomainError, path: Path, line_numbers: list[int]) -> Exception:
+    """``error`` about ``items[i]...`` as the line of the file that holds item ``i``."""
+    match = re.fullmatch(r"items\[(\d+)\](?:\.(.*))?", error.field or "")
+    if match is None:
+        return error
+    index, field = int(match.group(1)), match.group(2)
+    # The message names the field itself, except when it is one the item should not have.
+    where = f"{field}: " if field and not error.message.startswith(field) else ""
+    return CommandError(f"{path}:{line_numbers[index]}: {where}{error.message}")
 
 
 LEVELS = ("nominal", "ordinal", "interval", "ratio")

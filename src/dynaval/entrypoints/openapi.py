@@ -1,4 +1,5 @@
-"""OpenAPI 3.1 document generated from the registered routes and their pydantic models."""
+"""OpenAPI 3.1 document generated from the registered routes and the request models that check their
+bodies, built with the app's configured limits (:func:`dynaval.entrypoints.schemas.request_models`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from dynaval import __version__
 from dynaval.adapters.database import MAX_SERIAL_ID
 from dynaval.entrypoints.auth import Role
 from dynaval.entrypoints.guards import LIMITER, RATE_EXEMPT_ENDPOINTS, SCORING_BUDGET
+from dynaval.entrypoints.schemas import RequestModel, request_models
+from dynaval.service_layer.services import Services
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,14 +42,15 @@ def documented(
     *,
     summary: str,
     roles: tuple[str, ...] = (),
-    body: type[BaseModel] | None = None,
+    body: type[RequestModel] | None = None,
     responses: dict[int, str] | None = None,
     query: dict[str, dict[str, Any]] | None = None,
     headers: dict[str, str] | None = None,
     scores: bool = False,
 ) -> Callable[[F], F]:
-    """Attach the facts the OpenAPI document needs to a view function. ``scores``: the route runs the
-    model, charged to the caller's scoring budget (``guards.charge_scoring``)."""
+    """Attach the facts the OpenAPI document needs to a view function. ``body``: the request model the
+    route validates its body with (documented with the app's limits, as it checks them). ``scores``:
+    the route runs the model, charged to the caller's scoring budget (``guards.charge_scoring``)."""
 
     def mark(view: F) -> F:
         view.openapi = {  # type: ignore[attr-defined]
@@ -66,6 +70,8 @@ def documented(
 def build_openapi(app: Flask) -> dict[str, Any]:
     from dynaval.entrypoints.webhook import WEBHOOK_OPERATION, WEBHOOK_PATH
 
+    services: Services = app.extensions["dynaval"]
+    models = request_models(services.settings)
     paths: dict[str, dict[str, Any]] = {}
     components: dict[str, Any] = {
         "schemas": {"Error": ERROR_SCHEMA},
@@ -88,16 +94,7 @@ def build_openapi(app: Flask) -> dict[str, Any]:
             path = path.replace(f"<int:{arg}>", f"{{{arg}}}").replace(f"<{arg}>", f"{{{arg}}}")
         for name, schema in spec["query"].items():
             parameters.append({"name": name, "in": "query", "required": False, "schema": schema})
-        for name, description in spec["headers"].items():
-            parameters.append(
-                {
-                    "name": name,
-                    "in": "header",
-                    "required": True,
-                    "description": description,
-                    "schema": {"type": "string"},
-                }
-            )
+        parameters += _header_parameters(spec["headers"])
         for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
             operation: dict[str, Any] = {
                 "operationId": f"{rule.endpoint}_{method.lower()}",
@@ -109,16 +106,9 @@ def build_openapi(app: Flask) -> dict[str, Any]:
             if roles:
                 operation["security"] = [{"bearer": []}]
                 operation["description"] = "Roles: " + ", ".join(roles)
-            body = spec["body"]
+            body = models.model(spec["body"]) if spec["body"] is not None else None
             if body is not None:
-                name = body.__name__
-                schema = body.model_json_schema(ref_template="#/components/schemas/{model}")
-                components["schemas"].update(schema.pop("$defs", {}))
-                components["schemas"][name] = schema
-                operation["requestBody"] = {
-                    "required": True,
-                    "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}},
-                }
+                operation["requestBody"] = _request_body(body, components)
             responses = dict(spec["responses"])
             # What every route answers by construction: auth errors from @requires, 404 for unknown ids.
             if roles:
@@ -138,14 +128,7 @@ def build_openapi(app: Flask) -> dict[str, Any]:
                 )
             if LIMITER in app.extensions and rule.endpoint not in RATE_EXEMPT_ENDPOINTS:
                 responses.setdefault(429, "Too many requests for this token; Retry-After says when to retry")
-            for status, description in sorted(responses.items()):
-                content_schema: dict[str, Any] = (
-                    {"$ref": "#/components/schemas/Error"} if status >= 400 else {"type": "object"}
-                )
-                operation["responses"][str(status)] = {
-                    "description": description,
-                    "content": {"application/json": {"schema": content_schema}},
-                }
+            operation["responses"] = _responses(responses)
             paths.setdefault(path, {})[method.lower()] = operation
     paths[WEBHOOK_PATH] = {"post": _webhook_operation(WEBHOOK_OPERATION, components)}
     return {
@@ -158,38 +141,44 @@ def build_openapi(app: Flask) -> dict[str, Any]:
 
 def _webhook_operation(spec: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
     """Label Studio's webhook: an endpoint in front of Flask (no url_map rule), published alike."""
-    body: type[BaseModel] = spec["body"]
-    schema = body.model_json_schema(ref_template="#/components/schemas/{model}")
-    components["schemas"].update(schema.pop("$defs", {}))
-    components["schemas"][body.__name__] = schema
     return {
         "operationId": "label_studio_webhook_post",
         "summary": spec["summary"],
-        "parameters": [
-            {
-                "name": name,
-                "in": "header",
-                "required": True,
-                "description": text,
-                "schema": {"type": "string"},
-            }
-            for name, text in spec["headers"].items()
-        ],
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{body.__name__}"}}},
-        },
-        "responses": {
-            str(status): {
-                "description": description,
-                "content": {
-                    "application/json": {
-                        "schema": {"$ref": "#/components/schemas/Error"}
-                        if status >= 400
-                        else {"type": "object"}
-                    }
-                },
-            }
-            for status, description in sorted(spec["responses"].items())
-        },
+        "parameters": _header_parameters(spec["headers"]),
+        "requestBody": _request_body(spec["body"], components),
+        "responses": _responses(spec["responses"]),
+    }
+
+
+def _header_parameters(headers: dict[str, str]) -> list[dict[str, Any]]:
+    return [
+        {"name": name, "in": "header", "required": True, "description": text, "schema": {"type": "string"}}
+        for name, text in headers.items()
+    ]
+
+
+def _request_body(body: type[BaseModel], components: dict[str, Any]) -> dict[str, Any]:
+    """The body's schema, its models added to ``components``."""
+    name = body.__name__
+    schema = body.model_json_schema(ref_template="#/components/schemas/{model}")
+    components["schemas"].update(schema.pop("$defs", {}))
+    components["schemas"][name] = schema
+    return {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}},
+    }
+
+
+def _responses(responses: dict[int, str]) -> dict[str, Any]:
+    """Each status's description; an error's body is the Error schema."""
+    return {
+        str(status): {
+            "description": description,
+            "content": {
+                "application/json": {
+                    "schema": {"$ref": "#/components/schemas/Error"} if status >= 400 else {"type": "object"}
+                }
+            },
+        }
+        for status, description in sorted(responses.items())
     }

@@ -47,6 +47,7 @@ from dynaval.entrypoints.auth import Caller, Role, Unauthorized, caller_of, call
 from dynaval.entrypoints.errors import status_of
 from dynaval.entrypoints.guards import query_int
 from dynaval.entrypoints.routes import dataset_download
+from dynaval.entrypoints.schemas import ExclusionChange, OverrideCreate, request_models
 from dynaval.service_layer import agreement, annotator_exclusion, dashboard_sessions, dataset, overrides
 from dynaval.service_layer import dashboard as use_cases
 from dynaval.service_layer.figures_cache import FiguresCache
@@ -349,15 +350,22 @@ def _candidate_page(candidate_id: str, *, error: str | None = None, status: int 
     ), status
 
 
+def _form(*names: str) -> dict[str, str]:
+    """The form's fields among ``names``, for the API's request model (a field left out is missing)."""
+    return {name: value for name in names if (value := request.form.get(name)) is not None}
+
+
 @pages.post("/candidates/<candidate_id>/override")
 @lead_page
 def override(candidate_id: str) -> Any:
     try:
+        # The API's request model checks the form too: one set of rules for an override.
+        body = request_models(_services().settings).validate(OverrideCreate, _form("outcome", "reason"))
         overrides.override_decision(
             _services(),
             candidate_id=candidate_id,
-            outcome=request.form.get("outcome"),
-            reason=request.form.get("reason"),
+            outcome=body.outcome,
+            reason=body.reason,
             by=g.caller.name,
         )
     except DomainError as exc:
@@ -386,12 +394,14 @@ def _annotators_page(round_id: int, *, error: str | None = None, status: int = 2
 @lead_page
 def toggle_exclusion(round_id: int, annotator: str) -> Any:
     try:
+        form = {**_form("reason"), "excluded": request.form.get("excluded") == "true"}
+        body = request_models(_services().settings).validate(ExclusionChange, form)
         annotator_exclusion.set_exclusion_by_lead(
             _services(),
             round_id=round_id,
             annotator=annotator,
-            excluded=request.form.get("excluded") == "true",
-            reason=request.form.get("reason"),
+            excluded=body.excluded,
+            reason=body.reason,
         )
     except DomainError as exc:
         if exc.field == "round_id":

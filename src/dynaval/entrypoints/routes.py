@@ -6,10 +6,9 @@ import io
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from flask import Blueprint, Response, current_app, g, jsonify, request, send_file, stream_with_context
-from pydantic import BaseModel
 
 from dynaval.adapters.dataset_files import FORMATS, jsonl_line, write_dataset
 from dynaval.domain.errors import InvalidInput
@@ -22,7 +21,9 @@ from dynaval.entrypoints.schemas import (
     ExclusionChange,
     GoldUpload,
     OverrideCreate,
+    RequestModel,
     RoundCreate,
+    request_models,
 )
 from dynaval.service_layer import (
     agreement,
@@ -38,6 +39,7 @@ from dynaval.service_layer import (
 from dynaval.service_layer.services import Services
 
 api = Blueprint("api", __name__)
+M = TypeVar("M", bound=RequestModel)
 
 # Who may call what: a writer submits and reads their own candidates, a collector submits for the
 # writers it names and reads what it submitted, an exporter reads datasets and agreement reports, a
@@ -59,17 +61,10 @@ def _json_payload(*, strict: bool = True) -> object:
     return parse_json(read_body(), strict=strict)
 
 
-def _json_body() -> dict[str, Any]:
-    body = _json_payload()
-    if not isinstance(body, dict):
-        raise InvalidInput("the body must be a JSON object", field="body")
-    return body
-
-
-def _refuse_unknown_fields(body: dict[str, Any], model: type[BaseModel]) -> None:
-    unknown = sorted(set(body) - set(model.model_fields))
-    if unknown:
-        raise InvalidInput(f"unknown field; allowed: {', '.join(model.model_fields)}", field=unknown[0])
+def _body(declared: type[M]) -> M:
+    """The request's JSON body, checked by the app's model of ``declared`` (with the configured
+    limits); a refusal names the field (see :mod:`dynaval.entrypoints.schemas`)."""
+    return request_models(_services().settings).validate(declared, _json_payload())
 
 
 def _submitter() -> candidates.Submitter:
@@ -81,13 +76,6 @@ def _sees_model_folder() -> bool:
     """The server's model folder is the operator's business: leads see it, other roles see the
     model's name and hash."""
     return bool(g.caller.role is Role.LEAD)
-
-
-def _string(body: dict[str, Any], name: str, *, default: str | None = None) -> str:
-    value = body.get(name, default)
-    if not isinstance(value, str):
-        raise InvalidInput(f"{name} is required and must be a string", field=name)
-    return value
 
 
 @api.get("/health")
@@ -104,15 +92,13 @@ def health() -> Any:
 )
 @requires(Role.LEAD)
 def create_round() -> Any:
-    body = _json_body()
-    _refuse_unknown_fields(body, RoundCreate)
-    policy = body.get("policy")
+    body = _body(RoundCreate)
     row = rounds.create_round(
         _services(),
-        name=_string(body, "name"),
-        task=_string(body, "task"),
-        model=_string(body, "model", default="default"),
-        policy=policy,
+        name=body.name,
+        task=body.task,
+        model=body.model,
+        policy=body.policy.given() if body.policy is not None else None,
     )
     return jsonify(rounds.round_public(row, with_model_folder=True)), 201
 
@@ -160,8 +146,13 @@ def close_round(round_id: int) -> Any:
 @requires(*SUBMITTERS)
 def submit_candidate(round_id: int) -> Any:
     services = _services()
+    body = _body(CandidateCreate)
     row = candidates.submit_candidate(
-        services, round_id=round_id, body=_json_body(), submitter=_submitter(), charge=charge_scoring
+        services,
+        round_id=round_id,
+        candidate=body.new_candidate(),
+        submitter=_submitter(),
+        charge=charge_scoring,
     )
     return jsonify(candidates.get_candidate(services, row.id)), 201
 
@@ -184,12 +175,11 @@ def submit_candidate(round_id: int) -> Any:
 @requires(*SUBMITTERS)
 def submit_candidate_batch(round_id: int) -> Any:
     services = _services()
-    body = _json_body()
-    _refuse_unknown_fields(body, CandidateBatch)
+    body = _body(CandidateBatch)
     rows = candidates.submit_candidates(
         services,
         round_id=round_id,
-        bodies=body.get("candidates"),
+        candidates=[c.new_candidate() for c in body.candidates],
         submitter=_submitter(),
         charge=charge_scoring,
     )
@@ -223,13 +213,13 @@ def get_candidate(candidate_id: str) -> Any:
 )
 @requires(Role.LEAD)
 def override_candidate(candidate_id: str) -> Any:
-    body = _json_body()
+    body = _body(OverrideCreate)
     return jsonify(
         overrides.override_decision(
             _services(),
             candidate_id=candidate_id,
-            outcome=body.get("outcome"),
-            reason=body.get("reason"),
+            outcome=body.outcome,
+            reason=body.reason,
             by=g.caller.name,
         )
     )
@@ -301,7 +291,8 @@ def dataset_download(services: Services, round_id: int, fmt: str) -> Response:
 )
 @requires(Role.LEAD)
 def upload_gold(round_id: int) -> Any:
-    ids = gold.add_gold_items(_services(), round_id=round_id, items=_json_body().get("items"))
+    body = _body(GoldUpload)
+    ids = gold.add_gold_items(_services(), round_id=round_id, items=[i.new_gold_item() for i in body.items])
     return jsonify({"created": len(ids), "ids": ids}), 201
 
 
@@ -322,14 +313,14 @@ def round_annotators(round_id: int) -> Any:
 )
 @requires(Role.LEAD)
 def change_exclusion(round_id: int, annotator: str) -> Any:
-    body = _json_body()
+    body = _body(ExclusionChange)
     return jsonify(
         annotator_exclusion.set_exclusion_by_lead(
             _services(),
             round_id=round_id,
             annotator=annotator,
-            excluded=body.get("excluded"),
-            reason=body.get("reason"),
+            excluded=body.excluded,
+            reason=body.reason,
         )
     )
 

@@ -1,40 +1,229 @@
-"""Request bodies as pydantic models: the shapes the OpenAPI document publishes.
+"""Request bodies as pydantic models: each one both checks its body and documents it in /openapi.json.
 
-The use cases check the same rules and name the failing field; these models only describe them.
+The rules of a body's shape and size live here and nowhere else: types, required and unknown
+fields, lengths (with the configured ``DYNAVAL_MAX_TEXT_CHARS`` and ``DYNAVAL_MAX_BATCH_SIZE``),
+readable text and NFC normalisation (:mod:`dynaval.domain.text`). What depends on stored state (the
+round's task type and labels, the writer a credential names, a frozen round) is checked by the use
+cases and the domain, which take the typed values these models give.
+
+The classes below declare each body. The bodies with a configured limit (a candidate, a batch, gold
+items) are built again for each app's limits by :func:`request_models`: validate and document with
+``request_models(settings).validate(CandidateBatch, payload)`` and ``.model(CandidateBatch)``,
+never with the declared class itself. A refused body is a :class:`~dynaval.domain.errors.DomainError`
+naming the field as the API does everywhere (``candidates[2].text``, ``policy.min_votes``, ``body``):
+413 for a text or a batch over its limit, 422 for everything else.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import functools
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WithJsonSchema,
+    create_model,
+    field_validator,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError
+
+from dynaval.adapters.label_studio import WEBHOOK_ACTIONS
+from dynaval.domain.candidate import OverrideOutcome
+from dynaval.domain.errors import DomainError, InvalidInput, TooLarge
+from dynaval.domain.policy import (
+    ACCEPT_SHARE_ABOVE,
+    MAX_GOLD_MIN_ITEMS,
+    MAX_GOLD_RATE,
+    MAX_VOTES_LIMIT,
+    DecisionPolicy,
+)
+from dynaval.domain.text import has_visible_character, normalised
+from dynaval.service_layer.candidates import NewCandidate
+from dynaval.service_layer.gold import NewGoldItem
+from dynaval.service_layer.webhooks import AnnotationChanged, AnnotationsDeleted, OtherAction, WebhookHint
+from dynaval.settings import Settings
+
+MAX_NAME_CHARS = 200
+MAX_WRITER_ID_CHARS = 200
+MAX_REASON_CHARS = 2000
+MAX_GOLD_ITEMS = 1000
+MAX_DELETED_IDS = 5000
+"""Annotation ids one deletion webhook may name: Label Studio's own batch (``WEBHOOK_BATCH_SIZE``)."""
+
+TOO_LARGE = "too_large"
+"""The error type of a size limit a client may meet with a well-formed body (a text over
+``DYNAVAL_MAX_TEXT_CHARS``, a batch over ``DYNAVAL_MAX_BATCH_SIZE``): answered 413, not 422."""
+
+M = TypeVar("M", bound="RequestModel")
 
 
-class PolicyOverrides(BaseModel):
-    """Overrides of the decision rule's defaults for one round."""
+# ------------------------------------------------------------------------------------------ text
+
+
+def _readable_text(
+    *, max_chars: int, strip: bool, over_limit: str = "string_too_long"
+) -> Callable[[str], str]:
+    """A check of a string field: NFC-normalised (and ``strip``-ped) as it is stored, with at least
+    one visible character, and at most ``max_chars`` characters as stored (``over_limit`` is the
+    error type past that)."""
+
+    def check(value: str) -> str:
+        value = normalised(value)
+        if strip:
+            value = value.strip()
+        if not has_visible_character(value):
+            raise PydanticCustomError(
+                "invisible_text",
+                "must not be empty: it has no visible character (only spaces or invisible ones)",
+            )
+        if len(value) > max_chars:
+            raise PydanticCustomError(
+                over_limit, "must be at most {max_length} characters", {"max_length": max_chars}
+            )
+        return value
+
+    return check
+
+
+def _text_schema(max_chars: int) -> WithJsonSchema:
+    # What a client can check before sending; "characters" are counted once NFC-normalised.
+    return WithJsonSchema({"type": "string", "minLength": 1, "maxLength": max_chars})
+
+
+RoundName = Annotated[
+    str, AfterValidator(_readable_text(max_chars=MAX_NAME_CHARS, strip=True)), _text_schema(MAX_NAME_CHARS)
+]
+WriterId = Annotated[
+    str,
+    AfterValidator(_readable_text(max_chars=MAX_WRITER_ID_CHARS, strip=True)),
+    _text_schema(MAX_WRITER_ID_CHARS),
+]
+Reason = Annotated[
+    str,
+    AfterValidator(_readable_text(max_chars=MAX_REASON_CHARS, strip=True)),
+    _text_schema(MAX_REASON_CHARS),
+]
+
+
+def input_text(max_text_chars: int) -> Any:
+    """The type of a candidate's or gold item's input (``text``, ``premise``...) under a limit of
+    ``max_text_chars``: kept as written (no strip), stored NFC; past the limit, 413."""
+    return Annotated[
+        str,
+        AfterValidator(_readable_text(max_chars=max_text_chars, strip=False, over_limit=TOO_LARGE)),
+        _text_schema(max_text_chars),
+    ]
+
+
+def _at_most(limit: int) -> Callable[[Any], Any]:
+    """A check, before a list's items are, that it has at most ``limit`` items (413 past that)."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, list) and len(value) > limit:
+            raise PydanticCustomError(
+                TOO_LARGE,
+                "holds at most {limit} items; this one holds {count}",
+                {"limit": limit, "count": len(value)},
+            )
+        return value
+
+    return check
+
+
+# -------------------------------------------------------------------------------- the base model
+
+
+class RequestModel(BaseModel):
+    """A request body's model; :meth:`error_field` names the field of a validation error."""
+
+    @classmethod
+    def error_field(cls, loc: tuple[int | str, ...]) -> str:
+        """The field an error at ``loc`` names, as the API writes it: ``candidates[2].text``."""
+        return _path(loc)
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out or "body"
+
+
+# ------------------------------------------------------------------------------------- rounds
+
+_DEFAULT_POLICY = DecisionPolicy()
+VoteCount = Annotated[StrictInt, Field(ge=1, le=MAX_VOTES_LIMIT)]
+# A share: a JSON number (an integer is read as a float), never a string or a boolean.
+Share = Annotated[float, Strict(), Field(allow_inf_nan=False)]
+
+
+class PolicyOverrides(RequestModel):
+    """Overrides of the decision rule's defaults for one round. ``max_votes`` must also be at least
+    ``min_votes`` (422 naming ``policy.max_votes``)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    min_votes: int = Field(default=2, ge=1, le=15, description="Validators asked first.")
-    max_votes: int = Field(default=3, ge=1, le=15, description="Escalation asks for votes up to this many.")
-    accept_share: float = Field(default=2 / 3, gt=0.5, le=1, description="Share the writer's label needs.")
-    flag_votes: int = Field(default=2, ge=1, le=15, description="Flags that send a candidate to a lead.")
-    validate_non_fooling: bool = Field(
-        default=False, description="Also validate candidates that did not fool."
+    min_votes: VoteCount = Field(default=_DEFAULT_POLICY.min_votes, description="Validators asked first.")
+    max_votes: VoteCount = Field(
+        default=_DEFAULT_POLICY.max_votes, description="Escalation asks for votes up to this many."
     )
-    gold_rate: float = Field(default=0.1, ge=0, le=0.5, description="Share of pushed tasks that are gold.")
-    gold_min_items: int = Field(
-        default=5, ge=1, le=1000, description="Gold answers before exclusion may apply."
+    accept_share: Share = Field(
+        default=_DEFAULT_POLICY.accept_share,
+        gt=ACCEPT_SHARE_ABOVE,
+        le=1,
+        description="Share of the votes the writer's label needs.",
     )
-    gold_min_accuracy: float = Field(
-        default=0.7, ge=0, le=1, description="Below this gold accuracy an annotator's votes stop counting."
+    flag_votes: VoteCount = Field(
+        default=_DEFAULT_POLICY.flag_votes, description="Flags that send a candidate to a lead."
+    )
+    validate_non_fooling: StrictBool = Field(
+        default=_DEFAULT_POLICY.validate_non_fooling,
+        description="Also validate candidates that did not fool.",
+    )
+    gold_rate: Share = Field(
+        default=_DEFAULT_POLICY.gold_rate,
+        ge=0,
+        le=MAX_GOLD_RATE,
+        description="Share of pushed tasks that are gold (0 turns gold off).",
+    )
+    gold_min_items: StrictInt = Field(
+        default=_DEFAULT_POLICY.gold_min_items,
+        ge=1,
+        le=MAX_GOLD_MIN_ITEMS,
+        description="Gold answers before exclusion may apply.",
+    )
+    gold_min_accuracy: Share = Field(
+        default=_DEFAULT_POLICY.gold_min_accuracy,
+        ge=0,
+        le=1,
+        description="Below this gold accuracy an annotator's votes stop counting.",
     )
 
+    def given(self) -> dict[str, Any]:
+        """Only the overrides the body gave (the domain fills in the defaults)."""
+        return self.model_dump(exclude_unset=True)
 
-class RoundCreate(BaseModel):
+
+class RoundCreate(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=200)
+    name: RoundName = Field(
+        description="At least one visible character; stored NFC-normalised and stripped (annotators "
+        "see it as the Label Studio project's title)."
+    )
     task: str = Field(description="A task type: the name of a file label_config/<task>.xml, e.g. sentiment.")
     model: str = Field(
         default="default", description='"default" or the absolute path of a local model folder.'
@@ -42,99 +231,368 @@ class RoundCreate(BaseModel):
     policy: PolicyOverrides | None = None
 
 
-class CandidateCreate(BaseModel):
-    """A writer's candidate. Task types with context fields (e.g. premise) take them as extra keys."""
+# --------------------------------------------------------------------------------- candidates
+
+INPUTS_NOTE = (
+    "Which inputs a candidate gives is its round's task type's: `text` for sentiment; a task type "
+    "with other fields (e.g. NLI's `premise` and `hypothesis`) takes them as further keys, each a "
+    "text under the same rules. Any other key is refused (422 naming it)."
+)
+
+
+def _text_description(max_text_chars: int) -> str:
+    return (
+        f"At least one visible character and at most {max_text_chars} characters (DYNAVAL_MAX_TEXT_CHARS, "
+        "413 past it), counted as stored: NFC-normalised."
+    )
+
+
+class CandidateCreate(RequestModel):
+    """A writer's candidate."""
 
     model_config = ConfigDict(extra="allow")
 
-    text: str = Field(
-        min_length=1, max_length=2000, description="At least one visible character; stored NFC-normalised."
-    )
+    text: str | None = Field(default=None, description="The text (see the description of the body).")
     writer_label: str = Field(description="The label the writer says the text truly has.")
-    writer_id: str | None = Field(
+    writer_id: WriterId | None = Field(
         default=None,
-        min_length=1,
-        max_length=200,
         description="Who wrote it. Required from a collector's token (the writer of its front end it "
-        "submits for); a writer's or lead's token is the writer: omit it or give that token's own "
-        "name (any other name is refused with 403).",
+        "submits for); a writer's or lead's token is the writer: omit it (or null) or give that token's "
+        "own name (any other name is refused with 403). Stored NFC-normalised and stripped.",
     )
+    # The task type's other inputs; typed again with the configured limit by request_models().
+    __pydantic_extra__: dict[str, str] = Field(init=False)
+
+    def new_candidate(self) -> NewCandidate:
+        return NewCandidate(inputs=_inputs(self.text, self.model_extra), writer_label=self.writer_label,
+                            writer_id=self.writer_id)  # fmt: skip
 
 
-class CandidateBatch(BaseModel):
+class CandidateBatch(RequestModel):
     """Several candidates for one round, stored all or none."""
 
     model_config = ConfigDict(extra="forbid")
 
-    candidates: list[CandidateCreate] = Field(
-        min_length=1, max_length=100, description="At most DYNAVAL_MAX_BATCH_SIZE (default 100)."
-    )
+    candidates: list[CandidateCreate] = Field(min_length=1)
 
 
-class GoldItem(BaseModel):
+class GoldItem(RequestModel):
+    """A gold item: inputs as a candidate's, and the known label."""
+
     model_config = ConfigDict(extra="allow")
 
-    text: str = Field(
-        min_length=1, max_length=2000, description="At least one visible character; stored NFC-normalised."
-    )
+    text: str | None = Field(default=None, description="The text (see the description of the item).")
     label: str = Field(description="The known label; one of the round's labels.")
+    __pydantic_extra__: dict[str, str] = Field(init=False)
+
+    def new_gold_item(self) -> NewGoldItem:
+        return NewGoldItem(inputs=_inputs(self.text, self.model_extra), label=self.label)
 
 
-class GoldUpload(BaseModel):
+class GoldUpload(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
-    items: list[GoldItem] = Field(min_length=1, max_length=1000)
+    items: list[GoldItem] = Field(min_length=1, max_length=MAX_GOLD_ITEMS)
 
 
-class ExclusionChange(BaseModel):
+def _inputs(text: str | None, extra: Mapping[str, Any] | None) -> dict[str, str]:
+    """A body's input fields: ``text`` when given, and every further key (each checked as a text)."""
+    inputs = {} if text is None else {"text": text}
+    inputs.update({name: str(value) for name, value in (extra or {}).items()})
+    return inputs
+
+
+# ------------------------------------------------------------------------------ a lead's changes
+
+
+class ExclusionChange(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
-    excluded: bool
-    reason: str = Field(min_length=1, max_length=2000)
+    excluded: StrictBool
+    reason: Reason = Field(description="Why; recorded in the exclusion log (NFC-normalised, stripped).")
 
 
-class OverrideCreate(BaseModel):
+class OverrideCreate(RequestModel):
     """A lead's override of a candidate's decision."""
 
     model_config = ConfigDict(extra="forbid")
 
-    outcome: Literal["accepted", "rejected"]
-    reason: str = Field(min_length=1, max_length=2000, description="Why; recorded in the audit log.")
+    outcome: OverrideOutcome
+    reason: Reason = Field(description="Why; recorded in the audit log (NFC-normalised, stripped).")
 
 
-LabelStudioId = Annotated[int, Field(ge=1, le=2**63 - 1)]
+# ------------------------------------------------------------------------- Label Studio's webhook
+
+LabelStudioId = Annotated[StrictInt, Field(ge=1, le=2**63 - 1)]
+_ID_SCHEMA = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
 
 
-class WebhookProject(BaseModel):
+def _id_of_task(value: Any) -> Any:
+    # Label Studio writes the task as its id, or as the task object.
+    return value.get("id") if isinstance(value, dict) else value
+
+
+class WebhookProject(RequestModel):
     model_config = ConfigDict(extra="allow")
 
     id: LabelStudioId = Field(description="The round's Label Studio project.")
 
 
-class WebhookAnnotation(BaseModel):
+class WebhookAnnotation(RequestModel):
     """Only ``task`` is read: the task is then read back from Label Studio with the service's key
     (any Label Studio user can read the webhook's secret, so nothing else in the body is trusted)."""
 
     model_config = ConfigDict(extra="allow")
 
-    task: LabelStudioId = Field(description="A task of the round's project (a candidate or a gold item).")
+    task: Annotated[
+        LabelStudioId,
+        BeforeValidator(_id_of_task),
+        WithJsonSchema(
+            {"anyOf": [_ID_SCHEMA, {"type": "object", "required": ["id"], "properties": {"id": _ID_SCHEMA}}]}
+        ),
+    ] = Field(description="A task of the round's project (a candidate or a gold item): its id, or the task.")
 
 
-class WebhookDeletedAnnotation(BaseModel):
+class WebhookDeletedAnnotation(RequestModel):
     model_config = ConfigDict(extra="allow")
 
     id: LabelStudioId
 
 
-class LabelStudioWebhook(BaseModel):
+_CHANGED = ("ANNOTATION_CREATED", "ANNOTATION_UPDATED")
+_DELETED = "ANNOTATIONS_DELETED"
+# Which parts of the body each action reads; the others are not looked at.
+_READ_BY: Mapping[str, frozenset[str]] = {
+    "project": frozenset(WEBHOOK_ACTIONS),
+    "annotation": frozenset(_CHANGED),
+    "annotations": frozenset({_DELETED}),
+}
+
+
+class LabelStudioWebhook(RequestModel):
     """What Label Studio posts: a hint that a task changed. Actions other than the three annotation
-    actions are answered 200 and ignored; ``annotation`` goes with the first two, ``annotations``
-    (at most 5,000) with ``ANNOTATIONS_DELETED``. The answer says how many tasks now wait to be read
-    back from Label Studio (``tasks_to_verify``); votes change only once they were."""
+    actions are answered 200 and ignored, whatever else the body holds; ``annotation`` goes with the
+    first two, ``annotations`` (at most 5,000) with ``ANNOTATIONS_DELETED``. Lenient where Label
+    Studio may be odd: other keys are allowed and not read (``NaN`` among them included). The answer
+    says how many tasks now wait to be read back from Label Studio (``tasks_to_verify``); votes
+    change only once they were."""
 
     model_config = ConfigDict(extra="allow")
 
-    action: Literal["ANNOTATION_CREATED", "ANNOTATION_UPDATED", "ANNOTATIONS_DELETED"] | str
-    project: WebhookProject
-    annotation: WebhookAnnotation | None = None
-    annotations: list[WebhookDeletedAnnotation] | None = None
+    action: str = Field(
+        description="Read: " + ", ".join(WEBHOOK_ACTIONS) + "; any other action is ignored.",
+        examples=list(WEBHOOK_ACTIONS),
+    )
+    project: WebhookProject | None = Field(default=None, validate_default=True)
+    annotation: WebhookAnnotation | None = Field(default=None, validate_default=True)
+    annotations: (
+        Annotated[
+            list[WebhookDeletedAnnotation],
+            BeforeValidator(_at_most(MAX_DELETED_IDS)),
+            Field(json_schema_extra={"maxItems": MAX_DELETED_IDS}),
+        ]
+        | None
+    ) = Field(default=None, validate_default=True)
+
+    @field_validator("project", "annotation", "annotations", mode="wrap")
+    @classmethod
+    def _read_if_the_action_does(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> Any:
+        # A part the action does not read is not checked either (nor kept); a part it reads is
+        # required. A bad or missing action is the one error then.
+        if info.field_name is None or info.data.get("action") not in _READ_BY[info.field_name]:
+            return None
+        checked = handler(value)
+        if checked is None:
+            raise PydanticCustomError("missing", "is required for this action")
+        return checked
+
+    @classmethod
+    def error_field(cls, loc: tuple[int | str, ...]) -> str:
+        # Named by what is read from each part: whatever is wrong with ``project``, its id is missing;
+        # a deletion's list is named whole.
+        match loc:
+            case ("project", *_):
+                return "project.id"
+            case ("annotation", "task", *_):
+                return "annotation.task"
+            case ("annotation", *_):
+                return "annotation"
+            case ("annotations", *_):
+                return "annotations"
+        return super().error_field(loc)
+
+    def hint(self) -> WebhookHint:
+        """What the use case takes: the action and the ids it names."""
+        if self.project is not None and self.action == _DELETED and self.annotations is not None:
+            return AnnotationsDeleted(self.project.id, tuple(a.id for a in self.annotations))
+        if self.project is not None and self.action in _CHANGED and self.annotation is not None:
+            return AnnotationChanged(self.action, self.project.id, self.annotation.task)
+        return OtherAction(self.action)
+
+
+def read_webhook(payload: object) -> WebhookHint:
+    """A webhook's body (parsed leniently), checked by :class:`LabelStudioWebhook`."""
+    return _validate(LabelStudioWebhook, payload).hint()
+
+
+# --------------------------------------------------------------------- the app's models and errors
+
+
+@dataclass(frozen=True)
+class RequestModels:
+    """The request models of one app: the declared classes, those with a configured limit rebuilt
+    with it."""
+
+    max_text_chars: int
+    max_batch_size: int
+    limited: Mapping[type[RequestModel], type[RequestModel]]
+
+    def model(self, declared: type[M]) -> type[M]:
+        """The model that checks and documents the body declared as ``declared``."""
+        return cast(type[M], self.limited.get(declared, declared))
+
+    def validate(self, declared: type[M], payload: object) -> M:
+        """``payload`` (a parsed JSON value; None when the body was no JSON) as the model of
+        ``declared``, or the :class:`DomainError` naming the first bad field."""
+        return _validate(self.model(declared), payload)
+
+
+def request_models(settings: Settings) -> RequestModels:
+    """The request models with ``settings``' limits (built once per set of limits)."""
+    return _request_models(settings.max_text_chars, settings.max_batch_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _request_models(max_text_chars: int, max_batch_size: int) -> RequestModels:
+    text = input_text(max_text_chars)
+    # dict[str, text], spelt so as a type checker sees a value: text is built at run time.
+    texts_by_name: Any = dict.__class_getitem__((str, text))
+    description = _text_description(max_text_chars)
+    candidate = create_model(
+        "CandidateCreate",
+        __base__=CandidateCreate,
+        __doc__=f"{CandidateCreate.__doc__} {INPUTS_NOTE}",
+        text=(text | None, Field(default=None, description=f"{description} Required by sentiment.")),
+        __pydantic_extra__=(texts_by_name, Field(init=False)),
+    )
+    batch = create_model(
+        "CandidateBatch",
+        __base__=CandidateBatch,
+        candidates=(
+            Annotated[list[candidate], BeforeValidator(_at_most(max_batch_size))],
+            Field(
+                min_length=1,
+                description=f"1 to {max_batch_size} candidates (DYNAVAL_MAX_BATCH_SIZE, 413 past it).",
+                json_schema_extra={"maxItems": max_batch_size},
+            ),
+        ),
+    )
+    gold_item = create_model(
+        "GoldItem",
+        __base__=GoldItem,
+        __doc__=f"{GoldItem.__doc__} {INPUTS_NOTE}",
+        text=(text | None, Field(default=None, description=description)),
+        __pydantic_extra__=(texts_by_name, Field(init=False)),
+    )
+    gold_upload = create_model(
+        "GoldUpload",
+        __base__=GoldUpload,
+        items=(
+            list[gold_item],
+            Field(min_length=1, max_length=MAX_GOLD_ITEMS, description=f"1 to {MAX_GOLD_ITEMS} items."),
+        ),
+    )
+    return RequestModels(
+        max_text_chars=max_text_chars,
+        max_batch_size=max_batch_size,
+        limited={
+            CandidateCreate: candidate,
+            CandidateBatch: batch,
+            GoldItem: gold_item,
+            GoldUpload: gold_upload,
+        },
+    )
+
+
+def _validate(model: type[M], payload: object) -> M:
+    try:
+        return model.model_validate(payload)
+    except ValidationError as error:
+        raise request_error(model, error) from None
+
+
+# What each kind of pydantic error says, after the field's name.
+_SAYS: Mapping[str, str] = {
+    "missing": "is required",
+    "string_type": "must be a string",
+    "int_type": "must be an integer",
+    "float_type": "must be a number",
+    "bool_type": "must be true or false",
+    "model_type": "must be a JSON object",
+    "model_attributes_type": "must be a JSON object",
+    "dict_type": "must be a JSON object",
+    "list_type": "must be a list",
+    "too_short": "must not be empty",
+    "too_long": "must hold at most {max_length} items",
+    "greater_than": "must be above {gt}",
+    "greater_than_equal": "must be at least {ge}",
+    "less_than": "must be below {lt}",
+    "less_than_equal": "must be at most {le}",
+    "finite_number": "must be a finite number",
+    "literal_error": "must be {expected}",
+}
+
+
+def request_error(model: type[RequestModel], error: ValidationError) -> DomainError:
+    """The API's error for the first thing wrong in a body: 413 for a size limit of its content, 422
+    for the rest, naming the field (``body`` for the body itself)."""
+    first: ErrorDetails = error.errors(include_url=False, include_input=False)[0]
+    loc = tuple(first["loc"])
+    field = model.error_field(loc)
+    message = f"{_name(loc)} {_says(model, first)}"
+    if first["type"] == TOO_LARGE:
+        return TooLarge(message, field=field)
+    return InvalidInput(message, field=field)
+
+
+def _name(loc: tuple[int | str, ...]) -> str:
+    """How a message names the field: its own name (``text``), the item (``candidates[1]``), or
+    the body."""
+    if not loc:
+        return "the body"
+    return loc[-1] if isinstance(loc[-1], str) else _path(loc)
+
+
+def _says(model: type[RequestModel], error: ErrorDetails) -> str:
+    if error["type"] == "extra_forbidden":
+        allowed = _fields_at(model, tuple(error["loc"])[:-1])
+        return "is not a known field; allowed: " + ", ".join(allowed)
+    template = _SAYS.get(error["type"])
+    if template is None:  # our own errors (readable text, size limits) say it as we wrote it
+        return error["msg"]
+    return template.format(**error.get("ctx", {}))
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The fields of the object at ``loc`` in a body of ``model``."""
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if current is None:
+            break
+        if isinstance(part, str):
+            field = current.model_fields.get(part)
+            current = _model_in(field.annotation) if field is not None else None
+    return list(current.model_fields) if current is not None else []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model inside a field's type (``list[X]``, ``X | None``, ``Annotated[...]``), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for argument in typing.get_args(annotation):
+        found = _model_in(argument)
+        if found is not None:
+            return found
+    return None

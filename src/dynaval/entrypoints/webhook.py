@@ -8,11 +8,12 @@ It owns every request to :data:`WEBHOOK_PATH`, odd ones included (another method
 body over the limit, a body that is not JSON), so there is one implementation and nothing to keep
 in step. Flask's ``before_request`` and ``after_request`` hooks do not run for it, by design: what
 they would do is done here, in this order: the method, the body's size (refused before the secret
-is looked at), the secret, the body, the use case (:func:`dynaval.service_layer.webhooks.ingest_webhook`);
-every answer carries the API's security headers and its errors are rendered by
-:func:`dynaval.entrypoints.errors.render_error`. The webhook is never rate-limited: Label Studio
-sends it inside an annotator's request, and a refused one is a vote read back only at the next
-reconcile.
+is looked at), the secret, the body (its request model,
+:func:`dynaval.entrypoints.schemas.read_webhook`), the use case
+(:func:`dynaval.service_layer.webhooks.ingest_webhook`). Every answer carries the API's security
+headers and its errors are rendered by :func:`dynaval.entrypoints.errors.render_error`. The
+webhook is never rate-limited: Label Studio sends it inside an annotator's request, and a refused
+one is a vote read back only at the next reconcile.
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ from werkzeug.wsgi import LimitedStream
 from dynaval.adapters.label_studio import WEBHOOK_SECRET_HEADER
 from dynaval.entrypoints.guards import parse_json
 from dynaval.entrypoints.headers import COMMON, DATA_POLICY
-from dynaval.entrypoints.schemas import LabelStudioWebhook as WebhookBody
+from dynaval.entrypoints.schemas import LabelStudioWebhook, read_webhook
 from dynaval.service_layer import webhooks
 from dynaval.service_layer.services import Services
 
 WEBHOOK_PATH = "/webhooks/label-studio"
 WEBHOOK_OPERATION: dict[str, Any] = {
     "summary": "Label Studio webhook: a hint that an annotation was created, updated or deleted",
-    "body": WebhookBody,
+    "body": LabelStudioWebhook,
     "headers": {WEBHOOK_SECRET_HEADER: "The round webhook's shared secret"},
     "responses": {
         200: "Its tasks wait to be read back from Label Studio (tasks_to_verify), or ignored",
@@ -99,10 +100,10 @@ class LabelStudioWebhookEndpoint:
         webhooks.check_webhook_secret(self._services, environ.get(_SECRET_ENVIRON_KEY))
         mimetype = str(environ.get("CONTENT_TYPE", "")).split(";", 1)[0].strip().lower()
         if mimetype != "application/json":
-            return webhooks.ingest_webhook(self._services, None).to_dict()  # refused: not a JSON object
-        return webhooks.ingest_webhook(
-            self._services, parse_json(self._body(environ, length), strict=False)
-        ).to_dict()
+            read_webhook(None)  # refused (422 naming the body): not a JSON object
+        # Lenient: whatever Label Studio's encoder writes (NaN included) is read; only ids are used.
+        hint = read_webhook(parse_json(self._body(environ, length), strict=False))
+        return webhooks.ingest_webhook(self._services, hint).to_dict()
 
     def _body(self, environ: dict[str, Any], length: int | None) -> bytes:
         if length is not None:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from dynaval.domain.clock import utcnow
-from dynaval.domain.errors import InvalidInput, NotFound
+from dynaval.domain.errors import NotFound
 from dynaval.domain.gold import (
     AnnotatorStatus,
     DecidedBy,
@@ -21,11 +21,8 @@ from dynaval.domain.gold import (
     gold_verdict,
 )
 from dynaval.domain.provenance import pseudonym
-from dynaval.domain.text import has_visible_character, normalised
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import UnitOfWork
-
-MAX_REASON_CHARS = 2000
 
 
 def apply_gold_rule(services: Services, round_id: int, annotators: Iterable[str]) -> int:
@@ -45,21 +42,15 @@ def apply_gold_rule(services: Services, round_id: int, annotators: Iterable[str]
 
 
 def set_exclusion_by_lead(
-    services: Services, *, round_id: int, annotator: str, excluded: object, reason: object
+    services: Services, *, round_id: int, annotator: str, excluded: bool, reason: str
 ) -> dict[str, Any]:
-    """A lead excludes or reinstates an annotator (the gold rule then leaves them alone)."""
-    if not isinstance(excluded, bool):
-        raise InvalidInput("excluded must be true or false", field="excluded")
-    if not isinstance(reason, str) or not has_visible_character(reason):
-        raise InvalidInput("a reason is required", field="reason")
-    text = normalised(reason).strip()
-    if len(text) > MAX_REASON_CHARS:
-        raise InvalidInput(f"reason must be at most {MAX_REASON_CHARS} characters", field="reason")
+    """A lead excludes or reinstates an annotator (the gold rule then leaves them alone). The
+    request model checked ``reason``: readable text, stored NFC, as it goes into the log."""
     with services.uow() as uow:
         uow.rounds.get(round_id)
         raw = _raw_annotator(services, uow, round_id, annotator)
         score = gold_scores(uow.gold.answers(round_id)).get(raw, GoldScore(0, 0))
-        changed = _set_status(uow, round_id, raw, excluded, DecidedBy.LEAD, text, score)
+        changed = _set_status(uow, round_id, raw, excluded, DecidedBy.LEAD, reason, score)
         uow.commit()
     if changed:
         services.work.escalate_soon(round_id)  # a vote that stopped counting may leave a task short

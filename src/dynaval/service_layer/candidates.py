@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -11,49 +11,55 @@ from typing import Any
 from dynaval.adapters.predictor import Prediction
 from dynaval.domain.candidate import Candidate, CandidateStatus
 from dynaval.domain.clock import utcnow
-from dynaval.domain.errors import Forbidden, InvalidInput, NotFound, TooLarge, Unavailable
+from dynaval.domain.errors import Forbidden, InvalidInput, NotFound, Unavailable
 from dynaval.domain.provenance import pseudonym, sign_prediction, writer_pseudonym
 from dynaval.domain.round import Round
 from dynaval.domain.task_type import TaskType
-from dynaval.domain.text import has_visible_character, normalised
 from dynaval.domain.votes import current_ballots
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import UnitOfWork
-
-MAX_WRITER_ID_CHARS = 200
 
 ScoringCharge = Callable[[Sequence[str], str], None]
 """Charges the caller for the model work of scoring some texts (an error would name the field
 given); raises to refuse. The HTTP routes pass ``dynaval.entrypoints.guards.charge_scoring``."""
 
 
-def validated_inputs(
-    services: Services, task_type: TaskType, body: dict[str, Any], *, field_prefix: str = ""
-) -> dict[str, str]:
-    """The task type's data fields (e.g. ``text``) from a request body, each checked and
-    NFC-normalised (the length limit counts what is stored)."""
+def task_inputs(task_type: TaskType, given: Mapping[str, str], *, field_prefix: str = "") -> dict[str, str]:
+    """The task type's data fields (``text``; ``premise`` and ``hypothesis``...) from the input
+    fields a body gave, in the task type's order. Each value comes checked by the request model
+    (readable text, NFC, within ``DYNAVAL_MAX_TEXT_CHARS``); which fields there must be depends on
+    the round's task type, so it is checked here: every one of them, and no other."""
+    takes = ", ".join(task_type.data_fields)
     inputs: dict[str, str] = {}
     for name in task_type.data_fields:
-        value = body.get(name)
-        where = field_prefix + name
-        if not isinstance(value, str):
-            raise InvalidInput(f"{name} is required and must be a string", field=where)
-        value = normalised(value)
-        if not has_visible_character(value):
+        if name not in given:
             raise InvalidInput(
-                f"{name} must not be empty: it has no visible character (only spaces or invisible ones)",
-                field=where,
+                f"{name} is required and must be a string (the inputs of task {task_type.name}: {takes})",
+                field=field_prefix + name,
             )
-        if len(value) > services.settings.max_text_chars:
-            raise TooLarge(
-                f"{name} must be at most {services.settings.max_text_chars} characters", field=where
+        inputs[name] = given[name]
+    for name in given:
+        if name not in inputs:
+            raise InvalidInput(
+                f"unknown field; the inputs of task {task_type.name} are: {takes}", field=field_prefix + name
             )
-        inputs[name] = value
     return inputs
 
 
 def model_input(inputs: dict[str, str]) -> str:
     return "\n".join(inputs.values())
+
+
+@dataclass(frozen=True)
+class NewCandidate:
+    """A candidate as a request gives it. The request model checked its shape: each input a
+    readable, NFC text within ``DYNAVAL_MAX_TEXT_CHARS``, ``writer_id`` (``None`` when not given)
+    readable text of at most 200 characters. What depends on the round (its task type's fields, its
+    labels) and on the credential (who the writer is) is checked here."""
+
+    inputs: Mapping[str, str]
+    writer_label: str
+    writer_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,7 @@ def submit_candidate(
     services: Services,
     *,
     round_id: int,
-    body: dict[str, Any],
+    candidate: NewCandidate,
     submitter: Submitter,
     charge: ScoringCharge | None = None,
 ) -> Candidate:
@@ -82,49 +88,43 @@ def submit_candidate(
     so a model failure loses nothing: the task queue's minute sweep scores it later. ``charge``, if
     given, is called once the candidate is checked and before it is stored; if it raises, nothing is.
     """
-    return _submit(services, round_id, [(body, "")], submitter=submitter, charge=charge)[0]
+    return _submit(services, round_id, [(candidate, "")], submitter=submitter, charge=charge)[0]
 
 
 def submit_candidates(
     services: Services,
     *,
     round_id: int,
-    bodies: object,
+    candidates: Sequence[NewCandidate],
     submitter: Submitter,
     charge: ScoringCharge | None = None,
 ) -> list[Candidate]:
-    """:func:`submit_candidate` for a batch, all or nothing: every item is checked before any is
-    stored (an error names ``candidates[i].field``), then all are stored in one transaction and
-    scored together through the model's micro-batcher. Returns them in the order given. ``charge``
-    is called once for the whole batch (naming ``candidates``)."""
-    if not isinstance(bodies, list) or not bodies:
-        raise InvalidInput("candidates must be a non-empty list of candidate objects", field="candidates")
-    limit = services.settings.max_batch_size
-    if len(bodies) > limit:
-        raise TooLarge(
-            f"a batch holds at most {limit} candidates; this one has {len(bodies)}", field="candidates"
-        )
-    where = [(body, f"candidates[{i}]") for i, body in enumerate(bodies)]
+    """:func:`submit_candidate` for a batch (its size checked by the request model against
+    ``DYNAVAL_MAX_BATCH_SIZE``), all or nothing: every item is checked before any is stored (an
+    error names ``candidates[i].field``), then all are stored in one transaction and scored
+    together through the model's micro-batcher. Returns them in the order given. ``charge`` is
+    called once for the whole batch (naming ``candidates``)."""
+    where = [(candidate, f"candidates[{i}]") for i, candidate in enumerate(candidates)]
     return _submit(services, round_id, where, submitter=submitter, charge=charge, charge_field="candidates")
 
 
 def _submit(
     services: Services,
     round_id: int,
-    bodies: list[tuple[object, str]],
+    given: list[tuple[NewCandidate, str]],
     *,
     submitter: Submitter,
     charge: ScoringCharge | None,
     charge_field: str | None = None,
 ) -> list[Candidate]:
-    """Check every ``(body, where)``, charge for scoring them, store them all, then score them all."""
+    """Check every ``(candidate, where)``, charge for scoring them, store them all, then score them all."""
     with services.uow() as uow:
         round_ = uow.rounds.get(round_id)
         round_.check_takes_candidates()
         task_type = services.catalog.get(round_.task_type)
         candidates = [
-            _new_candidate(services, round_, task_type, body, where=where, submitter=submitter)
-            for body, where in bodies
+            _new_candidate(round_, task_type, candidate, where=where, submitter=submitter)
+            for candidate, where in given
         ]
         if charge is not None:
             charge([model_input(c.inputs) for c in candidates], charge_field or task_type.main_field)
@@ -144,26 +144,24 @@ def _submit(
 
 
 def _new_candidate(
-    services: Services, round_: Round, task_type: TaskType, body: object, *, where: str, submitter: Submitter
+    round_: Round, task_type: TaskType, given: NewCandidate, *, where: str, submitter: Submitter
 ) -> Candidate:
-    """A candidate (not stored yet) from one request object, every field checked; an error names
-    the field under ``where`` (``candidates[3].text``, or ``text`` when ``where`` is empty)."""
+    """A candidate (not stored yet) from one request object, checked against the round and the
+    credential; an error names the field under ``where`` (``candidates[3].text``, or ``text`` when
+    ``where`` is empty)."""
     prefix = f"{where}." if where else ""
-    if not isinstance(body, dict):
-        raise InvalidInput("each candidate must be an object", field=where or "body")
-    inputs = validated_inputs(services, task_type, body, field_prefix=prefix)
-    writer_label = body.get("writer_label")
-    if not isinstance(writer_label, str) or writer_label not in round_.labels:
+    inputs = task_inputs(task_type, given.inputs, field_prefix=prefix)
+    if given.writer_label not in round_.labels:
         raise InvalidInput(
             f"writer_label must be one of: {', '.join(round_.labels)}", field=prefix + "writer_label"
         )
-    writer_id, collected_by = _writer_of(body, submitter, field=prefix + "writer_id")
+    writer_id, collected_by = _writer_of(given.writer_id, submitter, field=prefix + "writer_id")
     assert round_.id is not None  # a stored round
     return Candidate(
         id=str(uuid.uuid4()),
         round_id=round_.id,
         inputs=inputs,
-        writer_label=writer_label,
+        writer_label=given.writer_label,
         writer_id=writer_id,
         submitted_by=submitter.name,
         collected_by=collected_by,
@@ -171,30 +169,22 @@ def _new_candidate(
     )
 
 
-def _writer_of(body: dict[str, Any], submitter: Submitter, *, field: str) -> tuple[str, str | None]:
+def _writer_of(given: str | None, submitter: Submitter, *, field: str) -> tuple[str, str | None]:
     """The candidate's writer and, when a collector submitted it, the collector's name.
 
     The identity comes from the credential: a writer (or a lead) is the writer, and may omit
     ``writer_id`` or give their own name; any other name is refused with 403. Only a collector
     names the writer, and must. ``null`` is the same as no ``writer_id``.
     """
-    given = body.get("writer_id")
     if given is None:
         if submitter.collects_for_others:
             raise InvalidInput(
                 "writer_id is required: a collector names the writer of each candidate", field=field
             )
         return submitter.name, None
-    if not isinstance(given, str):
-        raise InvalidInput("writer_id must be a string", field=field)
-    writer_id = normalised(given).strip()
-    if not has_visible_character(writer_id):
-        raise InvalidInput("writer_id must not be empty", field=field)
-    if len(writer_id) > MAX_WRITER_ID_CHARS:
-        raise InvalidInput(f"writer_id must be at most {MAX_WRITER_ID_CHARS} characters", field=field)
     if submitter.collects_for_others:
-        return writer_id, submitter.name
-    if writer_id != submitter.name:
+        return given, submitter.name
+    if given != submitter.name:
         raise Forbidden(
             "writer_id names another writer; your token says who you are: omit writer_id "
             "(only a collector's token submits for other writers)",

@@ -9,36 +9,40 @@ apart. The answers come back like votes (read from Label Studio) and feed the go
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from dynaval.domain.errors import InvalidInput
 from dynaval.domain.gold import GoldItem
-from dynaval.service_layer.candidates import validated_inputs
+from dynaval.service_layer.candidates import task_inputs
 from dynaval.service_layer.services import Services
 
-MAX_GOLD_ITEMS_PER_REQUEST = 1000
+
+@dataclass(frozen=True)
+class NewGoldItem:
+    """A gold item as a lead gives it. The request model checked its shape: each input a readable,
+    NFC text within ``DYNAVAL_MAX_TEXT_CHARS``. What depends on the round is checked here."""
+
+    inputs: Mapping[str, str]
+    label: str
 
 
-def add_gold_items(services: Services, *, round_id: int, items: object) -> list[str]:
-    """Store a lead's gold items (all or none). Returns their ids, in the order given."""
-    if not isinstance(items, list) or not items:
-        raise InvalidInput("items must be a non-empty list of {text, label} objects", field="items")
-    if len(items) > MAX_GOLD_ITEMS_PER_REQUEST:
-        raise InvalidInput(f"at most {MAX_GOLD_ITEMS_PER_REQUEST} items per request", field="items")
+def add_gold_items(services: Services, *, round_id: int, items: Sequence[NewGoldItem]) -> list[str]:
+    """Store a lead's gold items (all or none): each must give exactly the input fields of the
+    round's task type and one of its labels (an error names ``items[i].field``). Returns their
+    ids, in the order given."""
     with services.uow() as uow:
         round_ = uow.rounds.get(round_id)
         task_type = services.catalog.get(round_.task_type)
         added = []
         for index, item in enumerate(items):
             where = f"items[{index}]"
-            if not isinstance(item, dict):
-                raise InvalidInput("each item must be an object", field=where)
-            inputs = validated_inputs(services, task_type, item, field_prefix=f"{where}.")
-            label = item.get("label")
-            if not isinstance(label, str) or label not in round_.labels:
+            inputs = task_inputs(task_type, item.inputs, field_prefix=f"{where}.")
+            if item.label not in round_.labels:
                 raise InvalidInput(
                     f"label must be one of: {', '.join(round_.labels)}", field=f"{where}.label"
                 )
-            added.append(GoldItem(id=str(uuid.uuid4()), round_id=round_id, inputs=inputs, label=label))
+            added.append(GoldItem(id=str(uuid.uuid4()), round_id=round_id, inputs=inputs, label=item.label))
         for gold_item in added:
             uow.gold.add(gold_item)
         uow.commit()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dynaval.domain.audit import AuditEvent
-from dynaval.domain.candidate import Override
+from dynaval.domain.candidate import CandidateStatus, Override, OverrideOutcome
 from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import NotFound
 from dynaval.domain.votes import current_ballots
@@ -21,15 +21,15 @@ OVERRIDE = "override"
 
 
 def override_decision(
-    services: Services, *, candidate_id: str, outcome: object, reason: object, by: str
+    services: Services, *, candidate_id: str, outcome: OverrideOutcome, reason: str, by: str
 ) -> dict[str, Any]:
     """Set a candidate's outcome as a lead decided; returns the candidate as the API shows it.
 
-    Refused (and nothing written) for a bad outcome or a missing reason, an unknown candidate,
-    a candidate not yet in validation (still being scored or waiting to be pushed: the push would
-    race with the override) and a frozen round.
+    ``outcome`` and ``reason`` come checked by the request model (a readable reason, NFC). Refused
+    (and nothing written) for an unknown candidate, a candidate not yet in validation (still being
+    scored or waiting to be pushed: the push would race with the override) and a frozen round.
     """
-    override = Override.checked(outcome, reason, by=by, at=utcnow())
+    override = Override(CandidateStatus(outcome), reason, by, utcnow())
     with services.uow() as uow:
         candidate = uow.candidates.get(candidate_id, for_update=True)
         if candidate is None:

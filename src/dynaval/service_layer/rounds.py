@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,7 @@ from dynaval.domain.errors import InvalidInput
 from dynaval.domain.metrics import round_counts
 from dynaval.domain.policy import RULE_VERSION, DecisionPolicy
 from dynaval.domain.round import Round
-from dynaval.domain.text import has_visible_character, normalised
 from dynaval.service_layer.services import Services
-
-MAX_NAME_CHARS = 200
 
 
 def resolve_model_folder(services: Services, model: str) -> Path:
@@ -39,14 +37,12 @@ def resolve_model_folder(services: Services, model: str) -> Path:
 
 
 def create_round(
-    services: Services, *, name: str, task: str, model: str, policy: dict[str, Any] | None
+    services: Services, *, name: str, task: str, model: str, policy: Mapping[str, Any] | None
 ) -> Round:
-    """Validate everything first, then create the Label Studio project and webhook, then store."""
-    name = normalised(name).strip()  # annotators see it (the project's title), and every dataset record
-    if not has_visible_character(name):
-        raise InvalidInput("name must not be empty: it has no visible character", field="name")
-    if len(name) > MAX_NAME_CHARS:
-        raise InvalidInput(f"name must be at most {MAX_NAME_CHARS} characters", field="name")
+    """Check what the request model cannot (the task type, the model, the policy's values against
+    one another) before anything is made, then create the Label Studio project and webhook, then
+    store. ``name`` comes checked by the request model: readable text, NFC, stripped (annotators see
+    it as the project's title, and every dataset record carries it)."""
     task_type = services.catalog.get(task)
     decision_policy = DecisionPolicy.from_overrides(policy)
     folder = resolve_model_folder(services, model)

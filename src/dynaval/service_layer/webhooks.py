@@ -14,17 +14,12 @@ for shape, so a malformed one is refused and changes nothing.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any
 
-from dynaval.adapters.label_studio import WEBHOOK_ACTIONS
 from dynaval.domain.clock import utcnow
-from dynaval.domain.errors import DomainError, InvalidInput, NotFound, TooLarge
+from dynaval.domain.errors import DomainError, NotFound
 from dynaval.service_layer.services import Services
-
-MAX_DELETED_IDS = 5000
-"""Annotation ids one deletion webhook may name: Label Studio's own batch (``WEBHOOK_BATCH_SIZE``)."""
 
 
 class WebhookUnauthorized(DomainError):
@@ -37,9 +32,34 @@ def check_webhook_secret(services: Services, presented: str | None) -> None:
         raise WebhookUnauthorized("missing or wrong webhook secret", field="X-Dynaval-Webhook-Secret")
 
 
-def _is_id(value: object) -> TypeGuard[int]:
-    """A Label Studio id: a positive integer that fits the database's 64-bit columns."""
-    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63
+@dataclass(frozen=True)
+class AnnotationChanged:
+    """``ANNOTATION_CREATED`` or ``ANNOTATION_UPDATED``: the annotation's task changed."""
+
+    action: str
+    project_id: int
+    task_id: int
+
+
+@dataclass(frozen=True)
+class AnnotationsDeleted:
+    """``ANNOTATIONS_DELETED``: these annotations (by Label Studio id) are gone."""
+
+    project_id: int
+    annotation_ids: tuple[int, ...]
+    action: str = "ANNOTATIONS_DELETED"
+
+
+@dataclass(frozen=True)
+class OtherAction:
+    """Any other action: answered and ignored."""
+
+    action: str
+
+
+WebhookHint = AnnotationChanged | AnnotationsDeleted | OtherAction
+"""What a webhook says, read from its body by the entry point's request model (which checks its
+shape: ids are positive 64-bit integers, at most 5,000 deleted annotations) and nothing more."""
 
 
 @dataclass
@@ -53,7 +73,7 @@ class WebhookResult:
         return {"action": self.action, "handled": self.handled, "tasks_to_verify": self.tasks_to_verify}
 
 
-def ingest_webhook(services: Services, payload: object) -> WebhookResult:
+def ingest_webhook(services: Services, hint: WebhookHint) -> WebhookResult:
     """Take one Label Studio webhook as a hint: the tasks it concerns wait to be read back.
 
     Only ids are read from the payload (its project, and the annotation's task, or the deleted
@@ -62,37 +82,23 @@ def ingest_webhook(services: Services, payload: object) -> WebhookResult:
     ``annotation.task``); deleted annotation ids the service never stored for the round lead to no
     task and change nothing.
     """
-    if not isinstance(payload, Mapping):
-        raise InvalidInput("webhook body must be a JSON object", field="body")
-    action = payload.get("action")
-    if not isinstance(action, str):
-        raise InvalidInput("webhook has no action", field="action")
-    if action not in WEBHOOK_ACTIONS:
-        return WebhookResult(action=action, handled=False)
-    project = payload.get("project")
-    project_id = project.get("id") if isinstance(project, Mapping) else None
-    if not _is_id(project_id):
-        raise InvalidInput("webhook has no project id (a positive integer)", field="project.id")
-    if action == "ANNOTATIONS_DELETED":
-        deleted_ids = _deleted_annotation_ids(payload.get("annotations"))
-        task_id = None
-    else:
-        task_id = _annotation_task(payload.get("annotation"))
-    round_id = _round_of_project(services, project_id)
+    if isinstance(hint, OtherAction):
+        return WebhookResult(action=hint.action, handled=False)
+    round_id = _round_of_project(services, hint.project_id)
     with services.uow() as uow:
-        if task_id is not None:
-            if not uow.task_checks.is_task_of_round(round_id, task_id):
+        if isinstance(hint, AnnotationChanged):
+            if not uow.task_checks.is_task_of_round(round_id, hint.task_id):
                 raise NotFound(
                     "the annotation's task is not a candidate of this round", field="annotation.task"
                 )
-            tasks = {task_id}
+            tasks = {hint.task_id}
         else:
-            tasks = uow.task_checks.tasks_of_annotations(round_id, deleted_ids)
+            tasks = uow.task_checks.tasks_of_annotations(round_id, hint.annotation_ids)
         uow.task_checks.request(round_id, tasks, utcnow())
         uow.commit()
     if tasks:
         services.work.verify_soon(round_id)
-    return WebhookResult(action=action, handled=True, tasks_to_verify=len(tasks))
+    return WebhookResult(action=hint.action, handled=True, tasks_to_verify=len(tasks))
 
 
 def _round_of_project(services: Services, project_id: int) -> int:
@@ -105,30 +111,3 @@ def _round_of_project(services: Services, project_id: int) -> int:
         # A round's project never changes: read it once per process.
         services.webhook_rounds[project_id] = round_id
     return round_id
-
-
-def _annotation_task(raw: object) -> int:
-    """The task id of a created or updated annotation (``task`` is an id, or ``{"id": ...}``)."""
-    if not isinstance(raw, Mapping):
-        raise InvalidInput("webhook has no annotation object", field="annotation")
-    task = raw.get("task")
-    if isinstance(task, Mapping):
-        task = task.get("id")
-    if not _is_id(task):
-        raise InvalidInput(
-            "the annotation's task must be a positive 64-bit integer id", field="annotation.task"
-        )
-    return task
-
-
-def _deleted_annotation_ids(raw: object) -> list[int]:
-    if not isinstance(raw, list) or not all(isinstance(a, Mapping) and _is_id(a.get("id")) for a in raw):
-        raise InvalidInput(
-            "annotations must be a list of objects with a positive integer id", field="annotations"
-        )
-    if len(raw) > MAX_DELETED_IDS:
-        raise TooLarge(
-            f"a deletion webhook names at most {MAX_DELETED_IDS} annotations; this one names {len(raw)}",
-            field="annotations",
-        )
-    return [int(a["id"]) for a in raw]
