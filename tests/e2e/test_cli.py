@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from dynaval.devtools.label_studio_server import Annotator, LabelStudioServer
 from dynaval.domain.provenance import pseudonym
 from tests.fixtures.service import (
     LEAD_TOKEN,
@@ -26,6 +25,7 @@ from tests.fixtures.service import (
     LiveService,
     free_port,
 )
+from tests.support.label_studio_server import Annotator, LabelStudioServer
 from tests.support.waiting import wait_for
 
 SECRET_VARIABLES = (

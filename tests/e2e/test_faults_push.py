@@ -22,7 +22,6 @@ from sqlmodel import select
 
 from dynaval.adapters.orm import CandidateRow, RoundRow, as_utc
 from dynaval.bootstrap import bootstrap
-from dynaval.devtools.label_studio_server import LabelStudioServer, free_port
 from dynaval.entrypoints.app import create_app
 from dynaval.settings import Settings
 from tests.fixtures.service import (
@@ -35,6 +34,7 @@ from tests.fixtures.service import (
     make_settings,
 )
 from tests.support.fault_report import record_scenario
+from tests.support.label_studio_server import LabelStudioServer, free_port
 
 pytestmark = pytest.mark.labelstudio
 REPO_ROOT = Path(__file__).resolve().parents[2]

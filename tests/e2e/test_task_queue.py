@@ -20,7 +20,6 @@ import pytest
 import redis
 
 from dynaval.bootstrap import bootstrap
-from dynaval.devtools.label_studio_server import LabelStudioServer, free_port
 from dynaval.entrypoints.app import create_app
 from tests.e2e.test_faults_push import (
     create_round,
@@ -31,6 +30,7 @@ from tests.e2e.test_faults_push import (
     wait_until,
 )
 from tests.fixtures.service import LiveService
+from tests.support.label_studio_server import LabelStudioServer, free_port
 
 pytestmark = pytest.mark.labelstudio
 REDIS_URL = "redis://127.0.0.1:6379/0"

@@ -25,12 +25,15 @@ from typing import Any
 
 import httpx
 
-from dynaval.devtools.label_studio_server import (
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # for tests.support: the Label Studio harness is development tooling
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tests.support.label_studio_server import (  # noqa: E402
     DEFAULT_ANNOTATOR_PASSWORD,
     LabelStudioServer,
     free_port,
     port_is_free,
-    repo_root,
 )
 
 ANNOTATOR_ACCURACY = (0.9, 0.8, 0.8, 0.75)
@@ -102,7 +105,7 @@ class Service:
         self._log = log_path.open("ab")
         gunicorn = Path(sys.executable).with_name("gunicorn")
         self._process = subprocess.Popen(
-            [str(gunicorn), "-c", str(repo_root() / "service" / "gunicorn.conf.py")],
+            [str(gunicorn), "-c", str(REPO_ROOT / "service" / "gunicorn.conf.py")],
             env={**env, "DYNAVAL_BIND": f"127.0.0.1:{port}"},
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -216,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label-studio-port", type=int, default=8080)
     args = parser.parse_args(argv)
 
-    demo_dir = repo_root() / ".dynaval" / "demo"
+    demo_dir = REPO_ROOT / ".dynaval" / "demo"
     shutil.rmtree(demo_dir, ignore_errors=True)  # every demo starts from a clean round
     demo_dir.mkdir(parents=True)
     lead, collector = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
@@ -224,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     service_port = _pick_port(args.port)
     env = {
         **os.environ,
-        "DYNAVAL_DATA_DIR": str(repo_root() / ".dynaval"),
+        "DYNAVAL_DATA_DIR": str(REPO_ROOT / ".dynaval"),
         "DYNAVAL_DATABASE_URL": f"sqlite:///{demo_dir / 'dynaval.sqlite3'}",
         "DYNAVAL_LEAD_TOKENS": lead,
         "DYNAVAL_WRITER_TOKENS": ",".join(f"{name}={token}" for name, token in writers.items()),
