@@ -136,9 +136,11 @@ def wheelhouse_for(wheel: Path) -> Path:
         # do other checkouts sharing .cache/).
         partial = Path(tempfile.mkdtemp(prefix="partial-", dir=WHEELHOUSE_ROOT))
         try:
+            # pip wheel, not pip download: a dependency published only as an sdist is built here,
+            # so the offline install below never needs build tools from an index.
             run(
-                [sys.executable, "-m", "pip", "download", "--dest", partial, TORCH, wheel],
-                "downloading the wheel's dependencies",
+                [sys.executable, "-m", "pip", "wheel", "--wheel-dir", partial, TORCH, wheel],
+                "fetching the wheel's dependencies",
             )
             for own in partial.glob("dynaval-*.whl"):
                 own.unlink()
