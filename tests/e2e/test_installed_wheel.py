@@ -189,9 +189,7 @@ def installed(built_wheel: BuiltWheel, tmp_path_factory: pytest.TempPathFactory)
 def deployment(tmp_path: Path) -> Path:
     """The deployable (service/) copied to a folder outside the repository, as a host would have it."""
     service_dir = tmp_path / "deploy" / "service"
-    service_dir.mkdir(parents=True)
-    for name in ("gunicorn.conf.py", "wsgi.py"):
-        shutil.copy2(REPO_ROOT / "service" / name, service_dir / name)
+    shutil.copytree(REPO_ROOT / "service", service_dir, ignore=shutil.ignore_patterns("__pycache__"))
     return service_dir
 
 
