@@ -76,11 +76,11 @@ if str(REPO_ROOT) not in sys.path:  # for tests.support (the tiny model, the pay
     sys.path.insert(0, str(REPO_ROOT))
 
 from sqlmodel import col, select  # noqa: E402
+from tests.support.label_studio_server import Annotator, LabelStudioServer, free_port  # noqa: E402
 from tests.support.webhook_proxy import capture_payloads  # noqa: E402
 
 from dynaval.adapters.database import Database  # noqa: E402
 from dynaval.adapters.orm import AnnotationRow, CandidateRow, as_utc  # noqa: E402
-from dynaval.devtools.label_studio_server import Annotator, LabelStudioServer, free_port  # noqa: E402
 
 HOST = "127.0.0.1"
 WEBHOOK_PATH = "/webhooks/label-studio"

@@ -19,6 +19,13 @@ worker_class = "dynaval.entrypoints.serving.BufferingThreadWorker"
 threads = int(os.environ.get("DYNAVAL_THREADS", "16"))
 timeout = 120
 graceful_timeout = 20
+# An idle keep-alive connection stays open this long (gunicorn's default: 2 s). A pooled client that
+# reuses a connection just as the server closes it gets "connection reset", and the request is lost;
+# so the server must outlast the idle timeout of the pools and proxies in front of it (httpx 5 s,
+# aiohttp 15 s, nginx upstream and AWS ALB 60 s, Go 90 s), which then always close first. Clients
+# without one (requests/urllib3) should retry what is safe to repeat. The cost: a socket per idle
+# connection.
+keepalive = 120
 # gunicorn's access log: off by default, since formatting its line costs about a quarter of a
 # webhook's CPU time; DYNAVAL_ACCESS_LOG=- writes one line per request to stdout (or give a file).
 # Errors and the service's own warnings are logged either way.

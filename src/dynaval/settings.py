@@ -139,7 +139,7 @@ class Settings(BaseSettings):
     )
     scoring_limit: str = Field(
         default="6000/minute",
-        description="Model work per bearer token (or client address), in scoring units (see README, Limits), "
+        description="Model work per token (or client address), in scoring units (docs/api.md, Limits), "
         'e.g. "6000/minute"; "" turns it off.',
     )
     rate_limit_storage: str = Field(
@@ -342,9 +342,10 @@ class Settings(BaseSettings):
     def resolved_label_config_dir(self) -> Path:
         if self.label_config_dir:
             return self.label_config_dir
-        # Repository checkout first (the label_config/ folder at the top), then the packaged copy.
-        repo_copy = Path(__file__).resolve().parents[2] / "label_config"
-        return repo_copy if repo_copy.is_dir() else Path(__file__).resolve().parent / "label_config"
+        # An installed wheel carries the configs in the package (setup.py copies them in); a checkout
+        # (an editable install) has only the label_config/ folder at the repository's top.
+        packaged = Path(__file__).resolve().parent / "label_config"
+        return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / "label_config"
 
 
 def _is_placeholder(value: str) -> bool:

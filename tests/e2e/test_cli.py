@@ -1,7 +1,7 @@
 """The ``dynaval`` console command, run as a real subprocess with ``DYNAVAL_*`` settings.
 
 Every failure must be one line on stderr (``dynaval: ...``) with a non-zero exit status, never a
-traceback (README, "Command line").
+traceback (docs/cli.md).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from dynaval.devtools.label_studio_server import Annotator, LabelStudioServer
 from dynaval.domain.provenance import pseudonym
 from tests.fixtures.service import (
     LEAD_TOKEN,
@@ -27,6 +26,7 @@ from tests.fixtures.service import (
     LiveService,
     free_port,
 )
+from tests.support.label_studio_server import Annotator, LabelStudioServer
 from tests.support.waiting import wait_for
 
 SECRET_VARIABLES = (

@@ -23,9 +23,9 @@ import pytest
 import requests
 
 from dynaval.adapters.orm import AnnotationRow
-from dynaval.devtools.label_studio_server import Annotator, LabelStudioServer
 from tests.fixtures.service import WRITER_TOKEN, LiveService
 from tests.support.fault_report import record_scenario
+from tests.support.label_studio_server import Annotator, LabelStudioServer
 from tests.support.label_studio_truth import (
     decision_mismatches,
     differing,

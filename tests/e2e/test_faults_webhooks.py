@@ -45,7 +45,6 @@ from dynaval.adapters.database import Database
 from dynaval.adapters.label_studio import LabelStudioGateway
 from dynaval.adapters.orm import CandidateRow, DecisionRow
 from dynaval.bootstrap import bootstrap
-from dynaval.devtools.label_studio_server import Annotator, LabelStudioServer
 from dynaval.entrypoints.app import create_app
 from dynaval.settings import Settings
 from tests.fixtures.service import (
@@ -60,6 +59,7 @@ from tests.fixtures.service import (
 )
 from tests.support.fault_report import record_scenario
 from tests.support.gunicorn_service import GunicornService
+from tests.support.label_studio_server import Annotator, LabelStudioServer
 from tests.support.label_studio_truth import (
     decision_mismatches,
     differing,

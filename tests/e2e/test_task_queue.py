@@ -20,9 +20,9 @@ import pytest
 import redis
 
 from dynaval.bootstrap import bootstrap
-from dynaval.devtools.label_studio_server import LabelStudioServer, free_port
 from dynaval.entrypoints.app import create_app
 from tests.e2e.test_faults_push import (
+    body_of,
     create_round,
     project_tasks,
     service_env,
@@ -31,6 +31,7 @@ from tests.e2e.test_faults_push import (
     wait_until,
 )
 from tests.fixtures.service import LiveService
+from tests.support.label_studio_server import LabelStudioServer, free_port
 
 pytestmark = pytest.mark.labelstudio
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -76,7 +77,7 @@ def test_a_separate_worker_process_does_the_pushes_through_redis(
         ids = submit(live.call, round_id, 20, "queue")
         # No consumer yet: the work waits in Redis, one push for the whole burst.
         assert services.task_queue.pending_count() == 1
-        assert {live.call("GET", f"/api/candidates/{c}").json()["status"] for c in ids} == {"queued"}
+        assert {body_of(live.call("GET", f"/api/candidates/{c}"))["status"] for c in ids} == {"queued"}
 
         env = service_env(
             tmp_path,
@@ -96,7 +97,7 @@ def test_a_separate_worker_process_does_the_pushes_through_redis(
         )
         wait_until(
             lambda: all(
-                live.call("GET", f"/api/candidates/{c}").json()["status"] == "in_validation" for c in ids
+                body_of(live.call("GET", f"/api/candidates/{c}"))["status"] == "in_validation" for c in ids
             ),
             90,
             f"the worker to push every candidate (log: {tmp_path / 'worker.log'})",

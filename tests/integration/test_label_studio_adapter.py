@@ -26,8 +26,8 @@ from dynaval.adapters.label_studio import (
     SdkLabelStudioGateway,
     parse_annotation,
 )
-from dynaval.devtools.label_studio_server import Annotator, LabelStudioServer
 from dynaval.domain.task_type import TaskType
+from tests.support.label_studio_server import Annotator, LabelStudioServer
 
 pytestmark = pytest.mark.labelstudio
 

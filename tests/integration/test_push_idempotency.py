@@ -21,12 +21,12 @@ from sqlmodel import select
 from dynaval.adapters.label_studio import LabelStudioUnavailable
 from dynaval.adapters.orm import CandidateRow, RoundRow, as_utc, utcnow
 from dynaval.bootstrap import bootstrap
-from dynaval.devtools.label_studio_server import LabelStudioServer
 from dynaval.domain.errors import Unavailable
 from dynaval.service_layer import candidates, pushing, rounds
 from dynaval.service_layer.pushing import push_pending
 from dynaval.service_layer.services import Services
 from tests.fixtures.service import free_port, make_settings
+from tests.support.label_studio_server import LabelStudioServer
 
 pytestmark = pytest.mark.labelstudio
 

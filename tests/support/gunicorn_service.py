@@ -30,9 +30,22 @@ class GunicornService:
     Stopped by its PID (SIGTERM, then SIGKILL), also when the ``with`` block fails.
     """
 
-    def __init__(self, env: dict[str, str], port: int, log_path: Path) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        port: int,
+        log_path: Path,
+        *,
+        python: Path | None = None,
+        service_dir: Path = REPO_ROOT / "service",
+    ) -> None:
+        """``python``: the interpreter whose environment runs gunicorn (default: this one's);
+        ``service_dir``: the deployable's folder (gunicorn.conf.py, wsgi.py), whose parent is the
+        working directory."""
         self.url = f"http://{HOST}:{port}"
         self.log_path = log_path
+        self._python = str(python) if python is not None else sys.executable
+        self._service_dir = service_dir
         self._env = {**env, "DYNAVAL_BIND": f"{HOST}:{port}"}
         self._log: IO[bytes] | None = None
         self._process: subprocess.Popen[bytes] | None = None
@@ -40,8 +53,8 @@ class GunicornService:
     def start(self, timeout_s: float = 180.0) -> Self:
         self._log = self.log_path.open("ab")
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", str(REPO_ROOT / "service" / "gunicorn.conf.py")],
-            cwd=REPO_ROOT,
+            [self._python, "-m", "gunicorn", "-c", str(self._service_dir / "gunicorn.conf.py")],
+            cwd=self._service_dir.parent,
             env=self._env,
             stdin=subprocess.DEVNULL,
             stdout=self._log,

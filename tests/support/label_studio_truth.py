@@ -15,10 +15,10 @@ from sqlmodel import col, select
 
 from dynaval.adapters.database import Database
 from dynaval.adapters.orm import AnnotationRow, CandidateRow, DecisionRow, RoundRow, as_utc
-from dynaval.devtools.label_studio_server import LabelStudioServer
 from dynaval.domain.decision import decide
 from dynaval.domain.policy import DecisionPolicy
 from dynaval.domain.votes import AnnotationRecord, current_ballots
+from tests.support.label_studio_server import LabelStudioServer
 
 K = TypeVar("K")
 

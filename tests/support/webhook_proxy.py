@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Self
 import requests
 
 if TYPE_CHECKING:
-    from dynaval.devtools.label_studio_server import LabelStudioServer
+    from tests.support.label_studio_server import LabelStudioServer
 
 HOST = "127.0.0.1"
 # What a replay must send again; the rest (Host, Content-Length, ...) belongs to one connection.

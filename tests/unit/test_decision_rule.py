@@ -1,4 +1,4 @@
-"""The decision rule (DESIGN.md "Decision rule"): examples first, then properties."""
+"""The decision rule (docs/validation.md, "Decision rule"): examples first, then properties."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_escalates_when_first_two_votes_disagree() -> None:
 
 
 def test_rejects_early_when_neither_first_vote_is_for_the_writer() -> None:
-    # DESIGN.md: decide as soon as "enough votes that the outcome cannot change": the writer's
+    # docs/validation.md, "Decision rule": no escalation once "the outcome can no longer change": the writer's
     # label cannot reach 2 of 3 any more, so no third vote is asked for.
     decision = decide(ballots(NEG, NEU), POS, DEFAULT)
     assert decision.outcome is Outcome.REJECTED

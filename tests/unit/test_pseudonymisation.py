@@ -1,4 +1,7 @@
-"""Pseudonymous ids and signed model predictions (DESIGN.md "Provenance")."""
+"""Pseudonymous ids and signed model predictions.
+
+docs/dataset.md, "Round dataset: provenance of an accepted example".
+"""
 
 from __future__ import annotations
 

@@ -326,7 +326,7 @@ def format_agreement(data: dict[str, Any]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dynaval",
-        description="Validate adversarial examples with several annotators (see README.md).",
+        description="Validate adversarial examples with several annotators (see README.md and docs/cli.md).",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

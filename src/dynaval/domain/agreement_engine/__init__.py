@@ -24,7 +24,7 @@ The bootstrap (:mod:`.resampling`) draws replicates as multinomial weightings of
 count patterns and evaluates a block of them with one matrix product, never a Python loop over
 items; its temporaries are capped at :data:`.alpha.BLOCK_CELLS` elements.
 
-Keeping the round's alpha current as votes arrive (README paragraph). Alpha depends on the votes
+Keeping the round's alpha current as votes arrive (docs/agreement.md). Alpha depends on the votes
 only through per-item count vectors, and only through two sums over items: the marginals n_c
 (pairable votes per label) and the observed disagreement, the sum over items of
 c_u^T d c_u / (n_u - 1). A new, changed or withdrawn vote touches one item, so the running state

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,12 +26,16 @@ from typing import Any
 
 import httpx
 
-from dynaval.devtools.label_studio_server import (
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # for tests.support: the Label Studio harness is development tooling
+    sys.path.insert(0, str(REPO_ROOT))
+
+from tests.support.label_studio_server import (  # noqa: E402
     DEFAULT_ANNOTATOR_PASSWORD,
     LabelStudioServer,
+    LabelStudioServerError,
     free_port,
     port_is_free,
-    repo_root,
 )
 
 ANNOTATOR_ACCURACY = (0.9, 0.8, 0.8, 0.75)
@@ -76,8 +81,14 @@ COLLECTED_WRITER = "field-writer-1"
 """The writer of the collector's front end whose candidates it submits (every fifth one)."""
 
 
+CLIENT_KEEPALIVE_S = 5.0
+"""The demo's connection pool closes a connection idle this long (below the service's keep-alive)."""
+ATTEMPTS = 4
+RETRY_AFTER_MAX_S = 10.0
+
+
 class DemoError(Exception):
-    pass
+    """A failure the demo reports as one line (and exits 1)."""
 
 
 def _wait(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:
@@ -102,7 +113,7 @@ class Service:
         self._log = log_path.open("ab")
         gunicorn = Path(sys.executable).with_name("gunicorn")
         self._process = subprocess.Popen(
-            [str(gunicorn), "-c", str(repo_root() / "service" / "gunicorn.conf.py")],
+            [str(gunicorn), "-c", str(REPO_ROOT / "service" / "gunicorn.conf.py")],
             env={**env, "DYNAVAL_BIND": f"127.0.0.1:{port}"},
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -129,18 +140,59 @@ class Service:
         self._log.close()
 
 
+def _retry_after_s(response: httpx.Response) -> float:
+    try:
+        return min(max(float(response.headers.get("Retry-After", "1")), 0.1), RETRY_AFTER_MAX_S)
+    except ValueError:  # an HTTP date, or junk: wait a second
+        return 1.0
+
+
+def _call(api: httpx.Client, method: str, path: str, token: str, *, repeatable: bool, **kwargs: Any) -> Any:
+    """Send a request, again when that is safe: after a 429 (refused before anything ran), after a
+    connection that could not be made (nothing was sent), and for a repeatable request after a 503
+    or a connection lost mid-request. Any other failure is a DemoError that says what failed."""
+    for attempt in range(1, ATTEMPTS + 1):
+        last = attempt == ATTEMPTS
+        try:
+            response = api.request(method, path, headers={"Authorization": f"Bearer {token}"}, **kwargs)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            if last:
+                raise DemoError(f"{method} {path}: cannot connect to the service ({exc})") from None
+        except httpx.TransportError as exc:
+            if last or not repeatable:
+                raise DemoError(
+                    f"{method} {path}: the connection failed ({type(exc).__name__}: {exc})"
+                ) from None
+        else:
+            status = response.status_code
+            if (status == 429 or (status == 503 and repeatable)) and not last:
+                time.sleep(_retry_after_s(response))
+                continue
+            if status >= 400:
+                raise DemoError(f"{method} {path} answered {status}: {response.text[:500]}")
+            try:
+                return response.json()
+            except ValueError:
+                raise DemoError(f"{method} {path} answered {status} with no JSON body") from None
+        time.sleep(0.5 * attempt)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
 def run_round(
     service_url: str, lead: str, writers: dict[str, str], collector: str, server: LabelStudioServer
 ) -> dict[str, Any]:
     annotators = server.create_annotators(4)
     rng = random.Random(7)
-    api = httpx.Client(base_url=service_url, timeout=60)
+    # The pool drops a connection idle for 5 s, well before the service's keep-alive (120 s,
+    # service/gunicorn.conf.py) ends it: the demo never reuses a connection the server is closing.
+    api = httpx.Client(
+        base_url=service_url, timeout=60, limits=httpx.Limits(keepalive_expiry=CLIENT_KEEPALIVE_S)
+    )
 
-    def call(method: str, path: str, token: str, **kwargs: Any) -> Any:
-        response = api.request(method, path, headers={"Authorization": f"Bearer {token}"}, **kwargs)
-        if response.status_code >= 400:
-            raise DemoError(f"{method} {path} answered {response.status_code}: {response.text}")
-        return response.json()
+    def call(method: str, path: str, token: str, *, repeatable: bool | None = None, **kwargs: Any) -> Any:
+        """One API call; ``repeatable``: sending it twice changes nothing (default: GET only)."""
+        repeatable = method == "GET" if repeatable is None else repeatable
+        return _call(api, method, path, token, repeatable=repeatable, **kwargs)
 
     round_body = call("POST", "/api/rounds", lead, json={"name": "demo round 1", "task": "sentiment"})
     round_id = round_body["id"]
@@ -199,7 +251,7 @@ def run_round(
         time.sleep(2)  # let the task queue raise the tasks' overlap in Label Studio
         for cid in waiting:
             vote(cid, who)
-    call("POST", f"/api/rounds/{round_id}/sync", lead)
+    call("POST", f"/api/rounds/{round_id}/sync", lead, repeatable=True)  # a reconcile: idempotent
     summary: dict[str, Any] = call("GET", f"/api/rounds/{round_id}", lead)
     for c in fooled:
         if any(h["outcome"] == "escalated" for h in candidate(c["id"])["history"]):
@@ -215,8 +267,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000, help="the service's port (default 8000, else free)")
     parser.add_argument("--label-studio-port", type=int, default=8080)
     args = parser.parse_args(argv)
+    demo_dir = REPO_ROOT / ".dynaval" / "demo"
+    # A user sees one line, never a traceback: what failed, and where the details are.
+    try:
+        return run_demo(args, demo_dir)
+    except (DemoError, LabelStudioServerError) as exc:  # their messages say what to do
+        print(f"demo: {exc}", file=sys.stderr)
+    except httpx.RequestError as exc:
+        print(f"demo: {_describe(exc)}", file=sys.stderr)
+    except KeyboardInterrupt:  # a second Ctrl-C while the servers stop
+        print("demo: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        where = _write_traceback(demo_dir)
+        print(f"demo: {_describe(exc)}{where}", file=sys.stderr)
+    return 1
 
-    demo_dir = repo_root() / ".dynaval" / "demo"
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, httpx.RequestError):
+        return f"{exc.request.method} {exc.request.url} failed: {type(exc).__name__}: {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _write_traceback(demo_dir: Path) -> str:
+    """Write the traceback being handled to the demo's folder; the text naming it, or ""."""
+    path = demo_dir / "error.log"
+    try:
+        path.write_text(traceback.format_exc(), encoding="utf-8")
+    except OSError:
+        return ""
+    return f" (details: {path})"
+
+
+def run_demo(args: argparse.Namespace, demo_dir: Path) -> int:
     shutil.rmtree(demo_dir, ignore_errors=True)  # every demo starts from a clean round
     demo_dir.mkdir(parents=True)
     lead, collector = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
@@ -224,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     service_port = _pick_port(args.port)
     env = {
         **os.environ,
-        "DYNAVAL_DATA_DIR": str(repo_root() / ".dynaval"),
+        "DYNAVAL_DATA_DIR": str(REPO_ROOT / ".dynaval"),
         "DYNAVAL_DATABASE_URL": f"sqlite:///{demo_dir / 'dynaval.sqlite3'}",
         "DYNAVAL_LEAD_TOKENS": lead,
         "DYNAVAL_WRITER_TOKENS": ",".join(f"{name}={token}" for name, token in writers.items()),
@@ -279,14 +363,20 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(3600)
     except KeyboardInterrupt:
         pass
-    except DemoError as exc:
-        print(f"demo: {exc}", file=sys.stderr)
-        return 1
     finally:
-        if service is not None:
-            service.stop()
-        server.stop()
+        _stop("the dynaval service", service.stop if service is not None else None)
+        _stop("Label Studio", server.stop)
     return 0
+
+
+def _stop(what: str, stop: Callable[[], None] | None) -> None:
+    """Stop one server; a failure to stop is one line, and does not hide why the demo ended."""
+    if stop is None:
+        return
+    try:
+        stop()
+    except Exception as exc:
+        print(f"demo: stopping {what} failed: {_describe(exc)}", file=sys.stderr)
 
 
 def print_summary(summary: dict[str, Any], out: Path) -> None:

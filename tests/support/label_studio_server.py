@@ -1,4 +1,6 @@
-"""Run a real Label Studio server on 127.0.0.1, for the test suite and the demo.
+"""Run a real Label Studio server on 127.0.0.1, for the test suite, the demo and the benchmarks.
+
+Development tooling: it lives beside the tests, outside the installed ``dynaval`` package.
 
 Label Studio lives in its own virtual environment (``scripts/_lib.sh`` installs it under
 ``.cache/label-studio/venv-<version>``; ``DYNAVAL_LABEL_STUDIO_VENV`` points elsewhere). A fresh data
@@ -89,9 +91,8 @@ class Annotator:
 
 
 def repo_root() -> Path:
-    """The repository this module belongs to (``src/dynaval/devtools`` is three levels down)."""
-    here = Path(__file__).resolve().parents[3]
-    return here if (here / "pyproject.toml").is_file() else Path.cwd()
+    """The repository this module belongs to (``tests/support`` is two levels down)."""
+    return Path(__file__).resolve().parents[2]
 
 
 def cache_dir() -> Path:
