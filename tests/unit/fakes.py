@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -120,6 +120,10 @@ class FakeCandidates:
         self.store.history.setdefault(candidate.id, []).extend(candidate.history)
         candidate.history.clear()
         self.store.candidates[candidate.id] = copy.deepcopy(candidate)
+
+    def save_many(self, candidates: Sequence[Candidate]) -> None:
+        for candidate in candidates:
+            self.save(candidate)
 
     def annotations(self, candidate_id: str) -> list[AnnotationRecord]:
         return list(self.store.annotations.get(candidate_id, []))

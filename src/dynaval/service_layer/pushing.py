@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -158,10 +158,10 @@ def _push_under_lease(
             now = utcnow()
             for item in items:
                 if item.id in existing:
-                    _enter_validation(uow, item, existing[item.id], policy.min_votes, round_.policy, now)
+                    _enter_validation(item, existing[item.id], policy.min_votes, round_.policy, now)
                 else:
                     item.push_attempted_at = now
-                    _save(uow, item)
+            _save_all(uow, items)
             uow.commit()
         if fresh:
             # Gold items must not sit at a recognisable place among the candidates.
@@ -172,7 +172,8 @@ def _push_under_lease(
             with services.uow() as uow:
                 now = utcnow()
                 for item, task_id in zip(fresh, task_ids, strict=True):
-                    _enter_validation(uow, item, task_id, policy.min_votes, round_.policy, now)
+                    _enter_validation(item, task_id, policy.min_votes, round_.policy, now)
+                _save_all(uow, fresh)
                 uow.commit()
         pushed += len(batch)
         if progress:
@@ -180,12 +181,7 @@ def _push_under_lease(
 
 
 def _enter_validation(
-    uow: UnitOfWork,
-    item: Candidate | GoldItem,
-    task_id: int,
-    overlap: int,
-    policy: dict[str, object],
-    at: datetime,
+    item: Candidate | GoldItem, task_id: int, overlap: int, policy: dict[str, object], at: datetime
 ) -> None:
     """The item's task is in Label Studio. A candidate gets its first decision ("0 of N first
     votes") on record."""
@@ -194,14 +190,16 @@ def _enter_validation(
         item.decide([], policy, excluded=frozenset(), cause="pushed", at=at)
     else:
         item.enter_validation(task_id=task_id, at=at)
-    _save(uow, item)
 
 
-def _save(uow: UnitOfWork, item: Candidate | GoldItem) -> None:
-    if isinstance(item, Candidate):
-        uow.candidates.save(item)
-    else:
-        uow.gold.save(item)
+def _save_all(uow: UnitOfWork, items: Sequence[Candidate | GoldItem]) -> None:
+    """Save a batch: its candidates with one statement each for rows and history (they were loaded
+    in an earlier unit of work, and saving them one by one read each row first: three quarters of
+    a push's CPU time), its gold items (a few) one by one."""
+    uow.candidates.save_many([item for item in items if isinstance(item, Candidate)])
+    for item in items:
+        if isinstance(item, GoldItem):
+            uow.gold.save(item)
 
 
 def apply_escalations(services: Services, round_id: int) -> int:

@@ -86,6 +86,9 @@ class CandidateRepository(Protocol):
 
     def save(self, candidate: Candidate) -> None: ...
 
+    def save_many(self, candidates: Sequence[Candidate]) -> None:
+        """:meth:`save` for many candidates at once (loaded in this unit of work or an earlier one)."""
+
     def annotations(self, candidate_id: str) -> list[AnnotationRecord]: ...
 
     def annotations_of(self, candidate_ids: Collection[str]) -> dict[str, list[AnnotationRecord]]: ...
