@@ -82,6 +82,8 @@ _WORD_LINES = (
 WORDS = tuple(" ".join(_WORD_LINES).split())
 IMPORT_BATCH = 1000
 """Tasks per bulk import when seeding Label Studio."""
+IDLE_RECONNECT_S = 1.0
+"""A load client idle this long opens a new connection (gunicorn closes idle ones after 2 s)."""
 
 
 class BenchmarkError(RuntimeError):
@@ -856,17 +858,24 @@ class LoadRun:
         return percentile(self.latencies, 99) * 1000 if self.latencies else float("nan")
 
 
+def webhook_headers(secret: str) -> dict[str, str]:
+    """The headers of Label Studio's webhook to the service."""
+    return {"Content-Type": "application/json", SECRET_HEADER: secret}
+
+
 def send_load(
     url: str,
-    secret: str,
+    headers: Mapping[str, str],
     bodies: Sequence[bytes],
     clients: int,
     time_cap_s: float,
     *,
     rate: float | None = None,
     on_sent: Callable[[int], object] | None = None,
+    ok_status: int = 200,
 ) -> LoadRun:
     """POST every body once from ``clients`` threads (keep-alive sessions); stop at the time cap.
+    An answer other than ``ok_status`` counts as an error.
 
     Without ``rate`` the clients send back to back and a latency counts from the request's start.
     With ``rate`` the load is open loop, as Label Studio's annotators would send, only faster:
@@ -875,7 +884,7 @@ def send_load(
     ``on_sent(i)`` is called as body ``i`` is sent.
     """
     target = urlsplit(url)
-    headers = {"Content-Type": "application/json", SECRET_HEADER: secret}
+    headers = dict(headers)
     next_index = iter(range(len(bodies)))
     take = threading.Lock()
     barrier = threading.Barrier(clients + 1)
@@ -888,9 +897,11 @@ def send_load(
         samples: list[str] = []
         # http.client, not requests: a tenth of the client CPU per request, which this machine's
         # 2 cores would otherwise take from the service under test.
-        connection = http.client.HTTPConnection(target.hostname or HOST, target.port, timeout=30)
+        connection = http.client.HTTPConnection(target.hostname or HOST, target.port, timeout=120)
+        last_used = float("inf")
         try:
             barrier.wait()
+            last_used = time.perf_counter()
             while True:
                 with take:
                     index = next(next_index, None)
@@ -906,17 +917,20 @@ def send_load(
                         break
                     time.sleep(max(0.0, counted_from - time.perf_counter()))
                 body = bodies[index]
+                if time.perf_counter() - last_used > IDLE_RECONNECT_S:
+                    connection.close()  # the server may have closed an idle keep-alive connection
                 if on_sent is not None:
                     on_sent(index)
                 try:
                     connection.request("POST", target.path, body=body, headers=headers)
                     response = connection.getresponse()
                     answer = response.read()
-                    ok = response.status == 200
+                    ok = response.status == ok_status
                     detail = f"HTTP {response.status}: {answer[:200].decode(errors='replace')}"
                 except (OSError, http.client.HTTPException) as exc:
                     connection.close()  # reconnects on the next request
                     ok, detail = False, f"{type(exc).__name__}: {exc}"
+                last_used = time.perf_counter()
                 if ok:
                     latencies.append(time.perf_counter() - counted_from)
                 else:

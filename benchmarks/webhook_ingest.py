@@ -79,6 +79,7 @@ from harness import (
     start_label_studio,
     tiny_model,
     wait_stored,
+    webhook_headers,
 )
 
 from dynaval.adapters.database import Database
@@ -216,9 +217,10 @@ def run(args: argparse.Namespace) -> int:
         captured = capture_payloads(server, annotators[0].id)
         factory = PayloadFactory(captured, project_id)
         url = service.url + WEBHOOK_PATH
+        hooks = webhook_headers(webhook_secret)
 
         # The answering tasks' votes are read back once, untimed: later reads of them change nothing.
-        warm = send_load(url, webhook_secret, [factory.body(t, rng) for t in ack_tasks], args.clients, 600)
+        warm = send_load(url, hooks, [factory.body(t, rng) for t in ack_tasks], args.clients, 600)
         if warm.errors:
             raise BenchmarkError(f"warm-up errors: {warm.error_samples}")
         wait_stored(database, ack_tasks, timeout_s=600)
@@ -226,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
         # 3. Verified ingest: a burst of webhooks for fresh tasks, timed until every vote is stored.
         print(f"verified ingest: {len(burst_tasks)} webhooks for fresh tasks, back to back ...", flush=True)
         ls_cpu_before = label_studio_cpu_seconds(server)
-        burst = send_load(url, webhook_secret, [factory.body(t, rng) for t in burst_tasks], args.clients, 600)
+        burst = send_load(url, hooks, [factory.body(t, rng) for t in burst_tasks], args.clients, 600)
         stored = wait_stored(database, burst_tasks, timeout_s=900)
         verified_s = (max(stored.values()) - burst.began_at).total_seconds()
         verified_rate = len(burst_tasks) / verified_s
@@ -251,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
             bodies.append(factory.body(task, rng))
         at_pace = send_load(
             url,
-            webhook_secret,
+            hooks,
             bodies,
             1,
             600,
@@ -275,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
         for repeat in range(1, args.repeats + 1):
             bodies = factory.mix(ack_tasks, args.requests, rng)
             cpu_before = service.cpu_seconds()
-            result = send_load(url, webhook_secret, bodies, args.clients, args.time_cap)
+            result = send_load(url, hooks, bodies, args.clients, args.time_cap)
             result.server_cpu_s = service.cpu_seconds() - cpu_before
             result.load_average = os.getloadavg()[0]
             runs.append(result)
@@ -290,9 +292,7 @@ def run(args: argparse.Namespace) -> int:
         paced_runs: list[LoadRun] = []
         for repeat in range(1, args.repeats + 1):
             bodies = factory.mix(ack_tasks, max(200, round(paced_rate * args.paced_seconds)), rng)
-            paced_runs.append(
-                send_load(url, webhook_secret, bodies, args.clients, args.time_cap, rate=paced_rate)
-            )
+            paced_runs.append(send_load(url, hooks, bodies, args.clients, args.time_cap, rate=paced_rate))
             print(
                 f"steady run {repeat} at {paced_rate:.0f}/s ({GOAL_RATIO:.0f}x Label Studio): "
                 f"p50 {paced_runs[-1].p50_ms:.1f} ms, p99 {paced_runs[-1].p99_ms:.1f} ms, "
@@ -306,12 +306,10 @@ def run(args: argparse.Namespace) -> int:
             ladder.append(
                 (
                     multiple,
-                    send_load(url, webhook_secret, bodies, args.clients, args.time_cap, rate=steady_rate),
+                    send_load(url, hooks, bodies, args.clients, args.time_cap, rate=steady_rate),
                 )
             )
-        alone = send_load(
-            url, webhook_secret, factory.mix(ack_tasks, args.single_requests, rng), 1, args.time_cap
-        )
+        alone = send_load(url, hooks, factory.mix(ack_tasks, args.single_requests, rng), 1, args.time_cap)
 
         backlog = client.call("GET", f"/api/rounds/{round_id}")["verification"]
         rate = statistics.median(r.rate for r in runs)
