@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, overload
+from typing import IO, Any, TypeVar, overload
 from urllib.parse import urlsplit
 
 import requests
@@ -84,6 +84,9 @@ IMPORT_BATCH = 1000
 """Tasks per bulk import when seeding Label Studio."""
 IDLE_RECONNECT_S = 1.0
 """A load client idle this long opens a new connection (gunicorn closes idle ones after 2 s)."""
+
+
+T = TypeVar("T")
 
 
 class BenchmarkError(RuntimeError):
@@ -803,10 +806,11 @@ def capture_payloads(server: LabelStudioServer, annotator_id: int) -> dict[str, 
         raise BenchmarkError(str(exc)) from exc
 
 
-class LazyBodies(Sequence[bytes]):
-    """Bodies made as the load generator asks for them (``make(i)``), not held in memory at once."""
+class Lazy(Sequence[T]):
+    """``n`` items made as they are asked for (``make(i)``), never held in memory at once: the
+    bodies of a long load, the requests of a large import."""
 
-    def __init__(self, n: int, make: Callable[[int], bytes]) -> None:
+    def __init__(self, n: int, make: Callable[[int], T]) -> None:
         self._n = n
         self._make = make
 
@@ -814,12 +818,12 @@ class LazyBodies(Sequence[bytes]):
         return self._n
 
     @overload
-    def __getitem__(self, index: int) -> bytes: ...
+    def __getitem__(self, index: int) -> T: ...
 
     @overload
-    def __getitem__(self, index: slice) -> Sequence[bytes]: ...
+    def __getitem__(self, index: slice) -> Sequence[T]: ...
 
-    def __getitem__(self, index: int | slice) -> bytes | Sequence[bytes]:
+    def __getitem__(self, index: int | slice) -> T | Sequence[T]:
         if isinstance(index, slice):
             return [self._make(i) for i in range(*index.indices(self._n))]
         if not 0 <= index < self._n:
