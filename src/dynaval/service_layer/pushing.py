@@ -103,23 +103,35 @@ def push_pending(
     after each failure in a row (``push_retry_base_s`` up to ``push_retry_max_s``); ``force`` (a
     lead's sync) tries at once.
     """
-    lease = _take_push_lease(services, round_id, force=force)
-    if lease is None:
-        return 0
-    holder = _LeaseHolder(lease)
-    try:
-        pushed = _push_under_lease(services, round_id, progress, holder)
-    except Unavailable:
-        _record_push_outcome(services, round_id, failed=True)
-        raise
-    except PushLeaseLost as exc:
-        log.warning("%s; it carries on from here", exc)
-        return 0
-    else:
-        _record_push_outcome(services, round_id, failed=False)
-        return pushed
-    finally:
-        _release_push_lease(services, round_id, holder.lease)
+    pushed = 0
+    while True:
+        lease = _take_push_lease(services, round_id, force=force)
+        if lease is None:
+            return pushed
+        holder = _LeaseHolder(lease)
+        try:
+            this_time = _push_under_lease(services, round_id, progress, holder)
+        except Unavailable:
+            _record_push_outcome(services, round_id, failed=True)
+            raise
+        except PushLeaseLost as exc:
+            log.warning("%s; it carries on from here", exc)
+            return pushed
+        else:
+            _record_push_outcome(services, round_id, failed=False)
+        finally:
+            _release_push_lease(services, round_id, holder.lease)
+        pushed += this_time
+        # A candidate queued after this push last looked, while it still held the lease, asked for
+        # a push that found the lease taken and gave up: it would wait for the minute's sweep.
+        # Look once more now that the lease is free.
+        if this_time == 0 or not _any_queued(services, round_id):
+            return pushed
+
+
+def _any_queued(services: Services, round_id: int) -> bool:
+    with services.uow(read_only=True) as uow:
+        return bool(uow.candidates.queued(round_id, 1))
 
 
 @dataclass
