@@ -121,6 +121,10 @@ class FakeCandidates:
         candidate.history.clear()
         self.store.candidates[candidate.id] = copy.deepcopy(candidate)
 
+    def mark_push_attempted(self, candidate_ids: Collection[str], at: datetime) -> None:
+        for candidate_id in candidate_ids:
+            self.store.candidates[candidate_id].push_attempted_at = at
+
     def save_many(self, candidates: Sequence[Candidate]) -> None:
         for candidate in candidates:
             self.save(candidate)

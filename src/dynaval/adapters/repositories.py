@@ -242,6 +242,10 @@ _SAVE_MANY = (
 """The UPDATE of :meth:`SqlCandidateRepository.save_many`: every column a save writes."""
 
 
+def _chunked(values: Sequence[str], size: int) -> Iterable[Sequence[str]]:
+    return (values[i : i + size] for i in range(0, len(values), size))
+
+
 def record_of(row: AnnotationRow) -> AnnotationRecord:
     """The domain's view of a stored annotation."""
     return AnnotationRecord(
@@ -314,6 +318,13 @@ class SqlCandidateRepository:
         _copy_candidate(candidate, row)
         self._session.add(row)
         self._add_history(candidate)
+
+    def mark_push_attempted(self, candidate_ids: Collection[str], at: datetime) -> None:
+        """Record that an import of these candidates is about to be tried (one UPDATE)."""
+        for chunk in _chunked(sorted(candidate_ids), 500):
+            self._session.connection().execute(
+                update(_CANDIDATE_TABLE).where(_CANDIDATE_TABLE.c.id.in_(chunk)).values(push_attempted_at=at)
+            )
 
     def save_many(self, candidates: Sequence[Candidate]) -> None:
         """:meth:`save` for many candidates, whether or not this unit of work loaded them: one

@@ -168,12 +168,16 @@ def _push_under_lease(
         fresh = [item for item in items if item.id not in existing]
         with services.uow() as uow:
             now = utcnow()
-            for item in items:
-                if item.id in existing:
-                    _enter_validation(item, existing[item.id], policy.min_votes, round_.policy, now)
-                else:
-                    item.push_attempted_at = now
-            _save_all(uow, items)
+            adopted = [item for item in items if item.id in existing]
+            for item in adopted:
+                _enter_validation(item, existing[item.id], policy.min_votes, round_.policy, now)
+            _save_all(uow, adopted)
+            for item in fresh:
+                item.push_attempted_at = now
+            uow.candidates.mark_push_attempted([i.id for i in fresh if isinstance(i, Candidate)], now)
+            for item in fresh:
+                if isinstance(item, GoldItem):
+                    uow.gold.save(item)
             uow.commit()
         if fresh:
             # Gold items must not sit at a recognisable place among the candidates.

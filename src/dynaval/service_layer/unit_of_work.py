@@ -86,6 +86,9 @@ class CandidateRepository(Protocol):
 
     def save(self, candidate: Candidate) -> None: ...
 
+    def mark_push_attempted(self, candidate_ids: Collection[str], at: datetime) -> None:
+        """Set ``push_attempted_at`` of these candidates (before their import is tried)."""
+
     def save_many(self, candidates: Sequence[Candidate]) -> None:
         """:meth:`save` for many candidates at once (loaded in this unit of work or an earlier one)."""
 
