@@ -170,6 +170,10 @@ class Steady:
     last_batch: list[float]
     submit_p99_ms: float
     errors: int
+    scoring: list[float]
+    """From storing to scored (the model's answer, in the writer's request)."""
+    pushing: list[float]
+    """From scored (queued) to the task recorded in Label Studio."""
 
     def p(self, q: float) -> float:
         return percentile(self.delays, q)
@@ -211,12 +215,24 @@ def measure_steady(
     )
     with database.reading() as session:
         rows = session.exec(
-            select(CandidateRow.submitted_at, CandidateRow.pushed_at)
+            select(CandidateRow.submitted_at, CandidateRow.scored_at, CandidateRow.pushed_at)
             .where(CandidateRow.round_id == round_id)
             .order_by(col(CandidateRow.submitted_at))
         ).all()
-    delays = [(as_utc(pushed) - as_utc(stored)).total_seconds() for stored, pushed in rows if pushed]
-    return Steady(delays, delays[-batch:], run.p99_ms, run.errors)
+    times = [
+        (as_utc(stored), as_utc(scored), as_utc(pushed))
+        for stored, scored, pushed in rows
+        if scored and pushed
+    ]
+    delays = [(pushed - stored).total_seconds() for stored, _, pushed in times]
+    return Steady(
+        delays,
+        delays[-batch:],
+        run.p99_ms,
+        run.errors,
+        scoring=[(scored - stored).total_seconds() for stored, scored, _ in times],
+        pushing=[(pushed - scored).total_seconds() for _, scored, pushed in times],
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -316,6 +332,12 @@ def run(args: argparse.Namespace) -> int:
             f"p99 {p99:.2f} s, max {max(flow.delays):.2f} s; last batch {last:.2f} s "
             f"({steady} candidates, {args.steady_batch} a batch at {args.rate:g}/s; "
             f"batch request p99 {flow.submit_p99_ms:.0f} ms)"
+        )
+        print(
+            f"    of which                  storing -> scored p50 {percentile(flow.scoring, 50):.2f} s, "
+            f"p99 {percentile(flow.scoring, 99):.2f} s (the model, in the writer's request); "
+            f"scored -> task in LS p50 {percentile(flow.pushing, 50):.2f} s, "
+            f"p99 {percentile(flow.pushing, 99):.2f} s (the push)"
         )
         print(
             f"  push / LS import            {ratio:.2f}x   "
