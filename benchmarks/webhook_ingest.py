@@ -42,101 +42,53 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
-import ctypes
-import gc
-import http.client
-import json
 import os
 import random
-import secrets
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
-from typing import IO, Any
-from urllib.parse import urlsplit
 
-import requests
+from harness import (
+    WEBHOOK_PATH,
+    Annotator,
+    BenchmarkError,
+    LabelStudioServer,
+    LoadRun,
+    PayloadFactory,
+    Secrets,
+    ServiceClient,
+    add_database_argument,
+    backend_name,
+    capture_payloads,
+    create_round,
+    free_port,
+    label_studio_cpu_seconds,
+    make_text,
+    percentile,
+    run_main,
+    seed_tasks,
+    send_load,
+    service_database,
+    service_environment,
+    start_gunicorn,
+    start_label_studio,
+    tiny_model,
+    wait_stored,
+    webhook_headers,
+)
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from dynaval.adapters.database import Database
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:  # for tests.support (the tiny model, the payload capture)
-    sys.path.insert(0, str(REPO_ROOT))
-
-from sqlmodel import col, select  # noqa: E402
-from tests.support.label_studio_server import Annotator, LabelStudioServer, free_port  # noqa: E402
-from tests.support.webhook_proxy import capture_payloads  # noqa: E402
-
-from dynaval.adapters.database import Database  # noqa: E402
-from dynaval.adapters.orm import AnnotationRow, CandidateRow, as_utc  # noqa: E402
-
-HOST = "127.0.0.1"
-WEBHOOK_PATH = "/webhooks/label-studio"
-SECRET_HEADER = "X-Dynaval-Webhook-Secret"
 GOAL_VERIFIED_RATIO = 10.0
 GOAL_RATIO = 30.0
 GOAL_P99_MS = 25.0
 DISAGREE_SHARE = 0.2
 VOTES_PER_TASK = 2  # the round's first votes: a task's one imported vote leaves it in validation
-IMPORT_BATCH = 1000
-_WORD_LINES = (
-    "the film was good bad great awful boring wonderful service staff food hotel room phone",
-    "battery screen price day time book app update train flight meeting game weather team",
-)
-WORDS = tuple(" ".join(_WORD_LINES).split())
-
-
-class BenchmarkError(RuntimeError):
-    pass
-
-
-# ---------------------------------------------------------------------------------------- figures
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[index]
-
-
-@dataclass
-class LoadRun:
-    seconds: float
-    latencies: list[float]
-    errors: int
-    error_samples: list[str]
-    sent: int
-    server_cpu_s: float = 0.0
-    load_average: float = 0.0
-    began_at: datetime = field(default_factory=lambda: datetime.now(UTC))
-
-    @property
-    def cpu_ms_per_request(self) -> float:
-        return self.server_cpu_s / self.sent * 1000 if self.sent else float("nan")
-
-    @property
-    def rate(self) -> float:
-        return len(self.latencies) / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def p50_ms(self) -> float:
-        return percentile(self.latencies, 50) * 1000 if self.latencies else float("nan")
-
-    @property
-    def p99_ms(self) -> float:
-        return percentile(self.latencies, 99) * 1000 if self.latencies else float("nan")
 
 
 @dataclass
@@ -152,256 +104,6 @@ class LabelStudioRate:
     @property
     def median_ms(self) -> float:
         return statistics.median(self.latencies) * 1000
-
-
-# ---------------------------------------------------------------------------------------- processes
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    """Linux: SIGTERM gunicorn when this script dies without cleaning up."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-class Gunicorn:
-    """``gunicorn -c service/gunicorn.conf.py`` as a child process, stopped by its PID."""
-
-    def __init__(self, env: dict[str, str], port: int, log_path: Path) -> None:
-        self.url = f"http://{HOST}:{port}"
-        self.log_path = log_path
-        self._log: IO[bytes] = log_path.open("ab")
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", str(REPO_ROOT / "service" / "gunicorn.conf.py")],
-            cwd=REPO_ROOT,
-            env={**env, "DYNAVAL_BIND": f"{HOST}:{port}"},
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-        )
-
-    def wait_healthy(self, timeout_s: float = 180.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise BenchmarkError(f"gunicorn exited at start:\n{self.log_tail()}")
-            try:
-                if requests.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.25)
-        raise BenchmarkError(f"gunicorn did not answer /health within {timeout_s:.0f} s:\n{self.log_tail()}")
-
-    def cpu_seconds(self) -> float:
-        """CPU time (user + system) of the gunicorn master and its workers so far (Linux /proc)."""
-        return sum(_process_cpu_seconds(pid) for pid in _process_tree(self._process.pid))
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        if self._process.poll() is None:
-            self._process.send_signal(signal.SIGTERM)
-            try:
-                self._process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(timeout=timeout_s)
-        self._log.close()
-
-
-def _process_tree(root: int) -> list[int]:
-    """``root`` and its descendants, from /proc (only ``root`` where /proc is missing)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, []))
-    return found
-
-
-def _process_cpu_seconds(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-
-
-@contextlib.contextmanager
-def service_database(database_url: str | None, scratch: Path) -> Iterator[str]:
-    """The SQLAlchemy URL the service uses.
-
-    None: a SQLite file in the scratch folder. A PostgreSQL URL: a fresh database
-    ``dynaval_bench_<hex>`` created on that server (the URL's database is only used to connect)
-    and dropped afterwards. Any other URL is used as given.
-    """
-    if database_url is None:
-        yield f"sqlite:///{scratch / 'dynaval.sqlite3'}"
-        return
-    from sqlalchemy.engine import make_url
-
-    url = make_url(database_url)
-    if url.get_backend_name() != "postgresql":
-        yield database_url
-        return
-    import psycopg
-
-    admin = url.set(drivername="postgresql", database=url.database or "postgres")
-    admin_dsn = admin.render_as_string(hide_password=False)
-    name = f"dynaval_bench_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(admin_dsn, autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield url.set(drivername="postgresql+psycopg", database=name).render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(admin_dsn, autocommit=True) as connection:
-            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        print(f"dropped PostgreSQL database {name}", flush=True)
-
-
-# ---------------------------------------------------------------------------------------- the service
-
-
-@dataclass
-class ServiceClient:
-    url: str
-    lead: str
-    session: requests.Session = field(default_factory=requests.Session)
-
-    def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        headers = {"Authorization": f"Bearer {self.lead}"}
-        response = self.session.request(method, self.url + path, headers=headers, timeout=120, **kwargs)
-        if response.status_code >= 400:
-            raise BenchmarkError(f"{method} {path} answered {response.status_code}: {response.text[:300]}")
-        return response.json()
-
-
-@dataclass(frozen=True)
-class RoundTask:
-    candidate_id: str
-    task_id: int
-    text: str
-    writer_label: str
-    annotator: int
-
-
-def make_text(rng: random.Random, index: int) -> str:
-    return f"Review {index}: " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 18))) + "."
-
-
-def create_round(client: ServiceClient) -> tuple[int, int]:
-    """A lead creates the round: its Label Studio project and webhook, through the API."""
-    created = client.call(
-        "POST",
-        "/api/rounds",
-        json={
-            "name": "webhook ingest bench",
-            "task": "sentiment",
-            "model": "default",
-            "policy": {"min_votes": VOTES_PER_TASK, "max_votes": VOTES_PER_TASK, "gold_rate": 0},
-        },
-    )
-    return int(created["id"]), int(created["label_studio_project_id"])
-
-
-def seed_tasks(
-    server: LabelStudioServer,
-    database: Database,
-    round_id: int,
-    project_id: int,
-    annotators: Sequence[Annotator],
-    n: int,
-    rng: random.Random,
-) -> list[RoundTask]:
-    """``n`` tasks in the round's project, each with one real annotation, and their candidates in
-    the service's database (in validation, no vote stored yet). Label Studio sends no webhook for
-    an import: the votes reach the service only when the script sends their webhooks."""
-    drafts = []
-    for _ in range(n):
-        writer_label = rng.choice(["positive", "negative"])
-        vote = writer_label if rng.random() >= DISAGREE_SHARE else "neutral"
-        drafts.append(
-            (str(uuid.uuid4()), make_text(rng, len(drafts)), writer_label, vote, rng.choice(annotators).id)
-        )
-    tasks: list[RoundTask] = []
-    ls = server.client
-    for first in range(0, n, IMPORT_BATCH):
-        batch = drafts[first : first + IMPORT_BATCH]
-        request = [
-            {
-                "data": {"candidate_id": candidate_id, "text": text},
-                "annotations": [{"result": server.annotation_result(vote), "completed_by": annotator}],
-            }
-            for candidate_id, text, _label, vote, annotator in batch
-        ]
-        imported = ls.projects.import_tasks(id=project_id, request=request, return_task_ids=True)
-        task_ids = [int(t) for t in imported.task_ids or []]
-        if len(task_ids) != len(batch):
-            raise BenchmarkError(f"Label Studio returned {len(task_ids)} task ids for {len(batch)} tasks")
-        tasks.extend(
-            RoundTask(candidate_id, task_id, text, label, annotator)
-            for (candidate_id, text, label, _vote, annotator), task_id in zip(batch, task_ids, strict=True)
-        )
-    with database.unit_of_work() as session:
-        session.add_all(
-            CandidateRow(
-                id=task.candidate_id,
-                round_id=round_id,
-                inputs={"text": task.text},
-                writer_label=task.writer_label,
-                writer_id=f"writer-{index % 7}",
-                status="in_validation",
-                model_prediction="neutral",
-                model_probabilities={"positive": 0.1, "negative": 0.1, "neutral": 0.8},
-                fooled=True,
-                label_studio_task_id=task.task_id,
-                wanted_votes=VOTES_PER_TASK,
-                label_studio_overlap=VOTES_PER_TASK,
-            )
-            for index, task in enumerate(tasks)
-        )
-        session.commit()
-    return tasks
-
-
-def stored_votes(database: Database, candidate_ids: Sequence[str]) -> dict[str, datetime]:
-    """When each of these candidates' vote was stored (read back), for those that have one."""
-    found: dict[str, datetime] = {}
-    with database.reading() as session:
-        for first in range(0, len(candidate_ids), 500):
-            chunk = list(candidate_ids[first : first + 500])
-            rows = session.exec(
-                select(AnnotationRow.candidate_id, AnnotationRow.received_at).where(
-                    col(AnnotationRow.candidate_id).in_(chunk)
-                )
-            ).all()
-            found.update((candidate_id, as_utc(received_at)) for candidate_id, received_at in rows)
-    return found
-
-
-def wait_stored(database: Database, tasks: Sequence[RoundTask], timeout_s: float) -> dict[str, datetime]:
-    ids = [t.candidate_id for t in tasks]
-    deadline = time.monotonic() + timeout_s
-    while True:
-        stored = stored_votes(database, ids)
-        if len(stored) == len(ids):
-            return stored
-        if time.monotonic() > deadline:
-            raise BenchmarkError(
-                f"only {len(stored)} of {len(ids)} votes were read back within {timeout_s:.0f} s"
-            )
-        time.sleep(0.05)
 
 
 # ---------------------------------------------------------------------------------------- Label Studio
@@ -443,222 +145,62 @@ def measure_label_studio(
     )
 
 
-def label_studio_cpu_seconds(server: LabelStudioServer) -> float:
-    """CPU time (user + system) of Label Studio's processes so far (Linux /proc)."""
-    pid = server.pid
-    return sum(_process_cpu_seconds(p) for p in _process_tree(pid)) if pid is not None else 0.0
-
-
-# ---------------------------------------------------------------------------------------- payloads
-
-
-class PayloadFactory:
-    """Realistic webhook bodies made from the captured ones (4.4 KB or so), for the round's tasks."""
-
-    def __init__(self, captured: dict[str, Any], project_id: int) -> None:
-        self._captured = captured
-        self._project_id = project_id
-        self.sizes: list[int] = []
-
-    def body(self, task: RoundTask, rng: random.Random, *, action: str = "ANNOTATION_CREATED") -> bytes:
-        payload = copy.deepcopy(self._captured[action])
-        payload["project"]["id"] = self._project_id
-        annotation = payload["annotation"]
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        annotation.update(
-            id=rng.randrange(1, 2**31),  # the service reads the task, whatever the annotation says
-            task=task.task_id,
-            project=self._project_id,
-            completed_by=task.annotator,
-            created_at=stamp,
-            updated_at=stamp,
-            lead_time=round(rng.uniform(2.0, 60.0), 3),
-        )
-        if "unique_id" in annotation:
-            annotation["unique_id"] = str(uuid.uuid4())
-        for region in annotation.get("result") or []:
-            if region.get("from_name") == "label":
-                region["id"] = secrets.token_urlsafe(7)[:10]
-                region["value"] = {"choices": [task.writer_label]}
-        task_body = payload.get("task")
-        if isinstance(task_body, dict):
-            task_body.update(id=task.task_id, project=self._project_id, updated_at=stamp)
-            task_body["data"] = {"candidate_id": task.candidate_id, "text": task.text}
-        data = json.dumps(payload, separators=(", ", ": ")).encode()
-        self.sizes.append(len(data))
-        return data
-
-    def mix(self, tasks: Sequence[RoundTask], n: int, rng: random.Random) -> list[bytes]:
-        """``n`` bodies over ``tasks`` in random order, 80 % ANNOTATION_CREATED, 20 % _UPDATED."""
-        return [
-            self.body(
-                rng.choice(tasks),
-                rng,
-                action="ANNOTATION_UPDATED" if rng.random() < 0.2 else "ANNOTATION_CREATED",
-            )
-            for _ in range(n)
-        ]
-
-
-# ---------------------------------------------------------------------------------------- load
-
-
-def send_load(
-    url: str,
-    secret: str,
-    bodies: Sequence[bytes],
-    clients: int,
-    time_cap_s: float,
-    *,
-    rate: float | None = None,
-    on_sent: Callable[[int], object] | None = None,
-) -> LoadRun:
-    """POST every body once from ``clients`` threads (keep-alive sessions); stop at the time cap.
-
-    Without ``rate`` the clients send back to back and a latency counts from the request's start.
-    With ``rate`` the load is open loop, as Label Studio's annotators would send, only faster:
-    request i is due at ``start + i / rate`` and its latency counts from that moment, so a request
-    that had to wait for a free client thread is charged for the wait (no coordinated omission).
-    ``on_sent(i)`` is called as body ``i`` is sent.
-    """
-    target = urlsplit(url)
-    headers = {"Content-Type": "application/json", SECRET_HEADER: secret}
-    next_index = iter(range(len(bodies)))
-    take = threading.Lock()
-    barrier = threading.Barrier(clients + 1)
-    start = [0.0]
-    results: list[tuple[list[float], int, list[str]]] = []
-
-    def client() -> None:
-        latencies: list[float] = []
-        errors = 0
-        samples: list[str] = []
-        # http.client, not requests: a tenth of the client CPU per request, which this machine's
-        # 2 cores would otherwise take from the service under test.
-        connection = http.client.HTTPConnection(target.hostname or HOST, target.port, timeout=30)
-        try:
-            barrier.wait()
-            while True:
-                with take:
-                    index = next(next_index, None)
-                if index is None:
-                    break
-                if rate is None:
-                    if time.perf_counter() - start[0] > time_cap_s:
-                        break
-                    counted_from = time.perf_counter()
-                else:
-                    counted_from = start[0] + index / rate
-                    if counted_from - start[0] > time_cap_s:
-                        break
-                    time.sleep(max(0.0, counted_from - time.perf_counter()))
-                if on_sent is not None:
-                    on_sent(index)
-                try:
-                    connection.request("POST", target.path, body=bodies[index], headers=headers)
-                    response = connection.getresponse()
-                    answer = response.read()
-                    ok = response.status == 200
-                    detail = f"HTTP {response.status}: {answer[:200].decode(errors='replace')}"
-                except (OSError, http.client.HTTPException) as exc:
-                    connection.close()  # reconnects on the next request
-                    ok, detail = False, f"{type(exc).__name__}: {exc}"
-                if ok:
-                    latencies.append(time.perf_counter() - counted_from)
-                else:
-                    errors += 1
-                    if len(samples) < 3:
-                        samples.append(detail)
-        finally:
-            connection.close()
-        results.append((latencies, errors, samples))
-
-    threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
-    # This process's own garbage collections (its heap holds the payloads and Label Studio's client)
-    # would pause every sender at once, and a paced run charges such a pause to the service.
-    gc.collect()
-    gc.disable()
-    try:
-        for thread in threads:
-            thread.start()
-        start[0] = time.perf_counter() + (0.05 if rate is not None else 0.0)  # paced: threads ready first
-        began_at = datetime.now(UTC) + timedelta(seconds=start[0] - time.perf_counter())
-        barrier.wait()
-        for thread in threads:
-            thread.join()
-        seconds = time.perf_counter() - start[0]
-    finally:
-        gc.enable()
-    latencies = [value for r in results for value in r[0]]
-    errors = sum(r[1] for r in results)
-    samples = [s for r in results for s in r[2]][:5]
-    return LoadRun(seconds, latencies, errors, samples, sent=len(latencies) + errors, began_at=began_at)
-
-
 # ---------------------------------------------------------------------------------------- main
-
-
-def _interrupt(_signum: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 def run(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
-    lead = secrets.token_urlsafe(24)
-    webhook_secret = secrets.token_urlsafe(24)
+    keys = Secrets()
+    webhook_secret = keys.webhook
     with contextlib.ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dynaval-webhook-bench-")))
-        from tests.support.tiny_model import build_tiny_model
-
-        model_dir = build_tiny_model(scratch / "tiny-model", always="neutral")
+        model_dir = tiny_model(scratch)
         database_url = stack.enter_context(service_database(args.database_url, scratch))
-        backend = "PostgreSQL" if database_url.startswith("postgresql") else "SQLite"
-
-        print("starting Label Studio ...", flush=True)
-        server = LabelStudioServer(data_dir=scratch / "label-studio")
-        stack.callback(server.stop)
-        server.start()
+        backend = backend_name(database_url)
+        server = start_label_studio(stack, scratch)
         label_config = server.task_type.label_config
 
         port = free_port()
-        env = {
-            **os.environ,
-            "DYNAVAL_WORKERS": str(args.workers),
-            "DYNAVAL_THREADS": str(args.threads),
-            "DYNAVAL_LOG_LEVEL": "warning",
-            "DYNAVAL_DATA_DIR": str(scratch / "data"),
-            "DYNAVAL_DATABASE_URL": database_url,
-            "DYNAVAL_LABEL_STUDIO_URL": server.url,
-            "DYNAVAL_LABEL_STUDIO_API_KEY": server.api_key,
-            "DYNAVAL_PUBLIC_URL": f"http://{HOST}:{port}",
-            "DYNAVAL_WRITER_TOKENS": secrets.token_urlsafe(24),
-            "DYNAVAL_LEAD_TOKENS": lead,
-            "DYNAVAL_WEBHOOK_SECRET": webhook_secret,
-            "DYNAVAL_PSEUDONYM_SECRET": secrets.token_urlsafe(24),
-            "DYNAVAL_SIGNING_SECRET": secrets.token_urlsafe(24),
-            "DYNAVAL_DEFAULT_MODEL_DIR": str(model_dir),
-            "DYNAVAL_RECONCILE_INTERVAL_S": "0",
-            "OMP_NUM_THREADS": "1",
-            "DYNAVAL_RATE_LIMIT": "",  # the webhook is never limited; the set-up polls as the lead
-            "DYNAVAL_SCORING_LIMIT": "",
-        }
+        env = service_environment(
+            scratch=scratch,
+            database_url=database_url,
+            server=server,
+            port=port,
+            keys=keys,
+            model_dir=model_dir,
+            workers=args.workers,
+            threads=args.threads,
+            RECONCILE_INTERVAL_S="0",
+        )
         print(
             f"starting the service under gunicorn ({args.workers} x {args.threads}, {backend}) ...",
             flush=True,
         )
-        service = Gunicorn(env, port, scratch / "gunicorn.log")
-        stack.callback(service.stop)
-        service.wait_healthy()
-        client = ServiceClient(service.url, lead)
+        service = start_gunicorn(stack, env, port, scratch / "gunicorn.log")
+        client = ServiceClient(service.url, keys.lead)
         database = Database(database_url)
         stack.callback(database.dispose)
 
         annotators = server.create_annotators(3)
-        round_id, project_id = create_round(client)
+        round_id, project_id = create_round(
+            client,
+            "webhook ingest bench",
+            {"min_votes": VOTES_PER_TASK, "max_votes": VOTES_PER_TASK, "gold_rate": 0},
+        )
         total = args.burst + args.ack_tasks + round(args.pace_seconds * 40)
         print(f"round {round_id}: importing {total} tasks, each with one real vote ...", flush=True)
         began = time.perf_counter()
-        seeded = seed_tasks(server, database, round_id, project_id, annotators, total, rng)
+        seeded = seed_tasks(
+            server,
+            database,
+            round_id,
+            project_id,
+            annotators,
+            total,
+            rng,
+            disagree_share=DISAGREE_SHARE,
+            overlap=VOTES_PER_TASK,
+        )
         burst_tasks = seeded[: args.burst]
         ack_tasks = seeded[args.burst : args.burst + args.ack_tasks]
         pace_tasks = seeded[args.burst + args.ack_tasks :]
@@ -672,15 +214,13 @@ def run(args: argparse.Namespace) -> int:
         )
 
         print("capturing real webhook payloads ...", flush=True)
-        try:
-            captured = capture_payloads(server, annotators[0].id)
-        except RuntimeError as exc:
-            raise BenchmarkError(str(exc)) from exc
+        captured = capture_payloads(server, annotators[0].id)
         factory = PayloadFactory(captured, project_id)
         url = service.url + WEBHOOK_PATH
+        hooks = webhook_headers(webhook_secret)
 
         # The answering tasks' votes are read back once, untimed: later reads of them change nothing.
-        warm = send_load(url, webhook_secret, [factory.body(t, rng) for t in ack_tasks], args.clients, 600)
+        warm = send_load(url, hooks, [factory.body(t, rng) for t in ack_tasks], args.clients, 600)
         if warm.errors:
             raise BenchmarkError(f"warm-up errors: {warm.error_samples}")
         wait_stored(database, ack_tasks, timeout_s=600)
@@ -688,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
         # 3. Verified ingest: a burst of webhooks for fresh tasks, timed until every vote is stored.
         print(f"verified ingest: {len(burst_tasks)} webhooks for fresh tasks, back to back ...", flush=True)
         ls_cpu_before = label_studio_cpu_seconds(server)
-        burst = send_load(url, webhook_secret, [factory.body(t, rng) for t in burst_tasks], args.clients, 600)
+        burst = send_load(url, hooks, [factory.body(t, rng) for t in burst_tasks], args.clients, 600)
         stored = wait_stored(database, burst_tasks, timeout_s=900)
         verified_s = (max(stored.values()) - burst.began_at).total_seconds()
         verified_rate = len(burst_tasks) / verified_s
@@ -713,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
             bodies.append(factory.body(task, rng))
         at_pace = send_load(
             url,
-            webhook_secret,
+            hooks,
             bodies,
             1,
             600,
@@ -737,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
         for repeat in range(1, args.repeats + 1):
             bodies = factory.mix(ack_tasks, args.requests, rng)
             cpu_before = service.cpu_seconds()
-            result = send_load(url, webhook_secret, bodies, args.clients, args.time_cap)
+            result = send_load(url, hooks, bodies, args.clients, args.time_cap)
             result.server_cpu_s = service.cpu_seconds() - cpu_before
             result.load_average = os.getloadavg()[0]
             runs.append(result)
@@ -752,9 +292,7 @@ def run(args: argparse.Namespace) -> int:
         paced_runs: list[LoadRun] = []
         for repeat in range(1, args.repeats + 1):
             bodies = factory.mix(ack_tasks, max(200, round(paced_rate * args.paced_seconds)), rng)
-            paced_runs.append(
-                send_load(url, webhook_secret, bodies, args.clients, args.time_cap, rate=paced_rate)
-            )
+            paced_runs.append(send_load(url, hooks, bodies, args.clients, args.time_cap, rate=paced_rate))
             print(
                 f"steady run {repeat} at {paced_rate:.0f}/s ({GOAL_RATIO:.0f}x Label Studio): "
                 f"p50 {paced_runs[-1].p50_ms:.1f} ms, p99 {paced_runs[-1].p99_ms:.1f} ms, "
@@ -768,12 +306,10 @@ def run(args: argparse.Namespace) -> int:
             ladder.append(
                 (
                     multiple,
-                    send_load(url, webhook_secret, bodies, args.clients, args.time_cap, rate=steady_rate),
+                    send_load(url, hooks, bodies, args.clients, args.time_cap, rate=steady_rate),
                 )
             )
-        alone = send_load(
-            url, webhook_secret, factory.mix(ack_tasks, args.single_requests, rng), 1, args.time_cap
-        )
+        alone = send_load(url, hooks, factory.mix(ack_tasks, args.single_requests, rng), 1, args.time_cap)
 
         backlog = client.call("GET", f"/api/rounds/{round_id}")["verification"]
         rate = statistics.median(r.rate for r in runs)
@@ -868,12 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--time-cap", type=float, default=60.0, help="seconds at most per run")
     parser.add_argument("--workers", type=int, default=1, help="gunicorn workers")
     parser.add_argument("--threads", type=int, default=8, help="gunicorn threads per worker")
-    parser.add_argument(
-        "--database-url",
-        default=None,
-        help="default: SQLite in a temporary folder; a PostgreSQL URL: a fresh database on that server, "
-        "dropped at the end (e.g. postgresql://postgres@127.0.0.1:5432)",
-    )
+    add_database_argument(parser)
     parser.add_argument("--single-requests", type=int, default=300, help="webhooks of the one-client run")
     parser.add_argument("--paced-seconds", type=float, default=10.0, help="length of each steady run")
     parser.add_argument(
@@ -894,15 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if min(*counts, args.repeats) < 1 or args.pace_seconds <= 0:
         parser.error("counts and durations must be positive")
-    signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        return run(args)
-    except KeyboardInterrupt:
-        print("interrupted; everything was stopped and removed", file=sys.stderr)
-        return 130
-    except BenchmarkError as exc:
-        print(f"webhook_ingest: {exc}", file=sys.stderr)
-        return 1
+    return run_main("webhook_ingest", run, args)
 
 
 if __name__ == "__main__":

@@ -303,7 +303,9 @@ def test_sigkill_in_the_middle_of_a_bulk_push_then_restart(
     pushing = ServiceProcess(
         {
             **base,
-            "DYNAVAL_PUSH_BATCH_SIZE": "50",
+            # Small batches: a push of 400 takes some seconds, so the kill lands in its middle
+            # (with batches of 50 a push of 400 could end between two polls of Label Studio).
+            "DYNAVAL_PUSH_BATCH_SIZE": "10",
             "DYNAVAL_PUSH_LEASE_S": "3",
         },
         port,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -120,6 +120,14 @@ class FakeCandidates:
         self.store.history.setdefault(candidate.id, []).extend(candidate.history)
         candidate.history.clear()
         self.store.candidates[candidate.id] = copy.deepcopy(candidate)
+
+    def mark_push_attempted(self, candidate_ids: Collection[str], at: datetime) -> None:
+        for candidate_id in candidate_ids:
+            self.store.candidates[candidate_id].push_attempted_at = at
+
+    def save_many(self, candidates: Sequence[Candidate]) -> None:
+        for candidate in candidates:
+            self.save(candidate)
 
     def annotations(self, candidate_id: str) -> list[AnnotationRecord]:
         return list(self.store.annotations.get(candidate_id, []))

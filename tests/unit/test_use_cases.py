@@ -17,7 +17,7 @@ from dynaval.domain.round import Round, RoundState
 from dynaval.domain.votes import AnnotationRecord
 from dynaval.service_layer import annotator_exclusion, overrides, pushing, rounds
 from dynaval.service_layer.services import Services
-from tests.unit.fakes import FakeLabelStudio, FakeStore, fake_services
+from tests.unit.fakes import FakeLabelStudio, FakeRounds, FakeStore, fake_services
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 POS, NEG = "positive", "negative"
@@ -268,6 +268,28 @@ def test_a_retried_push_adopts_the_task_an_earlier_attempt_created() -> None:
     assert pushing.push_pending(services, 1, force=True) == 1
     assert label_studio.imports == 0
     assert store.candidates["c1"].label_studio_task_id == 4242
+
+
+def test_a_candidate_queued_while_the_push_ends_is_pushed_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its own push request came while the lease was still held and gave up: the holder, once it
+    has released the lease, looks again instead of leaving it to the minute's sweep."""
+    store = FakeStore()
+    label_studio = FakeLabelStudio()
+    services = fake_services(store, label_studio)
+    a_round(store, gold_rate=0)
+    a_candidate(store, "c1", status=CandidateStatus.QUEUED)
+    release = FakeRounds.release_push_lease
+
+    def arrives_before_release(self: FakeRounds, round_id: int, lease: datetime) -> None:
+        if "c2" not in store.candidates:
+            a_candidate(store, "c2", status=CandidateStatus.QUEUED)
+            self.store.candidates["c2"] = store.candidates["c2"]  # this fake unit of work commits a copy
+            assert pushing.push_pending(services, 1) == 0  # its push request: the lease is taken
+        release(self, round_id, lease)
+
+    monkeypatch.setattr(FakeRounds, "release_push_lease", arrives_before_release)
+    assert pushing.push_pending(services, 1) == 2
+    assert all(store.candidates[c].status is CandidateStatus.IN_VALIDATION for c in ("c1", "c2"))
 
 
 def test_push_backoff_doubles_and_is_capped() -> None:

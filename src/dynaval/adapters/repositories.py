@@ -9,11 +9,11 @@ lease's conditional updates live here, not in the use cases.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CursorResult, func, or_, update
+from sqlalchemy import CursorResult, bindparam, func, insert, or_, update
 from sqlmodel import Session, col, select
 
 from dynaval.adapters.database import MAX_SERIAL_ID
@@ -195,27 +195,55 @@ def candidate_of(row: CandidateRow) -> Candidate:
     )
 
 
-def _copy_candidate(candidate: Candidate, row: CandidateRow) -> None:
-    row.status = candidate.status.value
-    row.model_prediction = candidate.model_prediction
-    row.model_probabilities = candidate.model_probabilities
-    row.model_signature = candidate.model_signature
-    row.fooled = candidate.fooled
-    row.scored_at = candidate.scored_at
-    row.push_attempted_at = candidate.push_attempted_at
-    row.pushed_at = candidate.pushed_at
-    row.label_studio_task_id = candidate.label_studio_task_id
-    row.wanted_votes = candidate.wanted_votes
-    row.label_studio_overlap = candidate.label_studio_overlap
-    row.decision = candidate.decision
-    row.decided_at = candidate.decided_at
-    row.version = candidate.version
+def _candidate_columns(candidate: Candidate) -> dict[str, Any]:
+    """The columns a save writes, from the domain's candidate."""
     override = candidate.override
-    row.override_outcome = override.outcome.value if override else None
-    row.override_reason = override.reason if override else None
-    row.override_by = override.by if override else None
-    row.override_at = override.at if override else None
-    row.label_studio_read_at = candidate.label_studio_read_at
+    return {
+        "status": candidate.status.value,
+        "model_prediction": candidate.model_prediction,
+        "model_probabilities": candidate.model_probabilities,
+        "model_signature": candidate.model_signature,
+        "fooled": candidate.fooled,
+        "scored_at": candidate.scored_at,
+        "push_attempted_at": candidate.push_attempted_at,
+        "pushed_at": candidate.pushed_at,
+        "label_studio_task_id": candidate.label_studio_task_id,
+        "wanted_votes": candidate.wanted_votes,
+        "label_studio_overlap": candidate.label_studio_overlap,
+        "decision": candidate.decision,
+        "decided_at": candidate.decided_at,
+        "version": candidate.version,
+        "override_outcome": override.outcome.value if override else None,
+        "override_reason": override.reason if override else None,
+        "override_by": override.by if override else None,
+        "override_at": override.at if override else None,
+        "label_studio_read_at": candidate.label_studio_read_at,
+    }
+
+
+def _copy_candidate(candidate: Candidate, row: CandidateRow) -> None:
+    for name, value in _candidate_columns(candidate).items():
+        setattr(row, name, value)
+
+
+_CANDIDATE_TABLE: Any = CandidateRow.__table__  # type: ignore[attr-defined]
+_SAVE_MANY = (
+    update(_CANDIDATE_TABLE)
+    .where(_CANDIDATE_TABLE.c.id == bindparam("b_id"))
+    .values(
+        {
+            name: bindparam(f"b_{name}")
+            for name in _candidate_columns(
+                Candidate(id="", round_id=0, inputs={}, writer_label="", writer_id="")
+            )
+        }
+    )
+)
+"""The UPDATE of :meth:`SqlCandidateRepository.save_many`: every column a save writes."""
+
+
+def _chunked(values: Sequence[str], size: int) -> Iterable[Sequence[str]]:
+    return (values[i : i + size] for i in range(0, len(values), size))
 
 
 def record_of(row: AnnotationRow) -> AnnotationRecord:
@@ -290,6 +318,46 @@ class SqlCandidateRepository:
         _copy_candidate(candidate, row)
         self._session.add(row)
         self._add_history(candidate)
+
+    def mark_push_attempted(self, candidate_ids: Collection[str], at: datetime) -> None:
+        """Record that an import of these candidates is about to be tried (one UPDATE)."""
+        for chunk in _chunked(sorted(candidate_ids), 500):
+            self._session.connection().execute(
+                update(_CANDIDATE_TABLE).where(_CANDIDATE_TABLE.c.id.in_(chunk)).values(push_attempted_at=at)
+            )
+
+    def save_many(self, candidates: Sequence[Candidate]) -> None:
+        """:meth:`save` for many candidates, whether or not this unit of work loaded them: one
+        ``executemany`` UPDATE and one INSERT of their new history entries, at once (no row is
+        read first). The session's copies of these rows, if it holds any, are not refreshed."""
+        if not candidates:
+            return
+        connection = self._session.connection()  # Core statements: no ORM bulk semantics
+        connection.execute(
+            _SAVE_MANY,
+            [
+                {"b_id": c.id, **{f"b_{name}": value for name, value in _candidate_columns(c).items()}}
+                for c in candidates
+            ],
+        )
+        history = [
+            {
+                "candidate_id": c.id,
+                "outcome": entry.outcome,
+                "rule_version": entry.rule_version,
+                "policy": dict(entry.policy),
+                "ballots": list(entry.ballots),
+                "figures": dict(entry.figures),
+                "cause": entry.cause,
+                "made_at": entry.made_at,
+            }
+            for c in candidates
+            for entry in c.history
+        ]
+        if history:
+            connection.execute(insert(DecisionRow.__table__), history)  # type: ignore[attr-defined]
+        for candidate in candidates:
+            candidate.history.clear()
 
     def _add_history(self, candidate: Candidate) -> None:
         for entry in candidate.history:

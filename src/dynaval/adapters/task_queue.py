@@ -37,6 +37,10 @@ from dynaval.settings import Settings
 
 log = logging.getLogger(__name__)
 LAST_RECONCILE_KEY = "dynaval:last-reconcile"
+RECONCILING_KEY = "dynaval:reconciling"
+"""Set (to its start time) while a scheduled reconcile runs, on any consumer."""
+RECONCILE_STALE_S = 3600.0
+"""A reconcile marker older than this (and ten intervals) was left by a consumer that died."""
 
 
 def make_huey(queue_url: str, data_dir: Path, name: str = "dynaval") -> Huey:
@@ -205,8 +209,24 @@ class QueuedWork:
         if not self._huey.put_if_empty(f"{LAST_RECONCILE_KEY}:{current}", "1"):
             return
         self._huey.get(f"{LAST_RECONCILE_KEY}:{current - 1}")  # the previous slot's key is done with
-        for round_id in jobs.reconcile():
-            jobs.escalate(round_id)
+        # One scheduled reconcile at a time. On a large round one outlasts the interval (a round of
+        # 120,000 tasks: Label Studio exports it for minutes), and the next slot's would start
+        # beside it: a second consumer thread waiting on a second export while the webhooks' reads
+        # wait for a free thread. That slot is skipped instead.
+        began = time.time()
+        if not self._huey.put_if_empty(RECONCILING_KEY, began):
+            running_since = self._huey.get(RECONCILING_KEY, peek=True)
+            if running_since is not None and began - float(running_since) < max(
+                RECONCILE_STALE_S, 10 * interval
+            ):
+                log.info("scheduled reconcile skipped: the previous one is still running")
+                return
+            self._huey.put(RECONCILING_KEY, began)  # left by a consumer that died mid-reconcile
+        try:
+            for round_id in jobs.reconcile():
+                jobs.escalate(round_id)
+        finally:
+            self._huey.get(RECONCILING_KEY)
 
 
 def _flag(kind: str, round_id: int) -> str:

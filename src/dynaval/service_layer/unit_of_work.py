@@ -86,6 +86,12 @@ class CandidateRepository(Protocol):
 
     def save(self, candidate: Candidate) -> None: ...
 
+    def mark_push_attempted(self, candidate_ids: Collection[str], at: datetime) -> None:
+        """Set ``push_attempted_at`` of these candidates (before their import is tried)."""
+
+    def save_many(self, candidates: Sequence[Candidate]) -> None:
+        """:meth:`save` for many candidates at once (loaded in this unit of work or an earlier one)."""
+
     def annotations(self, candidate_id: str) -> list[AnnotationRecord]: ...
 
     def annotations_of(self, candidate_ids: Collection[str]) -> dict[str, list[AnnotationRecord]]: ...

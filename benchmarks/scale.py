@@ -1,0 +1,514 @@
+"""Scale: one DynaSent-sized round, every phase timed, on this machine.
+
+120,000 candidates and 600,000 votes (5 a candidate), with the scheduled reconcile on. Phases, in
+the order a round lives them, each timed on its own, with the peak RSS of every process:
+
+1. **score**: ``--writers`` writers post the candidates through the API in batches of
+   ``--batch`` (``POST /api/rounds/<id>/candidates/batch``), back to back; the round's model
+   scores each (``--model``: the default MiniLM sentiment model, built once into
+   ``.dynaval/models/`` if missing, or the tiny test model). The round validates every candidate
+   (``validate_non_fooling``), as DynaSent did. No task-queue consumer runs yet, so nothing is
+   pushed during this phase.
+2. **push**: ``dynaval worker`` starts (the task queue's consumer, beside the service, as a
+   deployment that runs it apart would) and pushes the queued candidates into the round's Label
+   Studio project; timed from its start until every candidate is ``in_validation``.
+3. **seeding (not timed, not counted)**: annotators' work cannot be sped up, and Label Studio adds
+   annotations to existing tasks only one POST at a time (about 75 ms of its CPU each), so the
+   votes are imported instead: the same tasks, each with ``--votes`` real annotations by distinct
+   annotators of a pool of ``--annotators`` (a fifth against the writer's label, 1 % flagged), are
+   imported in bulk into a second project of the same labelling config, and the round and its
+   candidates are pointed at that project and its tasks (one UPDATE). Label Studio now holds
+   every vote; the service holds none.
+4. **ingest**: one realistic webhook per vote (copies of payloads captured from this Label
+   Studio, 4.4 KB, each naming its task, annotator and label), ``--clients`` senders back to back;
+   the votes of each block of 1,000 tasks come shuffled together (annotators work on the same
+   tasks at once). The service answers each, and its worker reads the named tasks back from Label
+   Studio and decides them. Timed until the last webhook is answered.
+5. **decide**: from the last webhook until every candidate holds its 5 votes read back from Label
+   Studio and a final decision, with no task waiting to be read.
+6. **round alpha with CI**: ``GET /api/rounds/<id>/agreement`` (1,000 bootstrap resamples), first call.
+7. **dashboard first view**: the lead's page of the round (``/dashboard/rounds/<id>``), first view.
+8. **export**: the round dataset, ``GET /api/rounds/<id>/dataset?format=jsonl``, read whole.
+
+Then, beside the goal (``--no-reconcile-on-demand`` leaves it out), an on-demand reconcile
+(``POST /api/rounds/<id>/sync``) of the whole round.
+The scheduled reconcile runs every ``--reconcile-interval`` seconds (the service's default, 300)
+throughout; the votes each read stored are counted by source. Goal: phases 1, 2 and 4 to 8 in at
+most 30 minutes on one 2-core machine. Everything is stopped and removed at the end, also on error
+or Ctrl-C.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/scale.py                # 120,000 candidates
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/scale.py --scale 0.02   # 2,400: a quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from harness import (
+    REPO_ROOT,
+    WEBHOOK_PATH,
+    BenchmarkError,
+    ChildProcess,
+    Lazy,
+    MemorySampler,
+    PayloadFactory,
+    RoundTask,
+    Secrets,
+    ServiceClient,
+    Vote,
+    add_database_argument,
+    annotated_task,
+    backend_name,
+    capture_payloads,
+    create_project,
+    create_round,
+    free_port,
+    import_tasks,
+    label_studio_cpu_seconds,
+    machine_state,
+    make_text,
+    mib,
+    own_peak_rss_bytes,
+    run_main,
+    send_load,
+    service_database,
+    service_environment,
+    start_gunicorn,
+    start_label_studio,
+    status_counts,
+    tiny_model,
+    verdict,
+    wait_for,
+    webhook_headers,
+)
+from sqlalchemy import bindparam, func, update
+from sqlmodel import col, select
+
+from dynaval.adapters.database import Database
+from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow, TaskCheckRow
+
+GOAL_S = 30 * 60.0
+FINAL = ("accepted", "rejected", "flagged")
+DISAGREE_SHARE = 0.2
+FLAG_SHARE = 0.01
+NEWLINE = b"\n"
+DYNAVAL_COMMAND = Path(sys.executable).parent / "dynaval"
+SHUFFLE_BLOCK = 1000
+"""Tasks whose votes come shuffled together."""
+
+
+@dataclass
+class Phase:
+    name: str
+    seconds: float
+    detail: str
+    service_rss: int = 0
+    label_studio_rss: int = 0
+    counted: bool = True
+
+
+def default_model() -> Path:
+    """The default MiniLM sentiment model, built once into the repository's ``.dynaval/models``."""
+    folder = REPO_ROOT / ".dynaval" / "models" / "sentiment-default"
+    if not (folder / "config.json").is_file():
+        print(f"building the default model into {folder} (once; not timed) ...", flush=True)
+        import subprocess
+
+        subprocess.run(
+            [sys.executable, str(DYNAVAL_COMMAND), "model", "build-default", "--out", str(folder)],
+            check=True,
+            cwd=REPO_ROOT,
+        )
+    return folder
+
+
+def batch_body(rng: random.Random, first: int, n: int) -> bytes:
+    return json.dumps(
+        {
+            "candidates": [
+                {"text": make_text(rng, i), "writer_label": rng.choice(["positive", "negative"])}
+                for i in range(first, first + n)
+            ]
+        }
+    ).encode()
+
+
+def round_candidates(database: Database, round_id: int) -> list[tuple[str, str, str]]:
+    """(id, text, writer label) of the round's candidates, in the order they were stored."""
+    with database.reading() as session:
+        rows = session.exec(
+            select(CandidateRow.id, CandidateRow.inputs, CandidateRow.writer_label)
+            .where(CandidateRow.round_id == round_id)
+            .order_by(col(CandidateRow.submitted_at), col(CandidateRow.id))
+        ).all()
+    return [(cid, inputs["text"], label) for cid, inputs, label in rows]
+
+
+def plan_votes(
+    rng: random.Random, candidates: list[tuple[str, str, str]], annotators: list[int], votes: int
+) -> list[list[Vote]]:
+    plan = []
+    for _cid, _text, writer_label in candidates:
+        task_votes = []
+        for annotator in rng.sample(annotators, votes):
+            label = writer_label if rng.random() >= DISAGREE_SHARE else rng.choice(["neutral", "positive"])
+            flag = "unclear" if rng.random() < FLAG_SHARE else None
+            task_votes.append(Vote(annotator, label, flag))
+        plan.append(task_votes)
+    return plan
+
+
+def repoint(database: Database, round_id: int, project_id: int, task_ids: dict[str, int]) -> None:
+    """The round and its candidates now use the seeded project and its tasks."""
+    with database.unit_of_work() as session:
+        session.execute(
+            update(RoundRow).where(col(RoundRow.id) == round_id).values(label_studio_project_id=project_id)
+        )
+        table: Any = CandidateRow.__table__  # type: ignore[attr-defined]
+        session.connection().execute(
+            update(table)
+            .where(table.c.id == bindparam("b_id"))
+            .values(label_studio_task_id=bindparam("b_task")),
+            [{"b_id": cid, "b_task": task} for cid, task in task_ids.items()],
+        )
+        session.commit()
+
+
+def waiting_reads(database: Database, round_id: int) -> int:
+    with database.reading() as session:
+        return int(
+            session.exec(
+                select(func.count()).select_from(TaskCheckRow).where(TaskCheckRow.round_id == round_id)
+            ).one()
+        )
+
+
+def votes_by_source(database: Database, round_id: int) -> dict[str, int]:
+    with database.reading() as session:
+        rows = session.exec(
+            select(AnnotationRow.source, func.count())
+            .where(AnnotationRow.round_id == round_id)
+            .group_by(col(AnnotationRow.source))
+        ).all()
+    return {str(source): int(count) for source, count in rows}
+
+
+def timed(call: Callable[[], Any]) -> tuple[float, Any]:
+    began = time.perf_counter()
+    result = call()
+    return time.perf_counter() - began, result
+
+
+def run(args: argparse.Namespace) -> int:
+    rng = random.Random(args.seed)
+    keys = Secrets()
+    n = int(max(args.batch, round(args.candidates * args.scale)))
+    phases: list[Phase] = []
+    with contextlib.ExitStack() as stack:
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dynaval-scale-bench-")))
+        model_dir = default_model() if args.model == "default" else tiny_model(scratch, always=None)
+        database_url = stack.enter_context(service_database(args.database_url, scratch))
+        backend = backend_name(database_url)
+        server = start_label_studio(stack, scratch)
+        port = free_port()
+        env = service_environment(
+            scratch=scratch,
+            database_url=database_url,
+            server=server,
+            port=port,
+            keys=keys,
+            model_dir=model_dir,
+            workers=args.workers,
+            threads=args.threads,
+            RECONCILE_INTERVAL_S=str(args.reconcile_interval),
+            EMBEDDED_WORKER="false",
+            LOG_LEVEL="info",
+        )
+        print(f"starting the service under gunicorn ({args.workers} x {args.threads}, {backend}) ...")
+        service = start_gunicorn(stack, env, port, scratch / "gunicorn.log")
+        database = Database(database_url)
+        stack.callback(database.dispose)
+        lead = ServiceClient(service.url, keys.lead)
+        worker: list[ChildProcess] = []
+        sampler = stack.enter_context(
+            MemorySampler(
+                {
+                    "service": lambda: service.pid,
+                    "worker": lambda: worker[0].pid if worker else None,
+                    "label_studio": lambda: server.pid,
+                }
+            )
+        )
+
+        def phase(name: str, seconds: float, detail: str, *, counted: bool = True) -> None:
+            peaks = sampler.phase()
+            phases.append(
+                Phase(
+                    name, seconds, detail, peaks["service"] + peaks["worker"], peaks["label_studio"], counted
+                )
+            )
+            print(
+                f"{name}: {seconds:.1f} s; {detail}; peak RSS service+worker "
+                f"{mib(phases[-1].service_rss)}, Label Studio {mib(phases[-1].label_studio_rss)}; "
+                f"{machine_state()}",
+                flush=True,
+            )
+
+        annotators = [a.id for a in server.create_annotators(max(args.votes, args.annotators))]
+        captured = capture_payloads(server, annotators[0])
+        policy = {
+            "min_votes": args.votes,
+            "max_votes": args.votes,
+            "gold_rate": 0,
+            "validate_non_fooling": True,
+        }
+        round_id, _first_project = create_round(lead, "scale bench (DynaSent-sized)", policy)
+        sampler.phase()
+
+        # 1. score
+        print(f"score: {n} candidates, {args.batch} a request, {args.writers} writers ...", flush=True)
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {keys.writer}"}
+        batches = -(-n // args.batch)
+        score_rng = random.Random(args.seed + 1)
+        bodies = Lazy(
+            batches, lambda i: batch_body(score_rng, i * args.batch, min(args.batch, n - i * args.batch))
+        )
+        submitted = send_load(
+            f"{service.url}/api/rounds/{round_id}/candidates/batch",
+            headers,
+            bodies,
+            args.writers,
+            4 * 3600,
+            ok_status=201,
+        )
+        if submitted.errors:
+            raise BenchmarkError(f"{submitted.errors} batches refused: {submitted.error_samples}")
+        counts = status_counts(database, round_id)
+        if counts.get("queued", 0) != n:
+            raise BenchmarkError(f"expected {n} queued candidates, found {counts}")
+        phase(
+            "score",
+            submitted.seconds,
+            f"{n / submitted.seconds:.0f} candidates/s, batch request p50 {submitted.p50_ms:.0f} ms, "
+            f"p99 {submitted.p99_ms:.0f} ms",
+        )
+
+        # 2. push
+        print("push: starting `dynaval worker` ...", flush=True)
+        began = time.perf_counter()
+        worker.append(ChildProcess([str(DYNAVAL_COMMAND), "worker"], env, scratch / "worker.log"))
+        stack.callback(worker[0].stop)
+
+        def all_pushed() -> bool:
+            worker[0].check_running("dynaval worker")
+            return status_counts(database, round_id).get("in_validation", 0) == n
+
+        wait_for(all_pushed, timeout_s=4 * 3600, what="the push", interval_s=1.0)
+        push_s = time.perf_counter() - began
+        phase("push", push_s, f"{n / push_s:.0f} candidates/s, worker start included")
+
+        # 3. seeding (not timed)
+        print(f"seeding: {n} tasks with {args.votes} annotations each into a second project ...", flush=True)
+        began = time.perf_counter()
+        candidates = round_candidates(database, round_id)
+        plan = plan_votes(rng, candidates, annotators, args.votes)
+        project_id = create_project(server, "scale bench: the round's tasks, with their votes", args.votes)
+        task_ids = import_tasks(
+            server,
+            project_id,
+            Lazy(n, lambda i: annotated_task(server, candidates[i][0], candidates[i][1], plan[i])),
+            batch=args.seed_batch,
+            progress=lambda done: (
+                print(f"  {done} tasks", flush=True) if done % 20_000 < args.seed_batch else None
+            ),
+        )
+        repoint(database, round_id, project_id, {c[0]: t for c, t in zip(candidates, task_ids, strict=True)})
+        seeding_s = time.perf_counter() - began
+        phase(
+            "seeding",
+            seeding_s,
+            f"{n * args.votes} annotations imported ({n * args.votes / seeding_s:.0f}/s), not counted",
+            counted=False,
+        )
+
+        # 4. ingest
+        tasks = [
+            RoundTask(cid, task, text, label, 0)
+            for (cid, text, label), task in zip(candidates, task_ids, strict=True)
+        ]
+        order: list[tuple[int, int]] = []
+        for first in range(0, n, SHUFFLE_BLOCK):
+            block = [(i, v) for i in range(first, min(n, first + SHUFFLE_BLOCK)) for v in range(args.votes)]
+            rng.shuffle(block)
+            order.extend(block)
+        factory = PayloadFactory(captured, project_id)
+        body_rng = random.Random(args.seed + 2)
+
+        def webhook(k: int) -> bytes:
+            i, v = order[k]
+            vote = plan[i][v]
+            return factory.body(tasks[i], body_rng, annotator=vote.annotator, label=vote.label)
+
+        print(f"ingest: {len(order)} webhooks, {args.clients} senders back to back ...", flush=True)
+        ls_cpu = label_studio_cpu_seconds(server)
+        sent = send_load(
+            service.url + WEBHOOK_PATH,
+            webhook_headers(keys.webhook),
+            Lazy(len(order), webhook),
+            args.clients,
+            4 * 3600,
+        )
+        if sent.errors:
+            raise BenchmarkError(f"{sent.errors} webhooks refused: {sent.error_samples}")
+        phase(
+            "ingest",
+            sent.seconds,
+            f"{len(order)} webhooks answered, {sent.rate:.0f}/s, "
+            f"p50 {sent.p50_ms:.1f} ms, p99 {sent.p99_ms:.1f} ms",
+        )
+
+        # 5. decide
+        def all_decided() -> bool:
+            worker[0].check_running("dynaval worker")
+            counts = status_counts(database, round_id)
+            decided = sum(counts.get(s, 0) for s in FINAL)
+            return bool(decided == n and waiting_reads(database, round_id) == 0)
+
+        began = time.perf_counter()
+        finished = True
+        try:
+            wait_for(all_decided, timeout_s=args.decide_timeout, what="every decision", interval_s=1.0)
+        except BenchmarkError:
+            finished = False  # measured as far as it got; the later phases run on the round as it is
+        decide_s = time.perf_counter() - began
+        counts = status_counts(database, round_id)
+        sources = votes_by_source(database, round_id)
+        stored = sum(sources.values())
+        if finished and stored != n * args.votes:
+            raise BenchmarkError(f"{stored} votes stored, expected {n * args.votes}")
+        verified_s = sent.seconds + decide_s
+        phase(
+            "decide" if finished else "decide (NOT finished)",
+            decide_s,
+            f"{stored} of {n * args.votes} votes read back and decided, "
+            f"{stored / verified_s:.0f} votes/s over ingest and decide (stored by {sources}); {counts}; "
+            f"{waiting_reads(database, round_id)} tasks waiting to be read; Label Studio CPU "
+            f"{(label_studio_cpu_seconds(server) - ls_cpu) / len(order) * 1000:.1f} ms per webhook",
+        )
+
+        # 6. round alpha with its CI
+        seconds, report = timed(
+            lambda: lead.call("GET", f"/api/rounds/{round_id}/agreement?bootstrap=1000", timeout=1800)
+        )
+        alpha = report.get("alpha") or report.get("round", {}).get("alpha")
+        phase("round alpha with CI", seconds, f"alpha {json.dumps(alpha)[:160]}")
+
+        # 7. dashboard first view
+        seconds, _page = timed(
+            lambda: lead.request("GET", f"/dashboard/rounds/{round_id}", timeout=1800).content
+        )
+        phase("dashboard first view", seconds, f"/dashboard/rounds/{round_id}, {len(_page)} bytes")
+
+        # 8. export
+        seconds, data = timed(
+            lambda: lead.request("GET", f"/api/rounds/{round_id}/dataset?format=jsonl", timeout=1800).content
+        )
+        phase(
+            "export",
+            seconds,
+            f"{data.count(NEWLINE)} accepted examples, {len(data) / 2**20:.0f} MiB of JSONL",
+        )
+
+        if args.reconcile_on_demand:  # an on-demand reconcile of the whole round, beside the goal
+            seconds, synced = timed(lambda: lead.call("POST", f"/api/rounds/{round_id}/sync", timeout=3600))
+            phase(
+                "reconcile on demand",
+                seconds,
+                f"{synced.get('tasks')} tasks, {synced.get('annotations_seen')} annotations read, "
+                f"{synced.get('added_or_updated')} changed",
+                counted=False,
+            )
+
+        total = sum(p.seconds for p in phases if p.counted)
+        print()
+        print(
+            f"=== scale: {n} candidates x {args.votes} votes, {backend}, "
+            f"gunicorn {args.workers} x {args.threads} "
+            f"+ dynaval worker, model {args.model}, reconcile every {args.reconcile_interval:g} s, "
+            f"{machine_state()} ==="
+        )
+        for p in phases:
+            mark = "" if p.counted else "   (not counted)"
+            print(
+                f"  {p.name:22} {p.seconds:8.1f} s   peak RSS service+worker {mib(p.service_rss):>10}, "
+                f"Label Studio {mib(p.label_studio_rss):>10}{mark}"
+            )
+            print(f"  {'':22} {p.detail}")
+        print(
+            f"  peak RSS over the run: service {mib(sampler.peak['service'])}, "
+            f"worker {mib(sampler.peak['worker'])}, "
+            f"Label Studio {mib(sampler.peak['label_studio'])}, this script {mib(own_peak_rss_bytes())}"
+        )
+        print(f"  finished at {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
+        print(
+            f"  total of the counted phases {total / 60:.1f} min   "
+            f"goal <= {GOAL_S / 60:.0f} min: {verdict(total <= GOAL_S)}"
+        )
+        return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--candidates", type=int, default=120_000)
+    parser.add_argument("--votes", type=int, default=5, help="votes per candidate")
+    parser.add_argument("--annotators", type=int, default=40, help="annotators the votes come from")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiplies --candidates")
+    parser.add_argument("--model", choices=["default", "tiny"], default="default")
+    parser.add_argument("--writers", type=int, default=8, help="writers submitting at once")
+    parser.add_argument("--batch", type=int, default=100, help="candidates per batch request")
+    parser.add_argument("--clients", type=int, default=8, help="webhook senders")
+    parser.add_argument("--seed-batch", type=int, default=1000, help="tasks per seeding import")
+    parser.add_argument(
+        "--decide-timeout",
+        type=float,
+        default=4 * 3600,
+        help="seconds to wait for every decision after the last webhook; then the later phases run "
+        "on the round as it is, and the decide phase is marked NOT finished",
+    )
+    parser.add_argument(
+        "--reconcile-interval", type=float, default=300.0, help="DYNAVAL_RECONCILE_INTERVAL_S"
+    )
+    parser.add_argument(
+        "--reconcile-on-demand",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="end with POST /sync of the whole round (not counted)",
+    )
+    parser.add_argument("--workers", type=int, default=1, help="gunicorn workers")
+    parser.add_argument("--threads", type=int, default=16, help="gunicorn threads per worker")
+    add_database_argument(parser)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    if min(args.candidates, args.votes, args.annotators, args.writers, args.batch, args.clients) < 1:
+        parser.error("counts must be positive")
+    if args.scale <= 0 or args.votes > args.annotators:
+        parser.error("--scale must be positive and --votes at most --annotators")
+    return run_main("scale", run, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
