@@ -25,8 +25,9 @@ import pyarrow.parquet as pq
 import pytest
 from flask import Flask
 from sqlalchemy import null, update
-from sqlmodel import col
+from sqlmodel import col, select
 
+from dynaval.adapters import dataset_query
 from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow
 from dynaval.domain.policy import DecisionPolicy
 from dynaval.domain.provenance import pseudonym, writer_pseudonym
@@ -370,6 +371,31 @@ def seed(services: Services) -> Seeded:
         },
     )
 
+    # The same with a decision stored as JSON null (SQL NULL above).
+    json_null = add_candidate(
+        id="c-0004-unscored-json-null",
+        inputs={"text": "never scored either"},
+        writer_label="neutral",
+        writer_id="writer-bo",
+        status="accepted",
+        submitted_at=T0 + timedelta(seconds=3),
+        decision=None,
+        override_outcome="accepted",
+        override_reason="kept too",
+        override_by="lead-maria",
+        override_at=T0 + timedelta(hours=1),
+    )
+    expected[json_null.id] = record(
+        json_null,
+        [],
+        override={
+            "outcome": "accepted",
+            "reason": "kept too",
+            "by": "lead-maria",
+            "at": iso(T0 + timedelta(hours=1)),
+        },
+    )
+
     # Floats that print differently from their shortest form in some encoders; submitted before
     # the others although stored after them.
     floats = add_candidate(
@@ -441,8 +467,12 @@ def seed(services: Services) -> Seeded:
         unscored_row = col(CandidateRow.id) == unscored.id
         session.execute(update(CandidateRow).where(unscored_row).values(decision=null()))
         session.commit()
+        sql_null = select(col(CandidateRow.id), col(CandidateRow.decision).is_(None)).where(
+            col(CandidateRow.id).in_([unscored.id, json_null.id])
+        )
+        assert dict(session.execute(sql_null).tuples().all()) == {unscored.id: True, json_null.id: False}
 
-    order = [floats, awkward, plain, revised, overridden, unscored]
+    order = [floats, awkward, plain, revised, overridden, unscored, json_null]
     return Seeded(
         round_id=rid,
         other_round_id=other_id,
@@ -509,7 +539,7 @@ def seeded(services: Services) -> Seeded:
 def page_size(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[int | None]:
     """Small pages put page boundaries between tied submission times and inside the round."""
     if request.param is not None:
-        monkeypatch.setattr(dataset, "PAGE", request.param)
+        monkeypatch.setattr(dataset_query, "PAGE_SIZE", request.param)
     yield request.param
 
 
