@@ -8,6 +8,8 @@ one row group, built column by column.
 
 from __future__ import annotations
 
+import array
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ _LINE_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
 # Nested provenance goes into JSON-text columns so every batch has the same flat schema.
 _NESTED = ("round", "inputs", "model", "label_studio", "votes", "agreement", "decision")
 _SCALARS = ("example_id", "task_type")
+_SCALARS_AFTER_TEXT = ("writer_label", "writer", "collected_by", "submitted_at")
 _COLUMNS = (
     "example_id", "task_type", "text", "writer_label", "writer", "collected_by", "submitted_at", *_NESTED,
 )  # fmt: skip
@@ -105,6 +108,27 @@ def parquet_schema() -> Any:
     return pa.schema([(c, pa.string()) for c in _COLUMNS])
 
 
+def _string_array(values: Sequence[bytes | None]) -> Any:
+    """A string column from UTF-8 values (None: null), built from its buffers. pyarrow's conversion
+    of Python lists would do as well, but the first one maps some 50 MB of its code into memory."""
+    import pyarrow as pa
+
+    validity = None
+    present: Sequence[bytes | None] = values
+    if None in values:
+        # Arrow's validity bitmap: bit i (least significant first) set when value i is not null.
+        bits = sum(1 << i for i, v in enumerate(values) if v is not None)
+        validity = pa.py_buffer(bits.to_bytes((len(values) + 7) // 8, "little"))
+        present = [b"" if v is None else v for v in values]
+    offsets = array.array("i", itertools.accumulate(map(len, present), initial=0))  # type: ignore[arg-type]
+    data = b"".join(present)  # type: ignore[arg-type]
+    return pa.StringArray.from_buffers(len(values), pa.py_buffer(offsets), pa.py_buffer(data), validity)
+
+
+def _utf8(values: Iterable[str | None]) -> list[bytes | None]:
+    return [None if v is None else v.encode() for v in values]
+
+
 def _parquet_pieces(pages: Iterable[Page]) -> Iterator[tuple[bytes, int]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -117,13 +141,15 @@ def _parquet_pieces(pages: Iterable[Page]) -> Iterator[tuple[bytes, int]]:
         for page in pages:
             if not page:
                 continue
-            columns: list[list[Any]] = [[r[name] for r in page] for name in _SCALARS]
-            columns.append([(r["inputs"] or {}).get("text") for r in page])
-            columns.extend([r[name] for r in page] for name in ("writer_label", "writer", "collected_by"))
-            columns.append([r["submitted_at"] for r in page])
-            columns.extend([dumps(r[name], None, _OPTIONS) for r in page] for name in _NESTED)
-            arrays = [pa.array(values, type=pa.string()) for values in columns]
-            writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
+            # Column by column, each turned into an array before the next is encoded: orjson's
+            # bytes objects hold about 4 KB each whatever their length, so a page's worth of
+            # them at once (14 columns x 2,000 rows) would take some 100 MB.
+            arrays = [_string_array(_utf8([r[name] for r in page])) for name in _SCALARS]
+            arrays.append(_string_array(_utf8([(r["inputs"] or {}).get("text") for r in page])))
+            arrays.extend(_string_array(_utf8([r[name] for r in page])) for name in _SCALARS_AFTER_TEXT)
+            arrays.extend(_string_array([dumps(r[name], None, _OPTIONS) for r in page]) for name in _NESTED)
+            batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+            writer.write_batch(batch)
             count += len(page)
             yield sink.take(), len(page)
         if count == 0:  # an empty dataset is a file with the schema and no rows
