@@ -120,13 +120,14 @@ with open(os.environ["BENCH_RESULT"], "w") as handle:
 """
 
 CHILD_SERVER = """
-import sys
+import resource, sys
 from werkzeug.serving import make_server
 from dynaval.entrypoints.app import create_app, prepare_long_running_process, shutdown
 app = create_app(start_background=False)
 prepare_long_running_process(app)  # as each gunicorn worker does (service/gunicorn.conf.py)
 server = make_server("127.0.0.1", 0, app, threaded=False)
-print(server.server_port, flush=True)
+idle_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(server.server_port, idle_mb, flush=True)
 for _ in range(int(sys.argv[1])):
     server.handle_request()
 shutdown(app)
@@ -137,6 +138,7 @@ shutdown(app)
 class Run:
     seconds: float
     import_s: float
+    cpu_s: float
     peak_rss_mb: float
     size_bytes: int
 
@@ -406,13 +408,23 @@ def run_export(env: dict[str, str], round_id: int, fmt: str, out: Path) -> Run:
         raise SystemExit(f"the export failed ({process.returncode}); run it by hand to see why")
     measured = json.loads(result.read_text())
     assert measured["code"] == 0, measured
-    return Run(measured["run_s"], measured["import_s"], usage.ru_maxrss / 1024, out.stat().st_size)
+    cpu = usage.ru_utime + usage.ru_stime
+    return Run(measured["run_s"], measured["import_s"], cpu, usage.ru_maxrss / 1024, out.stat().st_size)
 
 
-def run_downloads(
-    env: dict[str, str], round_id: int, fmt: str, repeats: int, out: Path
-) -> tuple[list[float], float, int]:
-    """``repeats`` downloads from one server process; (seconds each, its peak RSS, bytes)."""
+@dataclass
+class Downloads:
+    seconds: list[float]
+    cpu_s: float
+    """The server's CPU time over all the downloads."""
+    idle_rss_mb: float
+    """The server's RSS once the app is loaded, before any request."""
+    peak_rss_mb: float
+    size_bytes: int
+
+
+def run_downloads(env: dict[str, str], round_id: int, fmt: str, repeats: int, out: Path) -> Downloads:
+    """``repeats`` downloads from one server process."""
     process = subprocess.Popen(
         [sys.executable, "-c", CHILD_SERVER, str(repeats)],
         env=env,
@@ -421,7 +433,8 @@ def run_downloads(
         text=True,
     )
     assert process.stdout is not None
-    port = int(process.stdout.readline())
+    port_text, idle_text = process.stdout.readline().split()
+    port = int(port_text)
     times = []
     size = 0
     for _ in range(repeats):
@@ -443,7 +456,7 @@ def run_downloads(
         times.append(time.perf_counter() - started)
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
-    return times, usage.ru_maxrss / 1024, size
+    return Downloads(times, usage.ru_utime + usage.ru_stime, float(idle_text), usage.ru_maxrss / 1024, size)
 
 
 def count_records(path: Path, fmt: str) -> int:
@@ -514,46 +527,52 @@ def main() -> None:
                 runs.append(run)
                 print(
                     f"  dynaval export --format {fmt} #{repeat + 1}: {run.seconds:.2f} s "
-                    f"({accepted / run.seconds:,.0f} rows/s), peak RSS {run.peak_rss_mb:.0f} MB",
+                    f"({accepted / run.seconds:,.0f} rows/s), {run.cpu_s:.1f} CPU s, "
+                    f"peak RSS {run.peak_rss_mb:.0f} MB",
                     flush=True,
                 )
                 out.unlink()
             seconds = statistics.median(r.seconds for r in runs)
+            cpu = statistics.median(r.cpu_s for r in runs)
+            start = statistics.median(r.import_s for r in runs)
             rss = max(r.peak_rss_mb for r in runs)
-            rate = accepted / seconds
             lines.append(
-                (
-                    f"dynaval export, {fmt}",
-                    rate,
-                    rss,
-                    runs[0].size_bytes,
-                    f"{seconds:.2f} s (+{statistics.median(r.import_s for r in runs):.1f} s start)",
-                )
-            )
+                (f"dynaval export, {fmt}", accepted / seconds, accepted / cpu, rss, runs[0].size_bytes,
+                 f"{seconds:.1f} s (+{start:.1f} s start)")
+            )  # fmt: skip
             if not args.no_http:
                 out = folder / f"download.{fmt}"
-                times, peak, size = run_downloads(env, round_id, fmt, args.repeats, out)
+                got = run_downloads(env, round_id, fmt, args.repeats, out)
                 assert count_records(out, fmt) == accepted, (
                     f"the {fmt} download does not hold {accepted} records"
                 )
                 out.unlink()
-                for repeat, seconds_each in enumerate(times):
+                for repeat, seconds_each in enumerate(got.seconds):
                     print(f"  GET dataset?format={fmt} #{repeat + 1}: {seconds_each:.2f} s", flush=True)
-                seconds = statistics.median(times)
-                lines.append((f"HTTP download, {fmt}", accepted / seconds, peak, size, f"{seconds:.2f} s"))
+                seconds = statistics.median(got.seconds)
+                idle = f"{seconds:.1f} s (server idle {got.idle_rss_mb:.0f} MB)"
+                lines.append(
+                    (f"HTTP download, {fmt}", accepted / seconds, accepted * args.repeats / got.cpu_s,
+                     got.peak_rss_mb, got.size_bytes, idle)
+                )  # fmt: skip
 
         print(f"\n{backend}, {accepted:,} accepted rows, median of {args.repeats} runs")
-        print(f"load average after the runs: {os.getloadavg()[0]:.2f}")
+        print(f"load average after the runs: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
         print(
-            f"{'path':24} {'rows/s':>10} {'goal':>10} {'peak RSS':>10} {'goal':>8} {'size':>10}  "
-            f"{'time':24} verdict"
+            "rows/s: wall clock; rows/CPU s: rows per second of the process's own CPU time (user + system;"
+            " the database server's not counted)"
         )
-        for name, rate, rss, size, seconds_text in lines:
-            goals = (
-                f"{'>= ' + format(GOAL_ROWS_PER_S, ','):>10} {rss:7.0f} MB {'<= ' + str(GOAL_PEAK_RSS_MB):>8}"
-            )
+        print(
+            f"{'path':24} {'rows/s':>9} {'rows/CPU s':>10} {'goal':>10} {'peak RSS':>9} {'goal':>7} "
+            f"{'size':>8}  {'time':36} verdict"
+        )
+        for name, rate, cpu_rate, rss, size, seconds_text in lines:
+            goal_rate = ">= " + format(GOAL_ROWS_PER_S, ",")
             judged = verdict(rate, rss)
-            print(f"{name:24} {rate:10,.0f} {goals} {size / 1e6:7.0f} MB  {seconds_text:24} {judged}")
+            print(
+                f"{name:24} {rate:9,.0f} {cpu_rate:10,.0f} {goal_rate:>10} {rss:6.0f} MB "
+                f"{'<= ' + str(GOAL_PEAK_RSS_MB):>7} {size / 1e6:5.0f} MB  {seconds_text:36} {judged}"
+            )
     finally:
         if not args.data_dir:
             shutil.rmtree(folder, ignore_errors=True)

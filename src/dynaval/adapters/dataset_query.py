@@ -22,7 +22,9 @@ slow reader (an HTTP download) never holds one open between pages.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+import queue
+import threading
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -136,13 +138,17 @@ def _rule_figures(decision: Any, dialect: str) -> ColumnElement[Any]:
             decision, "$.ballots", "$.excluded_annotators", type_=Text
         )
     else:
-        stored = cast(decision, JSONB)
+        # One conversion to jsonb per row (each costs the server a parse of the whole decision);
+        # JSON null (no decision yet) has no keys to remove.
         figures = case(
             (
-                func.jsonb_typeof(stored) == "object",
-                stored.op("-")(literal("ballots")).op("-")(literal("excluded_annotators")),
+                func.json_typeof(decision) == "object",
+                cast(
+                    cast(decision, JSONB).op("-")(literal("ballots")).op("-")(literal("excluded_annotators")),
+                    Text,
+                ),
             ),
-            else_=stored,  # JSON null (no decision yet), which has no keys to remove
+            else_=cast(decision, Text),
         )
     return _json(figures, _RepeatedJsonText())
 
@@ -289,8 +295,16 @@ class DatasetQuery:
         with self._connection() as connection:
             return int(connection.execute(self._statements.count, {"round_id": round_id}).scalar_one())
 
-    def accepted_pages(self, round_id: int) -> Iterator[DatasetPage]:
-        """The round's accepted candidates with their votes, a page at a time, in submission order."""
+    def accepted_pages(self, round_id: int, *, read_ahead: bool = True) -> Iterator[DatasetPage]:
+        """The round's accepted candidates with their votes, a page at a time, in submission order.
+
+        With ``read_ahead``, a thread of its own reads each page while the caller handles the one
+        before (see :func:`_read_ahead`).
+        """
+        pages = self._pages(round_id)
+        return _read_ahead(pages) if read_ahead else pages
+
+    def _pages(self, round_id: int) -> Generator[DatasetPage, None, None]:
         statements = self._statements
         params: dict[str, Any] = {"round_id": round_id, "limit": self.page_size}
         statement = statements.first_page
@@ -324,3 +338,52 @@ class DatasetQuery:
         """A Core connection in a read transaction of its own (see ``Database.reading``)."""
         with self.database.reading() as session:
             yield session.connection()
+
+
+_END = object()
+
+
+def _read_ahead(pages: Generator[DatasetPage, None, None]) -> Iterator[DatasetPage]:
+    """``pages``, read by a thread one page ahead of the caller.
+
+    The database's share of a page (SQLite's own work, which runs without the GIL; PostgreSQL's,
+    in the server) then overlaps the caller's building and writing of the page before. At most
+    two pages are held: the caller's and the next. An error of the read is raised to the caller;
+    when the caller stops early, the thread stops after the read in flight.
+    """
+    handoff: queue.Queue[Any] = queue.Queue(maxsize=1)
+    stopping = threading.Event()
+
+    def offer(item: Any) -> bool:
+        while not stopping.is_set():
+            try:
+                handoff.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        try:
+            for page in pages:
+                if not offer(page):
+                    return
+            offer(_END)
+        except BaseException as exc:  # handed to the caller, which raises it
+            offer(exc)
+        finally:
+            pages.close()
+
+    reader = threading.Thread(target=read, name="dataset-read-ahead", daemon=True)
+    reader.start()
+    try:
+        while True:
+            item = handoff.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stopping.set()
+        reader.join()
