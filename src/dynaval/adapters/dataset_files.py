@@ -1,77 +1,157 @@
-"""Writing a round dataset to JSONL or Parquet, streaming (constant memory per page)."""
+"""Writing a round dataset as JSONL or Parquet, a page of records at a time (memory bounded by a page).
+
+JSON is encoded by orjson: keys sorted, non-ASCII text as itself (UTF-8), compact separators.
+A Parquet file has flat string columns: the record's scalar fields, the input ``text``, and each
+nested part as JSON text, so that every row group has the same schema; each page of records is
+one row group, built column by column.
+"""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable
+import array
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 FORMATS = ("jsonl", "parquet")
-_PARQUET_BATCH = 1000
+MEDIA_TYPES = {"jsonl": "application/x-ndjson", "parquet": "application/vnd.apache.parquet"}
+
+Page = Sequence[dict[str, Any]]
+
+_OPTIONS = orjson.OPT_SORT_KEYS
+_LINE_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
 # Nested provenance goes into JSON-text columns so every batch has the same flat schema.
 _NESTED = ("round", "inputs", "model", "label_studio", "votes", "agreement", "decision")
+_SCALARS = ("example_id", "task_type")
+_SCALARS_AFTER_TEXT = ("writer_label", "writer", "collected_by", "submitted_at")
+_COLUMNS = (
+    "example_id", "task_type", "text", "writer_label", "writer", "collected_by", "submitted_at", *_NESTED,
+)  # fmt: skip
 
 
-def jsonl_line(record: dict[str, Any]) -> str:
-    return json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n"
+def json_text(value: Any) -> bytes:
+    """One value as the dataset writes JSON: sorted keys, UTF-8."""
+    return orjson.dumps(value, option=_OPTIONS)
+
+
+def jsonl_chunk(records: Page) -> bytes:
+    """Records as JSON lines, one per record, each ending in a newline."""
+    dumps = orjson.dumps
+    return b"".join([dumps(record, None, _LINE_OPTIONS) for record in records])
 
 
 def write_dataset(
-    records: Iterable[dict[str, Any]],
+    pages: Iterable[Page],
     path: Path,
     fmt: str,
     *,
-    on_record: Callable[[], None] | None = None,
+    on_page: Callable[[int], None] | None = None,
 ) -> int:
-    """Write records to ``path`` (via a temporary file, renamed at the end). Returns the count."""
+    """Write the pages' records to ``path`` (via a temporary file, renamed at the end).
+
+    ``on_page`` is called with the number of records of each page written. Returns the count.
+    """
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}")
     tmp = path.with_name(path.name + ".partial")
     path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
-    if fmt == "jsonl":
-        with tmp.open("w", encoding="utf-8", newline="\n") as handle:
-            for record in records:
-                handle.write(jsonl_line(record))
-                count += 1
-                if on_record:
-                    on_record()
-    else:
-        count = _write_parquet(records, tmp, on_record)
+    with tmp.open("wb") as handle:
+        for chunk, records in encode_dataset(pages, fmt):
+            handle.write(chunk)
+            count += records
+            if on_page and records:
+                on_page(records)
     tmp.replace(path)
     return count
 
 
-def _flatten(record: dict[str, Any]) -> dict[str, Any]:
-    flat = {k: v for k, v in record.items() if k not in _NESTED}
-    for key in _NESTED:
-        flat[key] = json.dumps(record.get(key), ensure_ascii=False, sort_keys=True)
-    flat["text"] = (record.get("inputs") or {}).get("text")
-    return flat
+def encode_dataset(pages: Iterable[Page], fmt: str) -> Iterator[tuple[bytes, int]]:
+    """The file's bytes, a piece per page: (bytes, number of records in them). Nothing is held
+    beyond a page, so this streams a download as well as it writes a file."""
+    if fmt == "jsonl":
+        for page in pages:
+            yield jsonl_chunk(page), len(page)
+    elif fmt == "parquet":
+        yield from _parquet_pieces(pages)
+    else:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}")
 
 
-def _write_parquet(
-    records: Iterable[dict[str, Any]], path: Path, on_record: Callable[[], None] | None
-) -> int:
+class _Sink:
+    """Where the Parquet writer writes: bytes kept until the next page takes them."""
+
+    closed = False
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+
+    def write(self, data: Any) -> int:
+        self.pieces.append(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def take(self) -> bytes:
+        data = b"".join(self.pieces)
+        self.pieces = []
+        return data
+
+
+def parquet_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema([(c, pa.string()) for c in _COLUMNS])
+
+
+def _string_array(values: Sequence[bytes | None]) -> Any:
+    """A string column from UTF-8 values (None: null), built from its buffers. pyarrow's conversion
+    of Python lists would do as well, but the first one maps some 50 MB of its code into memory."""
+    import pyarrow as pa
+
+    validity = None
+    present: Sequence[bytes | None] = values
+    if None in values:
+        # Arrow's validity bitmap: bit i (least significant first) set when value i is not null.
+        bits = sum(1 << i for i, v in enumerate(values) if v is not None)
+        validity = pa.py_buffer(bits.to_bytes((len(values) + 7) // 8, "little"))
+        present = [b"" if v is None else v for v in values]
+    offsets = array.array("i", itertools.accumulate(map(len, present), initial=0))  # type: ignore[arg-type]
+    data = b"".join(present)  # type: ignore[arg-type]
+    return pa.StringArray.from_buffers(len(values), pa.py_buffer(offsets), pa.py_buffer(data), validity)
+
+
+def _utf8(values: Iterable[str | None]) -> list[bytes | None]:
+    return [None if v is None else v.encode() for v in values]
+
+
+def _parquet_pieces(pages: Iterable[Page]) -> Iterator[tuple[bytes, int]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    columns = [
-        "example_id", "task_type", "text", "writer_label", "writer", "collected_by", "submitted_at", *_NESTED
-    ]  # fmt: skip
-    schema = pa.schema([(c, pa.string()) for c in columns])
+    schema = parquet_schema()
+    sink = _Sink()
+    dumps = orjson.dumps
     count = 0
-    with pq.ParquetWriter(str(path), schema) as writer:
-        batch: list[dict[str, Any]] = []
-        for record in records:
-            batch.append(_flatten(record))
-            count += 1
-            if on_record:
-                on_record()
-            if len(batch) >= _PARQUET_BATCH:
-                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-                batch = []
-        if batch or count == 0:
-            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-    return count
+    with pq.ParquetWriter(pa.PythonFile(sink, mode="w"), schema) as writer:
+        for page in pages:
+            if not page:
+                continue
+            # Column by column, each turned into an array before the next is encoded: orjson's
+            # bytes objects hold about 4 KB each whatever their length, so a page's worth of
+            # them at once (14 columns x 2,000 rows) would take some 100 MB.
+            arrays = [_string_array(_utf8([r[name] for r in page])) for name in _SCALARS]
+            arrays.append(_string_array(_utf8([(r["inputs"] or {}).get("text") for r in page])))
+            arrays.extend(_string_array(_utf8([r[name] for r in page])) for name in _SCALARS_AFTER_TEXT)
+            arrays.extend(_string_array([dumps(r[name], None, _OPTIONS) for r in page]) for name in _NESTED)
+            batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+            writer.write_batch(batch)
+            count += len(page)
+            yield sink.take(), len(page)
+        if count == 0:  # an empty dataset is a file with the schema and no rows
+            writer.write_table(schema.empty_table())
+    yield sink.take(), 0

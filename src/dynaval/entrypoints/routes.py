@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import io
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
-from flask import Blueprint, Response, current_app, g, jsonify, request, send_file, stream_with_context
+from flask import Blueprint, Response, current_app, g, jsonify, request
 
-from dynaval.adapters.dataset_files import FORMATS, jsonl_line, write_dataset
+from dynaval.adapters.dataset_files import FORMATS, MEDIA_TYPES, encode_dataset
 from dynaval.domain.errors import InvalidInput
 from dynaval.entrypoints.auth import Role, requires
 from dynaval.entrypoints.guards import charge_scoring, parse_json, query_int, read_body
@@ -257,29 +254,21 @@ def round_dataset(round_id: int) -> Any:
 
 
 def dataset_download(services: Services, round_id: int, fmt: str) -> Response:
-    """The round dataset as a file download: JSONL streamed, Parquet written whole."""
-    dataset.count_accepted(services, round_id)  # 404 before any byte is sent
-    filename = f"round-{round_id}.{fmt}"
-    if fmt == "jsonl":
+    """The round dataset as a file download, JSONL or Parquet, streamed a page of records at a time
+    (the server never holds the whole file)."""
+    pages = dataset.iter_round_dataset_pages(services, round_id)  # 404 before any byte is sent
 
-        def lines() -> Iterator[str]:
-            for record in dataset.iter_round_dataset(services, round_id):
-                yield jsonl_line(record)
+    # The body needs neither the request nor the app context (its reads use ``services``), so it
+    # is not streamed with them: two downloads' bodies may then be read and closed in any order.
+    def body() -> Iterator[bytes]:
+        for data, _records in encode_dataset(pages, fmt):
+            if data:
+                yield data
 
-        return Response(
-            stream_with_context(lines()),
-            mimetype="application/x-ndjson",
-            headers={"Content-Disposition": f'attachment; filename="{filename}"'},
-        )
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / filename
-        write_dataset(dataset.iter_round_dataset(services, round_id), path, fmt)
-        data = path.read_bytes()
-    return send_file(
-        io.BytesIO(data),
-        mimetype="application/vnd.apache.parquet",
-        as_attachment=True,
-        download_name=filename,
+    return Response(
+        body(),
+        mimetype=MEDIA_TYPES[fmt],
+        headers={"Content-Disposition": f'attachment; filename="round-{round_id}.{fmt}"'},
     )
 
 
