@@ -189,3 +189,19 @@ def test_build_default_model_on_a_small_budget(tmp_path: Path) -> None:
     (prediction,) = predictor.predict(["The staff were wonderful and the room was spotless."])
     assert prediction.label in labels
     assert math.isclose(sum(prediction.probabilities.values()), 1.0, abs_tol=1e-5)
+
+
+def test_a_pair_is_encoded_as_a_pair_and_mixed_batches_answer_as_alone(tiny_model_dir_mixed: Path) -> None:
+    predictor = TransformersPredictor(tiny_model_dir_mixed)
+    pair = ("the film was good", "the book was bad")
+    (as_pair,) = predictor.predict([pair])
+    (as_one_text,) = predictor.predict(["the film was good the book was bad"])
+    # The second text gets the pair's segment embedding, so the pair is not the joined text.
+    assert as_pair.probabilities != as_one_text.probabilities
+    given: list[str | tuple[str, str]] = [TEXTS[0], pair, TEXTS[1], ("worst day", "an excellent movie")]
+    mixed = predictor.predict(given)
+    alone = [predictor.predict([item])[0] for item in given]
+    assert [p.label for p in mixed] == [p.label for p in alone]
+    for got, expected in zip(mixed, alone, strict=True):
+        for label, probability in expected.probabilities.items():
+            assert math.isclose(got.probabilities[label], probability, abs_tol=1e-5)

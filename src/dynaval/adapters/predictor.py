@@ -15,6 +15,10 @@ from typing import Protocol
 
 from dynaval.domain.errors import InvalidInput, Unavailable
 
+ModelInput = str | tuple[str, str]
+"""What the model reads for one example: a text, or a pair of texts (an NLI premise and hypothesis)
+encoded as the tokenizer encodes pairs."""
+
 
 @dataclass(frozen=True)
 class Prediction:
@@ -34,7 +38,7 @@ class Predictor(Protocol):
     @property
     def name(self) -> str: ...
 
-    def predict(self, texts: Sequence[str]) -> list[Prediction]: ...
+    def predict(self, texts: Sequence[ModelInput]) -> list[Prediction]: ...
 
 
 def hash_model_folder(folder: Path) -> str:
@@ -89,12 +93,28 @@ class TransformersPredictor:
     def name(self) -> str:
         return self._folder.name
 
-    def predict(self, texts: Sequence[str]) -> list[Prediction]:
-        if not texts:
-            return []
+    def predict(self, texts: Sequence[ModelInput]) -> list[Prediction]:
+        """Predictions in the order of ``texts``. Single texts and pairs may be mixed: each kind is
+        encoded in a forward pass of its own."""
+        singles = [i for i, t in enumerate(texts) if isinstance(t, str)]
+        pairs = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+        out: list[Prediction | None] = [None] * len(texts)
+        for positions in (singles, pairs):
+            if positions:
+                for position, prediction in zip(
+                    positions, self._forward([texts[i] for i in positions]), strict=True
+                ):
+                    out[position] = prediction
+        return [p for p in out if p is not None]
+
+    def _forward(self, texts: Sequence[ModelInput]) -> list[Prediction]:
+        if isinstance(texts[0], str):
+            encode_args: tuple[list[str], ...] = ([str(t) for t in texts],)
+        else:
+            encode_args = ([t[0] for t in texts], [t[1] for t in texts])
         with self._lock, self._torch.inference_mode():
             batch = self._tokenizer(
-                list(texts), padding=True, truncation=True, max_length=self._max_length, return_tensors="pt"
+                *encode_args, padding=True, truncation=True, max_length=self._max_length, return_tensors="pt"
             )
             logits = self._model(**batch).logits
             probs = self._torch.softmax(logits, dim=-1).tolist()
@@ -120,7 +140,7 @@ class MicroBatcher:
         self._predictor = predictor
         self._max_batch = max_batch
         self._max_wait_s = max_wait_s
-        self._queue: queue.Queue[tuple[str, Future[Prediction]] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[ModelInput, Future[Prediction]] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="dynaval-batcher", daemon=True)
         self._started = False
         self._start_lock = threading.Lock()
@@ -130,10 +150,10 @@ class MicroBatcher:
     def predictor(self) -> Predictor:
         return self._predictor
 
-    def predict_one(self, text: str, *, timeout_s: float = 30.0) -> Prediction:
+    def predict_one(self, text: ModelInput, *, timeout_s: float = 30.0) -> Prediction:
         return self.predict_many([text], timeout_s=timeout_s)[0]
 
-    def predict_many(self, texts: Sequence[str], *, timeout_s: float = 30.0) -> list[Prediction]:
+    def predict_many(self, texts: Sequence[ModelInput], *, timeout_s: float = 30.0) -> list[Prediction]:
         """Predictions in the order of ``texts``, queued at once so that they share forward passes
         (with each other and with concurrent writers)."""
         self._ensure_started()
@@ -180,7 +200,7 @@ class MicroBatcher:
             if stop:
                 return
 
-    def _serve(self, batch: list[tuple[str, Future[Prediction]]]) -> None:
+    def _serve(self, batch: list[tuple[ModelInput, Future[Prediction]]]) -> None:
         try:
             predictions = self._predictor.predict([text for text, _ in batch])
         except Exception as exc:  # the model failing must fail the waiting requests, not the thread

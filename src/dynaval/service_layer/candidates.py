@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from dynaval.adapters.predictor import Prediction
+from dynaval.adapters.predictor import ModelInput, Prediction
 from dynaval.domain.candidate import Candidate, CandidateStatus
 from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import Forbidden, InvalidInput, NotFound, Unavailable
+from dynaval.domain.labels import LabelMapping
 from dynaval.domain.provenance import pseudonym, sign_prediction, writer_pseudonym
 from dynaval.domain.round import Round
 from dynaval.domain.task_type import TaskType
@@ -46,8 +47,26 @@ def task_inputs(task_type: TaskType, given: Mapping[str, str], *, field_prefix: 
     return inputs
 
 
-def model_input(inputs: dict[str, str]) -> str:
+def model_input(task_type: TaskType, inputs: Mapping[str, str]) -> ModelInput:
+    """What the model reads of an example: its one text, or its two texts as a pair (premise,
+    hypothesis), in the task type's order."""
+    values = [inputs[name] for name in task_type.data_fields]
+    return values[0] if len(values) == 1 else (values[0], values[1])
+
+
+def scored_text(inputs: Mapping[str, str]) -> str:
+    """An example's texts as one, for charging the scoring budget by length."""
     return "\n".join(inputs.values())
+
+
+def score(services: Services, round_: Round, inputs: Sequence[Mapping[str, str]]) -> list[Prediction]:
+    """The round's model's answers for these inputs, read over the task's labels (a model may name
+    them in another case, or know more: see :class:`~dynaval.domain.labels.LabelMapping`)."""
+    task_type = services.catalog.get(round_.task_type)
+    batcher = services.models.get_path(round_.model_dir)
+    mapping = LabelMapping.between(batcher.predictor.labels, round_.labels, task=round_.task_type)
+    answers = batcher.predict_many([model_input(task_type, given) for given in inputs])
+    return [Prediction(*mapping.read(answer.probabilities)) for answer in answers]
 
 
 @dataclass(frozen=True)
@@ -127,13 +146,11 @@ def _submit(
             for candidate, where in given
         ]
         if charge is not None:
-            charge([model_input(c.inputs) for c in candidates], charge_field or task_type.main_field)
+            charge([scored_text(c.inputs) for c in candidates], charge_field or task_type.main_field)
         for candidate in candidates:
             uow.candidates.add(candidate)
         uow.commit()
-    predictions = services.models.get_path(round_.model_dir).predict_many(
-        [model_input(c.inputs) for c in candidates]
-    )
+    predictions = score(services, round_, [c.inputs for c in candidates])
     scored = [
         _store_score(services, candidate.id, prediction, round_)
         for candidate, prediction in zip(candidates, predictions, strict=True)
@@ -228,7 +245,7 @@ def score_pending(services: Services, *, older_than_s: float = 10.0, limit: int 
     for candidate in left:
         round_ = rounds[candidate.round_id]
         try:
-            prediction = services.models.get_path(round_.model_dir).predict_one(model_input(candidate.inputs))
+            (prediction,) = score(services, round_, [candidate.inputs])
         except Unavailable:
             continue
         _store_score(services, candidate.id, prediction, round_)

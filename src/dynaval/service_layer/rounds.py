@@ -10,6 +10,7 @@ from typing import Any
 from dynaval.domain.agreement import nominal_alpha
 from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import InvalidInput
+from dynaval.domain.labels import LabelMapping
 from dynaval.domain.metrics import round_counts
 from dynaval.domain.policy import RULE_VERSION, DecisionPolicy
 from dynaval.domain.round import Round
@@ -44,15 +45,16 @@ def create_round(
     store. ``name`` comes checked by the request model: readable text, NFC, stripped (annotators see
     it as the project's title, and every dataset record carries it)."""
     task_type = services.catalog.get(task)
+    if len(task_type.data_fields) > 2:
+        raise InvalidInput(
+            f"task {task} shows {len(task_type.data_fields)} input fields "
+            f"({', '.join(task_type.data_fields)}); a sequence classifier reads one text or a pair of texts",
+            field="task",
+        )
     decision_policy = DecisionPolicy.from_overrides(policy)
     folder = resolve_model_folder(services, model)
     predictor = services.models.get(folder).predictor
-    if set(predictor.labels) != set(task_type.labels):
-        raise InvalidInput(
-            f"the model predicts {sorted(predictor.labels)} "
-            f"but task {task!r} has labels {sorted(task_type.labels)}",
-            field="model",
-        )
+    LabelMapping.between(predictor.labels, task_type.labels, task=task)
     project_id = services.label_studio.create_project(
         title=f"dynaval: {name}"[:50], label_config=task_type.label_config, overlap=decision_policy.min_votes
     )
