@@ -247,6 +247,12 @@ def _text_description(max_text_chars: int) -> str:
     )
 
 
+RATIONALE_NOTE = (
+    "Optional: why the writer thinks the model is wrong (as ANLI's reason). Stored, exported and shown "
+    "to leads; never shown to validators."
+)
+
+
 class CandidateCreate(RequestModel):
     """A writer's candidate."""
 
@@ -260,12 +266,13 @@ class CandidateCreate(RequestModel):
         "submits for); a writer's or lead's token is the writer: omit it (or null) or give that token's "
         "own name (any other name is refused with 403). Stored NFC-normalised and stripped.",
     )
+    rationale: str | None = Field(default=None, description=RATIONALE_NOTE)
     # The task type's other inputs; typed again with the configured limit by request_models().
     __pydantic_extra__: dict[str, str] = Field(init=False)
 
     def new_candidate(self) -> NewCandidate:
         return NewCandidate(inputs=_inputs(self.text, self.model_extra), writer_label=self.writer_label,
-                            writer_id=self.writer_id)  # fmt: skip
+                            writer_id=self.writer_id, rationale=self.rationale)  # fmt: skip
 
 
 class CandidateBatch(RequestModel):
@@ -475,6 +482,7 @@ def _request_models(max_text_chars: int, max_batch_size: int) -> RequestModels:
         __base__=CandidateCreate,
         __doc__=f"{CandidateCreate.__doc__} {INPUTS_NOTE}",
         text=(text | None, Field(default=None, description=f"{description} Required by sentiment.")),
+        rationale=(text | None, Field(default=None, description=f"{RATIONALE_NOTE} {description}")),
         __pydantic_extra__=(texts_by_name, Field(init=False)),
     )
     batch = create_model(

@@ -79,6 +79,7 @@ class NewCandidate:
     inputs: Mapping[str, str]
     writer_label: str
     writer_id: str | None = None
+    rationale: str | None = None
 
 
 @dataclass(frozen=True)
@@ -182,6 +183,7 @@ def _new_candidate(
         writer_id=writer_id,
         submitted_by=submitter.name,
         collected_by=collected_by,
+        rationale=given.rationale,
         submitted_at=utcnow(),
     )
 
@@ -283,6 +285,7 @@ def candidate_public(services: Services, uow: UnitOfWork, candidate: Candidate) 
         "writer_label": candidate.writer_label,
         "writer": writer_pseudonym(secret, candidate.writer_id, candidate.collected_by),
         "collected_by": candidate.collected_by,
+        "rationale": candidate.rationale,
         "model_prediction": candidate.model_prediction,
         "model_probabilities": candidate.model_probabilities,
         "model_signature": candidate.model_signature,
