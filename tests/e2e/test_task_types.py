@@ -109,7 +109,7 @@ class Loop:
             "POST",
             f"/api/rounds/{self.round_id}/candidates",
             token=WRITER_TOKEN,
-            json={**inputs, "writer_label": label, **extra},
+            json={"inputs": inputs, "writer_label": label, **extra},
         )
         assert response.status_code == 201, response.text
         body: dict[str, Any] = response.json()
@@ -308,9 +308,14 @@ def test_a_task_type_written_in_the_test_goes_through_the_whole_loop(
 
     missing = task_service.call(
         "POST", f"/api/rounds/{loop.round_id}/candidates", token=WRITER_TOKEN,
-        json={"first": "A cat sat.", "writer_label": "same"},
+        json={"inputs": {"first": "A cat sat."}, "writer_label": "same"},
     )  # fmt: skip
-    assert missing.status_code == 422 and missing.json()["error"]["field"] == "second"
+    assert missing.status_code == 422 and missing.json()["error"]["field"] == "inputs.second"
+    unknown = task_service.call(
+        "POST", f"/api/rounds/{loop.round_id}/candidates", token=WRITER_TOKEN,
+        json={"inputs": {"first": "A cat sat.", "second": "A cat.", "third": "x"}, "writer_label": "same"},
+    )  # fmt: skip
+    assert unknown.status_code == 422 and unknown.json()["error"]["field"] == "inputs.third"
 
     same = loop.submit(
         {"first": "The cat sat on the mat.", "second": "A cat was sitting on the mat."}, "same"
@@ -335,3 +340,45 @@ def test_a_task_type_written_in_the_test_goes_through_the_whole_loop(
             {"first": "The cat sat on the mat.", "second": "A cat was sitting on the mat."},
         )
     ]
+
+
+def test_task_types_list_fields_labels_and_default_models_and_default_means_the_tasks_own(
+    task_service: LiveService, tiny_model_dir: Path
+) -> None:
+    nli_default = task_service.services.settings.default_model_dir_for("nli")
+    assert nli_default == tiny_model_dir.parent / "nli-default"
+    shutil.rmtree(nli_default, ignore_errors=True)  # the database fixture's other run may have built it
+
+    def listed(token: str) -> dict[str, dict[str, Any]]:
+        response = task_service.call("GET", "/api/task-types", token=token)
+        assert response.status_code == 200, response.text
+        return {t["name"]: t for t in response.json()["task_types"]}
+
+    seen = listed(WRITER_TOKEN)
+    assert sorted(seen) == ["nli", "paraphrase", "sentiment"]
+    assert seen["nli"]["labels"] == list(NLI)
+    assert seen["nli"]["fields"] == [
+        {"name": "premise", "in": "inputs", "required": True},
+        {"name": "hypothesis", "in": "inputs", "required": True},
+        {"name": "rationale", "in": "body", "required": False},
+    ]
+    assert seen["sentiment"]["fields"][0] == {"name": "text", "in": "inputs", "required": True}
+    assert seen["sentiment"]["default_model"]["built"] is True  # the service's default: the tiny model
+    assert seen["nli"]["default_model"] == {
+        "built": False, "name": "nli-default", "build": "dynaval model build-default --task nli",
+    }  # fmt: skip
+    assert "folder" not in seen["sentiment"]["default_model"]  # a server path: leads only
+    assert listed(LEAD_TOKEN)["nli"]["default_model"]["folder"] == str(nli_default)
+    assert task_service.call("GET", "/api/task-types", token=None).status_code == 401
+
+    refused = task_service.call("POST", "/api/rounds", json={"name": "n", "task": "nli", "model": "default"})
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "model"
+    assert "dynaval model build-default --task nli" in refused.json()["error"]["message"]
+
+    build_tiny_model(nli_default, labels=NLI, always="entailment")
+    assert listed(WRITER_TOKEN)["nli"]["default_model"]["built"] is True
+    created = task_service.call("POST", "/api/rounds", json={"name": "n", "task": "nli", "model": "default"})
+    assert created.status_code == 201, created.text
+    body = created.json()
+    assert body["model"]["name"] == "nli-default" and body["fields"] == seen["nli"]["fields"]
+    assert body["labels"] == list(NLI)

@@ -58,9 +58,9 @@ PAGE_SIZE = 2000
 page's records (a few MB) stay far below the memory a whole round would take."""
 
 CANDIDATE_FIELDS = (
-    "id", "inputs", "writer_label", "rationale", "writer_id", "collected_by", "submitted_at", "model_prediction",
-    "model_probabilities", "model_signature", "fooled", "label_studio_task_id", "decision",
-    "decided_at", "override_outcome", "override_reason", "override_by", "override_at",
+    "id", "inputs", "writer_label", "rationale", "writer_id", "collected_by", "submitted_at",
+    "model_prediction", "model_probabilities", "model_signature", "fooled", "label_studio_task_id",
+    "decision", "decided_at", "override_outcome", "override_reason", "override_by", "override_at",
 )  # fmt: skip
 """The order of a candidate row's values (times as ISO text, JSON decoded); the query's own page key
 follows them."""

@@ -31,6 +31,7 @@ from dynaval.service_layer import (
     gold,
     overrides,
     rounds,
+    task_types,
     verification,
 )
 from dynaval.service_layer.services import Services
@@ -90,14 +91,25 @@ def health() -> Any:
 @requires(Role.LEAD)
 def create_round() -> Any:
     body = _body(RoundCreate)
+    services = _services()
     row = rounds.create_round(
-        _services(),
+        services,
         name=body.name,
         task=body.task,
         model=body.model,
         policy=body.policy.given() if body.policy is not None else None,
     )
-    return jsonify(rounds.round_public(row, with_model_folder=True)), 201
+    return jsonify(rounds.round_public(services, row, with_model_folder=True)), 201
+
+
+@api.get("/api/task-types")
+@documented(
+    summary="The task types: each one's input fields, labels and default model (built or not)",
+    responses={200: "OK", 401: "No token"},
+)
+@requires(*EVERY_ROLE)
+def list_task_types() -> Any:
+    return jsonify({"task_types": task_types.list_task_types(_services(), with_model_folder=_sees_model_folder())})
 
 
 @api.get("/api/rounds")
@@ -122,7 +134,10 @@ def get_round(round_id: int) -> Any:
 )
 @requires(Role.LEAD)
 def close_round(round_id: int) -> Any:
-    return jsonify(rounds.round_public(rounds.close_round(_services(), round_id), with_model_folder=True))
+    services = _services()
+    return jsonify(
+        rounds.round_public(services, rounds.close_round(services, round_id), with_model_folder=True)
+    )
 
 
 @api.post("/api/rounds/<int:round_id>/candidates")

@@ -25,7 +25,20 @@ ScoringCharge = Callable[[Sequence[str], str], None]
 given); raises to refuse. The HTTP routes pass ``dynaval.entrypoints.guards.charge_scoring``."""
 
 
-def task_inputs(task_type: TaskType, given: Mapping[str, str], *, field_prefix: str = "") -> dict[str, str]:
+@dataclass(frozen=True)
+class GivenInputs:
+    """The input fields a body gave: in its ``inputs`` object, or (``in_object`` false) as the
+    short form ``{"text": ...}`` of a task type whose one field is ``text``."""
+
+    values: Mapping[str, str]
+    in_object: bool = True
+
+    def field(self, name: str) -> str:
+        """Where the body has (or should have) the input ``name``, as an error names it."""
+        return f"inputs.{name}" if self.in_object or name != "text" else "text"
+
+
+def task_inputs(task_type: TaskType, given: GivenInputs, *, field_prefix: str = "") -> dict[str, str]:
     """The task type's data fields (``text``; ``premise`` and ``hypothesis``...) from the input
     fields a body gave, in the task type's order. Each value comes checked by the request model
     (readable text, NFC, within ``DYNAVAL_MAX_TEXT_CHARS``); which fields there must be depends on
@@ -33,16 +46,17 @@ def task_inputs(task_type: TaskType, given: Mapping[str, str], *, field_prefix: 
     takes = ", ".join(task_type.data_fields)
     inputs: dict[str, str] = {}
     for name in task_type.data_fields:
-        if name not in given:
+        if name not in given.values:
             raise InvalidInput(
                 f"{name} is required and must be a string (the inputs of task {task_type.name}: {takes})",
-                field=field_prefix + name,
+                field=field_prefix + given.field(name),
             )
-        inputs[name] = given[name]
-    for name in given:
+        inputs[name] = given.values[name]
+    for name in given.values:
         if name not in inputs:
             raise InvalidInput(
-                f"unknown field; the inputs of task {task_type.name} are: {takes}", field=field_prefix + name
+                f"unknown field; the inputs of task {task_type.name} are: {takes}",
+                field=field_prefix + given.field(name),
             )
     return inputs
 
@@ -76,7 +90,7 @@ class NewCandidate:
     readable text of at most 200 characters. What depends on the round (its task type's fields, its
     labels) and on the credential (who the writer is) is checked here."""
 
-    inputs: Mapping[str, str]
+    inputs: GivenInputs
     writer_label: str
     writer_id: str | None = None
     rationale: str | None = None

@@ -17,12 +17,13 @@ from dynaval.domain.round import Round
 from dynaval.service_layer.services import Services
 
 
-def resolve_model_folder(services: Services, model: str) -> Path:
+def resolve_model_folder(services: Services, model: str, *, task: str) -> Path:
+    """The folder of the model a round pins: ``default`` is the task's default model."""
     if model == "default":
-        folder = services.settings.resolved_default_model_dir
+        folder = services.settings.default_model_dir_for(task)
         if not (folder / "config.json").is_file():
             raise InvalidInput(
-                "the default model is not built yet; run `dynaval model build-default` "
+                f"the default {task} model is not built yet; run `dynaval model build-default --task {task}` "
                 f"(expected in {folder})",
                 field="model",
             )
@@ -52,7 +53,7 @@ def create_round(
             field="task",
         )
     decision_policy = DecisionPolicy.from_overrides(policy)
-    folder = resolve_model_folder(services, model)
+    folder = resolve_model_folder(services, model, task=task)
     predictor = services.models.get(folder).predictor
     LabelMapping.between(predictor.labels, task_type.labels, task=task)
     project_id = services.label_studio.create_project(
@@ -91,7 +92,7 @@ def close_round(services: Services, round_id: int) -> Round:
         return round_
 
 
-def round_public(round_: Round, *, with_model_folder: bool) -> dict[str, Any]:
+def round_public(services: Services, round_: Round, *, with_model_folder: bool) -> dict[str, Any]:
     """The round as the API shows it. The model's folder is a path on the server: only callers who
     run the service (leads) get it; everyone sees the model's name and content hash."""
     model: dict[str, Any] = {"name": round_.model_name, "hash": round_.model_hash}
@@ -103,6 +104,7 @@ def round_public(round_: Round, *, with_model_folder: bool) -> dict[str, Any]:
         "task": round_.task_type,
         "state": round_.state.value,
         "labels": list(round_.labels),
+        "fields": services.catalog.get(round_.task_type).fields(),
         "model": model,
         "model_hash": round_.model_hash,
         "policy": dict(round_.policy),
@@ -121,7 +123,7 @@ def check_round_exists(services: Services, round_id: int) -> None:
 
 def list_rounds(services: Services, *, with_model_folder: bool) -> list[dict[str, Any]]:
     with services.uow(read_only=True) as uow:
-        return [round_public(r, with_model_folder=with_model_folder) for r in uow.rounds.all()]
+        return [round_public(services, r, with_model_folder=with_model_folder) for r in uow.rounds.all()]
 
 
 def validation_cost(round_: Round, validated: int, votes: int) -> dict[str, Any]:
@@ -148,7 +150,7 @@ def round_summary(services: Services, round_id: int, *, with_model_folder: bool)
         cost = validation_cost(round_, uow.round_queries.validated_candidates(round_id), len(votes))
         waiting, oldest = uow.task_checks.waiting(round_id)
         return {
-            **round_public(round_, with_model_folder=with_model_folder),
+            **round_public(services, round_, with_model_folder=with_model_folder),
             "counts": counts.to_dict(),
             "mer": counts.mer,
             "vmer": counts.vmer,
