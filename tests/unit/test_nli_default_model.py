@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from dynaval.adapters.label_config import LabelConfigCatalog
+from dynaval.entrypoints.cli import main
 from dynaval.model_builder import default_model
 from dynaval.model_builder.default_model import (
     NLI_SEED_LABELS,
@@ -169,3 +170,34 @@ def test_an_nli_build_refuses_the_sentiment_labels(tiny_nli_model: Path, tmp_pat
         )
     assert not (tmp_path / "model").exists()
 
+
+# ------------------------------------------------------------------------------ the command
+
+
+@pytest.mark.parametrize("task", ["nope", "NLI", "../nli", ""])
+def test_build_default_names_the_known_tasks_for_an_unknown_one(
+    task: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DYNAVAL_DATA_DIR", str(tmp_path / "data"))
+    code = main(["model", "build-default", "--task", task])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert out == ""
+    assert err == f"dynaval: no default model for task {task!r}; known tasks: nli, sentiment\n"
+    assert not (tmp_path / "data").exists()
+
+
+def test_build_default_for_nli_writes_beside_the_sentiment_model_by_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DYNAVAL_DATA_DIR", str(tmp_path / "data"))
+    (tmp_path / "data" / "models" / "nli-default").mkdir(parents=True)
+    assert main(["model", "build-default", "--task", "nli"]) == 0
+    out, _ = capsys.readouterr()
+    expected = tmp_path / "data" / "models" / "nli-default"
+    assert out == f"the default nli model is already built in {expected} (use --force to rebuild)\n"
+
+    monkeypatch.setenv("DYNAVAL_DEFAULT_MODEL_DIR", str(tmp_path / "elsewhere" / "sentiment"))
+    (tmp_path / "elsewhere" / "nli-default").mkdir(parents=True)
+    assert main(["model", "build-default", "--task", "nli"]) == 0
+    assert str(tmp_path / "elsewhere" / "nli-default") in capsys.readouterr().out
