@@ -109,7 +109,8 @@ def create_round() -> Any:
 )
 @requires(*EVERY_ROLE)
 def list_task_types() -> Any:
-    return jsonify({"task_types": task_types.list_task_types(_services(), with_model_folder=_sees_model_folder())})
+    listed = task_types.list_task_types(_services(), with_model_folder=_sees_model_folder())
+    return jsonify({"task_types": listed})
 
 
 @api.get("/api/rounds")
