@@ -327,9 +327,13 @@ def test_the_document_publishes_the_configured_limits_and_the_app_enforces_them(
             s for s in schemas["CandidateCreate"]["properties"]["text"]["anyOf"] if s["type"] == "string"
         )
         assert (text["minLength"], text["maxLength"]) == (1, 50)
-        assert schemas["CandidateCreate"]["additionalProperties"]["maxLength"] == 50
+        inputs = next(
+            s for s in schemas["CandidateCreate"]["properties"]["inputs"]["anyOf"] if s["type"] == "object"
+        )
+        assert inputs["additionalProperties"]["maxLength"] == 50
         gold_text = schemas["GoldItem"]["properties"]["text"]["anyOf"][0]
-        assert gold_text["maxLength"] == 50 and schemas["GoldItem"]["additionalProperties"]["maxLength"] == 50
+        gold_inputs = schemas["GoldItem"]["properties"]["inputs"]["anyOf"][0]
+        assert gold_text["maxLength"] == 50 and gold_inputs["additionalProperties"]["maxLength"] == 50
         assert "2000" not in str(schemas["CandidateCreate"]) and "100" not in candidates["description"]
 
         # The same models check the bodies: refused before the round is even looked up.
