@@ -68,6 +68,7 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("POST", "/webhooks/label-studio"): Access("webhook"),
     ("POST", "/api/rounds"): LEAD,
     ("GET", "/api/rounds"): EVERY_ROLE,
+    ("GET", "/api/task-types"): EVERY_ROLE,
     ("GET", "/api/rounds/<int:round_id>"): EVERY_ROLE,
     ("POST", "/api/rounds/<int:round_id>/close"): LEAD,
     ("POST", "/api/rounds/<int:round_id>/candidates"): SUBMITTERS,
