@@ -120,7 +120,10 @@ class BuildReport:
 
 def load_seed(name: str) -> list[LabelledText]:
     """The packaged seed sentences ``name`` (``"train"`` or ``"heldout"``)."""
-    return [LabelledText(row["text"], row["label"]) for row in _seed_rows("", name, ("text", "label"))]
+    return [
+        LabelledText(row["text"], row["label"])
+        for row in _seed_rows(TASKS["sentiment"], name, ("text", "label"))
+    ]
 
 
 def load_nli_seed(name: str) -> list[LabelledPair]:
@@ -128,7 +131,7 @@ def load_nli_seed(name: str) -> list[LabelledPair]:
     keys = ("premise", "hypothesis", "label")
     return [
         LabelledPair(row["premise"], row["hypothesis"], row["label"])
-        for row in _seed_rows("nli_", name, keys)
+        for row in _seed_rows(TASKS["nli"], name, keys)
     ]
 
 
@@ -140,11 +143,11 @@ def load_task_seed(task: str, name: str) -> list[Example]:
     return list(load_seed(name))
 
 
-def _seed_rows(prefix: str, name: str, keys: tuple[str, ...]) -> list[dict[str, str]]:
-    """The rows of ``seed/<prefix><name>.jsonl``, each with a non-empty string under every key."""
+def _seed_rows(task: SeedTask, name: str, keys: tuple[str, ...]) -> list[dict[str, str]]:
+    """The rows of ``seed/<file_prefix><name>.jsonl``, each with a non-empty string under every key."""
     if name not in SEED_FILES:
         raise ValueError(f"unknown seed file {name!r}; expected one of {', '.join(SEED_FILES)}")
-    filename = f"{prefix}{name}.jsonl"
+    filename = f"{task.file_prefix}{name}.jsonl"
     resource = resources.files("dynaval.model_builder").joinpath("seed", filename)
     out: list[dict[str, str]] = []
     for number, line in enumerate(resource.read_text(encoding="utf-8").splitlines(), start=1):
