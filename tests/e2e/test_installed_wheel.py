@@ -112,6 +112,9 @@ def test_the_wheel_carries_the_label_configs_and_no_development_tooling(built_wh
             packaged = f"dynaval/label_config/{name}"
             assert packaged in names, f"{packaged} is missing from the wheel"
             assert wheel.read(packaged) == content, f"{packaged} differs from label_config/{name}"
+        for seed in sorted((REPO_ROOT / "src" / "dynaval" / "model_builder" / "seed").glob("*.jsonl")):
+            packaged = f"dynaval/model_builder/seed/{seed.name}"  # build-default's seed sets, NLI's too
+            assert packaged in names, f"{packaged} is missing from the wheel"
     top_level = {name.split("/", 1)[0] for name in names}
     assert {t for t in top_level if not t.endswith(".dist-info")} == {"dynaval"}, top_level
     assert not [n for n in names if n.startswith("dynaval/devtools/")], "the wheel ships dynaval/devtools"
