@@ -97,7 +97,7 @@ def create_round() -> Any:
         model=body.model,
         policy=body.policy.given() if body.policy is not None else None,
     )
-    return jsonify(rounds.round_public(row, with_model_folder=True)), 201
+    return jsonify(rounds.round_public(_services(), row, with_model_folder=True)), 201
 
 
 @api.get("/api/rounds")
@@ -122,7 +122,9 @@ def get_round(round_id: int) -> Any:
 )
 @requires(Role.LEAD)
 def close_round(round_id: int) -> Any:
-    return jsonify(rounds.round_public(rounds.close_round(_services(), round_id), with_model_folder=True))
+    services = _services()
+    closed = rounds.close_round(services, round_id)
+    return jsonify(rounds.round_public(services, closed, with_model_folder=True))
 
 
 @api.post("/api/rounds/<int:round_id>/candidates")

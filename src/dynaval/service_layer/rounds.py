@@ -91,9 +91,11 @@ def close_round(services: Services, round_id: int) -> Round:
         return round_
 
 
-def round_public(round_: Round, *, with_model_folder: bool) -> dict[str, Any]:
+def round_public(services: Services, round_: Round, *, with_model_folder: bool) -> dict[str, Any]:
     """The round as the API shows it. The model's folder is a path on the server: only callers who
-    run the service (leads) get it; everyone sees the model's name and content hash."""
+    run the service (leads) get it; everyone sees the model's name and content hash. ``inputs`` are
+    the task type's data fields in order (``text``; ``premise``, ``hypothesis``): the keys a
+    candidate of the round gives, which a front end such as the writer's page builds its form from."""
     model: dict[str, Any] = {"name": round_.model_name, "hash": round_.model_hash}
     if with_model_folder:
         model["folder"] = round_.model_dir
@@ -102,6 +104,7 @@ def round_public(round_: Round, *, with_model_folder: bool) -> dict[str, Any]:
         "name": round_.name,
         "task": round_.task_type,
         "state": round_.state.value,
+        "inputs": list(services.catalog.get(round_.task_type).data_fields),
         "labels": list(round_.labels),
         "model": model,
         "model_hash": round_.model_hash,
@@ -121,7 +124,7 @@ def check_round_exists(services: Services, round_id: int) -> None:
 
 def list_rounds(services: Services, *, with_model_folder: bool) -> list[dict[str, Any]]:
     with services.uow(read_only=True) as uow:
-        return [round_public(r, with_model_folder=with_model_folder) for r in uow.rounds.all()]
+        return [round_public(services, r, with_model_folder=with_model_folder) for r in uow.rounds.all()]
 
 
 def validation_cost(round_: Round, validated: int, votes: int) -> dict[str, Any]:
@@ -148,7 +151,7 @@ def round_summary(services: Services, round_id: int, *, with_model_folder: bool)
         cost = validation_cost(round_, uow.round_queries.validated_candidates(round_id), len(votes))
         waiting, oldest = uow.task_checks.waiting(round_id)
         return {
-            **round_public(round_, with_model_folder=with_model_folder),
+            **round_public(services, round_, with_model_folder=with_model_folder),
             "counts": counts.to_dict(),
             "mer": counts.mer,
             "vmer": counts.vmer,
