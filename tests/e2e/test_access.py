@@ -61,6 +61,7 @@ LEAD = Access("api", (Role.LEAD,))
 EVERY_ROLE = Access("api", (Role.WRITER, Role.COLLECTOR, Role.EXPORTER, Role.LEAD))
 SUBMITTERS = Access("api", (Role.WRITER, Role.COLLECTOR, Role.LEAD))
 READERS = Access("api", (Role.EXPORTER, Role.LEAD))
+OWN_WRITERS = Access("api", (Role.WRITER, Role.LEAD))  # those who write as themselves
 
 ACCESS: dict[tuple[str, str], Access] = {
     ("GET", "/health"): PUBLIC,
@@ -68,7 +69,10 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("POST", "/webhooks/label-studio"): Access("webhook"),
     ("POST", "/api/rounds"): LEAD,
     ("GET", "/api/rounds"): EVERY_ROLE,
+    ("GET", "/api/me"): EVERY_ROLE,
     ("GET", "/api/rounds/<int:round_id>"): EVERY_ROLE,
+    ("POST", "/api/rounds/<int:round_id>/predict"): SUBMITTERS,
+    ("GET", "/api/rounds/<int:round_id>/my-candidates"): OWN_WRITERS,
     ("POST", "/api/rounds/<int:round_id>/close"): LEAD,
     ("POST", "/api/rounds/<int:round_id>/candidates"): SUBMITTERS,
     ("POST", "/api/rounds/<int:round_id>/candidates/batch"): SUBMITTERS,

@@ -268,6 +268,20 @@ class CandidateCreate(RequestModel):
                             writer_id=self.writer_id)  # fmt: skip
 
 
+class PredictRequest(RequestModel):
+    """An example's inputs, to ask the round's model about before submitting it: the inputs a
+    candidate gives, and nothing else (no label, no writer). Nothing is stored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    text: str | None = Field(default=None, description="The text (see the description of the body).")
+    # The task type's other inputs; typed again with the configured limit by request_models().
+    __pydantic_extra__: dict[str, str] = Field(init=False)
+
+    def inputs(self) -> dict[str, str]:
+        return _inputs(self.text, self.model_extra)
+
+
 class CandidateBatch(RequestModel):
     """Several candidates for one round, stored all or none."""
 
@@ -477,6 +491,13 @@ def _request_models(max_text_chars: int, max_batch_size: int) -> RequestModels:
         text=(text | None, Field(default=None, description=f"{description} Required by sentiment.")),
         __pydantic_extra__=(texts_by_name, Field(init=False)),
     )
+    predict = create_model(
+        "PredictRequest",
+        __base__=PredictRequest,
+        __doc__=f"{PredictRequest.__doc__} {INPUTS_NOTE}",
+        text=(text | None, Field(default=None, description=f"{description} Required by sentiment.")),
+        __pydantic_extra__=(texts_by_name, Field(init=False)),
+    )
     batch = create_model(
         "CandidateBatch",
         __base__=CandidateBatch,
@@ -510,6 +531,7 @@ def _request_models(max_text_chars: int, max_batch_size: int) -> RequestModels:
         limited={
             CandidateCreate: candidate,
             CandidateBatch: batch,
+            PredictRequest: predict,
             GoldItem: gold_item,
             GoldUpload: gold_upload,
         },
