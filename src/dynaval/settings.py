@@ -338,6 +338,14 @@ class Settings(BaseSettings):
     def resolved_default_model_dir(self) -> Path:
         return self.default_model_dir or (self.data_dir / "models" / "sentiment-default")
 
+    def default_model_dir_for(self, task: str) -> Path:
+        """Where ``dynaval model build-default --task <task>`` writes by default: sentiment's is
+        :attr:`resolved_default_model_dir`; another task's is its sibling ``<task>-default``
+        (``<data dir>/models/nli-default`` unless ``DYNAVAL_DEFAULT_MODEL_DIR`` moves them both)."""
+        if task == "sentiment":
+            return self.resolved_default_model_dir
+        return self.resolved_default_model_dir.parent / f"{task}-default"
+
     @property
     def resolved_label_config_dir(self) -> Path:
         if self.label_config_dir:

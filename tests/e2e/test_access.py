@@ -70,6 +70,7 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("POST", "/api/rounds"): LEAD,
     ("GET", "/api/rounds"): EVERY_ROLE,
     ("GET", "/api/me"): EVERY_ROLE,
+    ("GET", "/api/task-types"): EVERY_ROLE,
     ("GET", "/api/rounds/<int:round_id>"): EVERY_ROLE,
     ("POST", "/api/rounds/<int:round_id>/predict"): SUBMITTERS,
     ("GET", "/api/rounds/<int:round_id>/my-candidates"): OWN_WRITERS,

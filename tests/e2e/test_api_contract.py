@@ -283,20 +283,27 @@ def test_request_bodies_publish_their_required_fields(document: dict[str, Any]) 
 
     cands, validate_candidate = body_validator(document, "/api/rounds/{round_id}/candidates")
     # writer_id is optional: the token names a writer; only a collector's token needs it. Which
-    # inputs are required is the round's task type's (text for sentiment, checked by the route with
-    # a 422 naming it; premise and hypothesis for NLI): the body publishes each as a text.
+    # inputs are required is the round's task type's (checked by the route with a 422 naming
+    # inputs.<field>): the body publishes inputs as an object of texts, and text as its short form.
     assert set(cands["required"]) == {"writer_label"}
-    assert {"text", "writer_label", "writer_id"} <= set(cands["properties"])
-    assert cands["additionalProperties"]["type"] == "string"
+    assert {"inputs", "text", "writer_label", "writer_id", "rationale"} <= set(cands["properties"])
+    assert cands["additionalProperties"] is False
     validate_candidate.validate({"text": "Nice.", "writer_label": "positive", "writer_id": "w"})
     validate_candidate.validate({"text": "Nice.", "writer_label": "positive"})
-    validate_candidate.validate({"premise": "It rains.", "hypothesis": "It is wet.", "writer_label": "yes"})
+    validate_candidate.validate(
+        {
+            "inputs": {"premise": "It rains.", "hypothesis": "It is wet."},
+            "writer_label": "yes",
+            "rationale": "r",
+        }
+    )
     for bad in (
         {"text": "Nice."},
         {"text": "Nice.", "writer_label": "positive", "writer_id": ""},
         {"text": "", "writer_label": "positive"},
         {"text": 5, "writer_label": "positive"},
-        {"premise": 5, "writer_label": "positive"},
+        {"inputs": {"premise": 5}, "writer_label": "positive"},
+        {"premise": "It rains.", "writer_label": "positive"},
     ):
         with pytest.raises(ValidationError):
             validate_candidate.validate(bad)
@@ -321,9 +328,13 @@ def test_the_document_publishes_the_configured_limits_and_the_app_enforces_them(
             s for s in schemas["CandidateCreate"]["properties"]["text"]["anyOf"] if s["type"] == "string"
         )
         assert (text["minLength"], text["maxLength"]) == (1, 50)
-        assert schemas["CandidateCreate"]["additionalProperties"]["maxLength"] == 50
+        # Every other input is a text of the object inputs, under the same limit (no other key is taken).
+        for name in ("CandidateCreate", "GoldItem", "PredictRequest"):
+            assert schemas[name]["additionalProperties"] is False, name
+            inputs = schemas[name]["properties"]["inputs"]["anyOf"][0]
+            assert inputs["additionalProperties"]["maxLength"] == 50, name
         gold_text = schemas["GoldItem"]["properties"]["text"]["anyOf"][0]
-        assert gold_text["maxLength"] == 50 and schemas["GoldItem"]["additionalProperties"]["maxLength"] == 50
+        assert gold_text["maxLength"] == 50
         assert "2000" not in str(schemas["CandidateCreate"]) and "100" not in candidates["description"]
 
         # The same models check the bodies: refused before the round is even looked up.

@@ -224,6 +224,36 @@ def test_build_default_into_an_existing_folder_without_force_does_nothing(tmp_pa
     assert sorted(p.name for p in existing.iterdir()) == before
     assert (existing / "config.json").read_text(encoding="utf-8") == "{}"
 
+    # The NLI model's default folder is the sentiment one's sibling, nli-default.
+    nli_default = tmp_path / "data" / "models" / "nli-default"
+    nli_default.mkdir(parents=True)
+    done = run_dynaval(
+        "model",
+        "build-default",
+        "--task",
+        "nli",
+        env=clean_environment(DYNAVAL_DATA_DIR=str(tmp_path / "data")),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"the default nli model is already built in {nli_default}" in done.stdout
+    assert list(nli_default.iterdir()) == []
+
+
+def test_build_default_for_an_unknown_task_names_the_known_ones(tmp_path: Path) -> None:
+    done = run_dynaval(
+        "model",
+        "build-default",
+        "--task",
+        "nil",
+        env=clean_environment(DYNAVAL_DATA_DIR=str(tmp_path / "data")),
+        cwd=tmp_path,
+    )
+    line = assert_one_line_error(done)
+    assert line == "dynaval: no default model for task 'nil'; known tasks: nli, sentiment"
+    assert done.stdout == ""
+    assert not (tmp_path / "data").exists()
+
 
 # --------------------------------------------------------------------- against a live round
 

@@ -9,7 +9,6 @@ another writer's). The tiny test models always answer "neutral".
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +70,9 @@ def nli_round(live_service: LiveService, tiny_nli_model_dir: Path) -> int:
     return create_round(live_service, "writers' NLI round", task="nli", model=str(tiny_nli_model_dir))
 
 
-def predict(live: LiveService, round_id: int, body: Any, token: str | None = WRITER_TOKEN) -> requests.Response:
+def predict(
+    live: LiveService, round_id: int, body: Any, token: str | None = WRITER_TOKEN
+) -> requests.Response:
     return live.call("POST", f"/api/rounds/{round_id}/predict", token=token, json=body)
 
 
@@ -101,8 +102,13 @@ def test_a_token_tells_its_name_and_role(live_service: LiveService) -> None:
 def test_rounds_tell_their_inputs_in_order_and_their_labels(
     live_service: LiveService, sentiment_round: int, nli_round: int
 ) -> None:
-    listed = {r["id"]: r for r in live_service.call("GET", "/api/rounds", token=WRITER_TOKEN).json()["rounds"]}
-    assert (listed[sentiment_round]["inputs"], listed[sentiment_round]["labels"]) == (["text"], SENTIMENT_LABELS)
+    listed = {
+        r["id"]: r for r in live_service.call("GET", "/api/rounds", token=WRITER_TOKEN).json()["rounds"]
+    }
+    assert (listed[sentiment_round]["inputs"], listed[sentiment_round]["labels"]) == (
+        ["text"],
+        SENTIMENT_LABELS,
+    )
     assert (listed[nli_round]["inputs"], listed[nli_round]["labels"]) == (
         ["premise", "hypothesis"],
         list(NLI_LABELS),
@@ -131,7 +137,7 @@ def test_predict_answers_the_models_label_and_probabilities_and_stores_nothing(
         assert sum(body["probabilities"].values()) == pytest.approx(1.0, abs=1e-6)
         assert max(body["probabilities"], key=body["probabilities"].__getitem__) == NEU
     pair = {"premise": "A man is sleeping on a bench.", "hypothesis": "Nobody is on the bench."}
-    answer = predict(live_service, nli_round, pair)
+    answer = predict(live_service, nli_round, {"inputs": pair})
     assert answer.status_code == 200, answer.text
     assert answer.json()["prediction"] == "neutral"
     assert list(answer.json()["probabilities"]) == list(NLI_LABELS)
@@ -142,7 +148,7 @@ def test_predict_answers_the_models_label_and_probabilities_and_stores_nothing(
         "POST",
         f"/api/rounds/{nli_round}/candidates",
         token=WRITER_TOKEN,
-        json={**pair, "writer_label": "contradiction"},
+        json={"inputs": pair, "writer_label": "contradiction"},
     )
     assert submitted.status_code == 201, submitted.text
     assert submitted.json()["model_probabilities"] == pytest.approx(answer.json()["probabilities"])
@@ -153,28 +159,44 @@ def test_predict_refuses_what_a_submission_would_naming_the_field(
     live_service: LiveService, sentiment_round: int, nli_round: int
 ) -> None:
     before = candidate_count(live_service)
+    # The inputs as a candidate gives them: in inputs (the task type's fields), or text alone.
     assert_error(predict(live_service, sentiment_round, {}), 422, "text", says="text is required")
+    assert_error(predict(live_service, sentiment_round, {"inputs": {}}), 422, "inputs.text")
     assert_error(
-        predict(live_service, nli_round, {"premise": "A dog runs."}), 422, "hypothesis", says="hypothesis"
-    )
-    assert_error(
-        predict(live_service, nli_round, {"text": "A dog runs."}), 422, "premise", says="premise is required"
-    )
-    # Only the inputs: no label, no writer, no other key.
-    assert_error(
-        predict(live_service, sentiment_round, {"text": "Fine.", "writer_label": POS}),
+        predict(live_service, nli_round, {"inputs": {"premise": "A dog runs."}}),
         422,
-        "writer_label",
-        says="unknown field",
+        "inputs.hypothesis",
+        says="hypothesis is required",
     )
     assert_error(
-        predict(live_service, nli_round, {"premise": "A.", "hypothesis": "B.", "extra": "C."}), 422, "extra"
+        predict(live_service, nli_round, {"text": "A dog runs."}),
+        422,
+        "inputs.premise",
+        says="premise is required",
     )
+    pair = {"premise": "A.", "hypothesis": "B."}
+    assert_error(predict(live_service, nli_round, {"inputs": {**pair, "extra": "C."}}), 422, "inputs.extra",
+                 says="unknown field")  # fmt: skip
+    assert_error(
+        predict(live_service, sentiment_round, {"text": "A.", "inputs": {"text": "A."}}),
+        422,
+        "text",
+        says="not both",
+    )
+    # Only the inputs: no label, no writer, no rationale, no input outside inputs.
+    for key in ("writer_label", "writer_id", "rationale"):
+        assert_error(predict(live_service, sentiment_round, {"text": "Fine.", key: POS}), 422, key,
+                     says="not a known field")  # fmt: skip
+    assert_error(predict(live_service, nli_round, pair), 422, "premise", says="not a known field")
     assert_error(predict(live_service, sentiment_round, {"text": " \u200b"}), 422, "text")
+    assert_error(predict(live_service, nli_round, {"inputs": {**pair, "hypothesis": " \u200b"}}), 422,
+                 "inputs.hypothesis")  # fmt: skip
     assert_error(predict(live_service, sentiment_round, {"text": 5}), 422, "text")
     assert_error(predict(live_service, sentiment_round, ["text"]), 422, "body")
     too_long = "a" * (live_service.services.settings.max_text_chars + 1)
     assert_error(predict(live_service, sentiment_round, {"text": too_long}), 413, "text")
+    assert_error(predict(live_service, nli_round, {"inputs": {**pair, "premise": too_long}}), 413,
+                 "inputs.premise")  # fmt: skip
     # Who may ask: writers, collectors and leads.
     assert_error(predict(live_service, sentiment_round, {"text": "Fine."}, token=EXPORTER_TOKEN), 403,
                  "Authorization", says="writer, collector or lead")  # fmt: skip
@@ -213,7 +235,10 @@ def test_predict_is_charged_to_the_callers_scoring_budget(
         assert 1 <= int(refused.headers["Retry-After"]) <= 60
         # A submission draws on the same budget: 2 units are left, a short text costs 1.
         submitted = live.call(
-            "POST", f"/api/rounds/{round_id}/candidates", token=WRITER_TOKEN, json={"text": "Fine.", "writer_label": POS}
+            "POST",
+            f"/api/rounds/{round_id}/candidates",
+            token=WRITER_TOKEN,
+            json={"text": "Fine.", "writer_label": POS},
         )
         assert submitted.status_code == 201, submitted.text
         assert predict(live, round_id, {"text": "Fine."}).status_code == 200
@@ -231,10 +256,15 @@ def test_the_writers_endpoints_are_documented(live_service: LiveService) -> None
     document = live_service.call("GET", "/openapi.json", token=None).json()
     operation = document["paths"]["/api/rounds/{round_id}/predict"]["post"]
     assert operation["description"] == "Roles: writer, collector, lead"
-    assert operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/PredictRequest")
+    assert operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/PredictRequest"
+    )
     assert {"200", "401", "403", "404", "409", "413", "422"} <= set(operation["responses"])
     schema = document["components"]["schemas"]["PredictRequest"]
-    assert schema["properties"]["text"]["anyOf"][0]["maxLength"] == live_service.services.settings.max_text_chars
+    limit = live_service.services.settings.max_text_chars
+    assert set(schema["properties"]) == {"inputs", "text"} and schema["additionalProperties"] is False
+    assert schema["properties"]["text"]["anyOf"][0]["maxLength"] == limit
+    assert schema["properties"]["inputs"]["anyOf"][0]["additionalProperties"]["maxLength"] == limit
     listing = document["paths"]["/api/rounds/{round_id}/my-candidates"]["get"]
     assert listing["description"] == "Roles: writer, lead"
     assert {p["name"]: p["schema"]["maximum"] for p in listing["parameters"] if p["in"] == "query"} == {
@@ -273,13 +303,17 @@ def test_my_candidates_are_the_callers_own_with_their_mer_and_vmer(
     live, rid = live_service, sentiment_round
     # Ana: three fool the model ("neutral"), two do not. Bo: two fool it. The collector submits one
     # naming Ana as its writer: submitted with the collector's token, so not Ana's to list.
-    ana_fooled = [submit(live, rid, WRITER_TOKEN, f"Ana's sly example {i}.", POS) for i in range(3)]
+    ana_fooled = [submit(live, rid, WRITER_TOKEN, "Ana's sly example 0.", POS, rationale="Sarcasm.")]
+    ana_fooled += [submit(live, rid, WRITER_TOKEN, f"Ana's sly example {i}.", POS) for i in (1, 2)]
     ana_plain = [submit(live, rid, WRITER_TOKEN, f"Ana's plain example {i}.", NEU) for i in range(2)]
     bo_fooled = [submit(live, rid, OTHER_WRITER_TOKEN, f"Bo's example {i}.", NEG) for i in range(2)]
     collected = submit(live, rid, COLLECTOR_TOKEN, "Collected for Ana.", POS, writer_id=WRITER_NAME)
     by_lead = submit(live, rid, LEAD_TOKEN, "The lead's own example.", NEG)
     fooled = [*ana_fooled, *bo_fooled, collected, by_lead]
-    wait_for("the fooled candidates in Label Studio", lambda: all(status_of(live, c) == "in_validation" for c in fooled))
+    wait_for(
+        "the fooled candidates in Label Studio",
+        lambda: all(status_of(live, c) == "in_validation" for c in fooled),
+    )
     override(live, ana_fooled[0], "accepted")
     override(live, ana_fooled[1], "rejected")
     override(live, bo_fooled[0], "accepted")
@@ -293,9 +327,11 @@ def test_my_candidates_are_the_callers_own_with_their_mer_and_vmer(
     assert ana["counts"]["by_status"] == {"accepted": 1, "in_validation": 1, "not_fooled": 2, "rejected": 1}
     newest_first = [*reversed(ana_plain), *reversed(ana_fooled)]
     assert [c["id"] for c in ana["candidates"]] == newest_first
-    first = {c["id"]: c for c in ana["candidates"]}[ana_fooled[0]]
+    by_id = {c["id"]: c for c in ana["candidates"]}
+    first = by_id[ana_fooled[0]]
     assert first["status"] == "accepted" and first["fooled"] is True
     assert first["inputs"] == {"text": "Ana's sly example 0."} and first["writer_label"] == POS
+    assert first["rationale"] == "Sarcasm." and by_id[ana_plain[0]]["rationale"] is None
     assert first["model_prediction"] == NEU and set(first["model_probabilities"]) == set(SENTIMENT_LABELS)
     assert {c["id"]: c["fooled"] for c in ana["candidates"]} == {
         **dict.fromkeys(ana_fooled, True),

@@ -44,7 +44,7 @@ from tests.fixtures.service import (
 )
 
 PARQUET_COLUMNS = [
-    "example_id", "task_type", "text", "writer_label", "writer", "collected_by", "submitted_at",
+    "example_id", "task_type", "text", "writer_label", "rationale", "writer", "collected_by", "submitted_at",
     "round", "inputs", "model", "label_studio", "votes", "agreement", "decision",
 ]  # fmt: skip
 NESTED = ("round", "inputs", "model", "label_studio", "votes", "agreement", "decision")
@@ -159,6 +159,7 @@ def seed(services: Services) -> Seeded:
             "task_type": "sentiment",
             "inputs": row.inputs,
             "writer_label": row.writer_label,
+            "rationale": row.rationale,
             "writer": writer_pseudonym(PSEUDONYM_SECRET, row.writer_id, row.collected_by),
             "collected_by": row.collected_by,
             "submitted_at": iso(row.submitted_at),
@@ -230,6 +231,7 @@ def seed(services: Services) -> Seeded:
         id="c-0000-awkward",
         inputs={"text": AWKWARD_TEXT, "context": "Kontext: «ja»"},
         writer_label="positive",
+        rationale='The model misses the irony: «nicht» and "quotes"\nover two lines.',
         writer_id="ana",
         submitted_by="collector-form",
         collected_by="collector-form",

@@ -14,7 +14,7 @@ import pytest
 from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.predictor import MicroBatcher, Prediction, TransformersPredictor
 from dynaval.domain.errors import InvalidInput
-from dynaval.model_builder import SEED_LABELS, build_default_model, load_seed
+from dynaval.model_builder import SEED_LABELS, build_default_model, load_nli_seed, load_seed
 from tests.support.tiny_model import WORDS, build_tiny_model
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -36,11 +36,15 @@ TEXTS = [
 ]
 
 
-def sentiment_labels() -> tuple[str, ...]:
+def task_labels(task: str) -> tuple[str, ...]:
     for folder in (REPO_ROOT / "label_config", REPO_ROOT / "src" / "dynaval" / "label_config"):
-        if (folder / "sentiment.xml").is_file():
-            return LabelConfigCatalog(folder).get("sentiment").labels
-    pytest.fail("label_config/sentiment.xml not found")
+        if (folder / f"{task}.xml").is_file():
+            return LabelConfigCatalog(folder).get(task).labels
+    pytest.fail(f"label_config/{task}.xml not found")
+
+
+def sentiment_labels() -> tuple[str, ...]:
+    return task_labels("sentiment")
 
 
 def test_labels_come_from_the_model_config(tmp_path: Path) -> None:
@@ -205,3 +209,23 @@ def test_a_pair_is_encoded_as_a_pair_and_mixed_batches_answer_as_alone(tiny_mode
     for got, expected in zip(mixed, alone, strict=True):
         for label, probability in expected.probabilities.items():
             assert math.isclose(got.probabilities[label], probability, abs_tol=1e-5)
+
+
+def test_build_default_nli_model_on_a_small_budget(tmp_path: Path) -> None:
+    labels = task_labels("nli")
+    out_dir = tmp_path / "models" / "nli-default"
+    lines: list[str] = []
+
+    report = build_default_model(
+        out_dir, task="nli", labels=labels, epochs=1, limit=48, max_seconds=45, log=lines.append
+    )
+
+    assert (report.out_dir, report.labels, report.unit) == (out_dir, labels, "pairs")
+    assert report.train_examples == 48
+    assert report.heldout_examples == len(load_nli_seed("heldout"))
+    assert 0.0 <= report.heldout_accuracy <= 1.0
+    assert set(report.per_label_accuracy) == set(labels)
+    assert sorted(p.name for p in out_dir.parent.iterdir()) == ["nli-default"]  # no temp leftovers
+
+    predictor = TransformersPredictor(out_dir)  # an ordinary sequence classifier folder
+    assert predictor.labels == labels

@@ -55,7 +55,7 @@ class Harness:
                 self.services,
                 round_id=self.round_id,
                 candidate=candidates.NewCandidate(
-                    inputs={"text": f"push test text {i}"}, writer_label="positive"
+                    inputs=candidates.GivenInputs({"text": f"push test text {i}"}), writer_label="positive"
                 ),
                 submitter=candidates.Submitter("writer-ana"),
             )

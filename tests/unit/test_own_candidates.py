@@ -92,7 +92,9 @@ def test_no_candidates_means_no_rates_and_an_unknown_round_is_not_found() -> Non
 
 def test_pages_go_from_the_newest_and_keep_the_figures() -> None:
     services = fake_services(store_with([*ANA, *BO]))
-    pages = [candidates.own_candidates(services, 1, submitted_by="ana", page=p, limit=3) for p in (1, 2, 3, 4)]
+    pages = [
+        candidates.own_candidates(services, 1, submitted_by="ana", page=p, limit=3) for p in (1, 2, 3, 4)
+    ]
     assert [[c["id"] for c in p["candidates"]] for p in pages] == [
         ["c07", "c06", "c05"],
         ["c04", "c03", "c02"],
@@ -111,4 +113,5 @@ def test_pages_go_from_the_newest_and_keep_the_figures() -> None:
         "fooled": True,
         "submitted_at": (T0 + timedelta(minutes=7)).isoformat(),
         "decided_at": None,
+        "rationale": None,
     }

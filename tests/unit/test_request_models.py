@@ -27,7 +27,7 @@ from dynaval.entrypoints.schemas import (
     read_webhook,
     request_models,
 )
-from dynaval.service_layer.candidates import task_inputs
+from dynaval.service_layer.candidates import GivenInputs, task_inputs
 from dynaval.service_layer.webhooks import AnnotationChanged, AnnotationsDeleted, OtherAction
 from dynaval.settings import Settings
 
@@ -82,9 +82,16 @@ def test_the_configured_limits_are_the_ones_checked_and_published(tmp_path: Path
         assert {"type": "string", "minLength": 1, "maxLength": chars} in candidate["properties"]["text"][
             "anyOf"
         ]
-        assert candidate["additionalProperties"] == {"type": "string", "minLength": 1, "maxLength": chars}
+        assert candidate["additionalProperties"] is False
+        text_schema = {"type": "string", "minLength": 1, "maxLength": chars}
+        assert {"type": "object", "additionalProperties": text_schema} in candidate["properties"]["inputs"][
+            "anyOf"
+        ]
+        assert text_schema in candidate["properties"]["rationale"]["anyOf"]
         gold = models.model(GoldUpload).model_json_schema()["$defs"]["GoldItem"]
-        assert gold["additionalProperties"]["maxLength"] == chars
+        assert {"type": "object", "additionalProperties": text_schema} in gold["properties"]["inputs"][
+            "anyOf"
+        ]
 
         good = {"text": "é" * chars, "writer_label": POS}
         assert models.validate(CandidateCreate, good).text == "é" * chars
@@ -116,16 +123,37 @@ def test_the_length_limit_counts_the_text_as_stored_nfc(models: RequestModels) -
 # ----------------------------------------------------------------------------------- candidates
 
 
-def test_a_task_types_other_inputs_are_texts_under_the_same_rules(models: RequestModels) -> None:
-    nli = {"premise": "A man sleeps.", "hypothesis": "Cre\u0300me.", "writer_label": "entailment"}
+def test_a_task_types_inputs_are_texts_under_the_same_rules(models: RequestModels) -> None:
+    inputs = {"premise": "A man sleeps.", "hypothesis": "Cre\u0300me."}
+    nli = {"inputs": inputs, "writer_label": "entailment", "rationale": "Cre\u0300me is not a sleep."}
     candidate = models.validate(CandidateCreate, nli).new_candidate()
-    assert candidate.inputs == {"premise": "A man sleeps.", "hypothesis": "Crème."}
+    assert candidate.inputs == GivenInputs(
+        {"premise": "A man sleeps.", "hypothesis": "Crème."}, in_object=True
+    )
     assert (candidate.writer_label, candidate.writer_id) == ("entailment", None)
-    assert field_and_status(models, CandidateCreate, {**nli, "premise": 5}) == ("premise", 422)
-    assert field_and_status(models, CandidateCreate, {**nli, "hypothesis": "\u200b "}) == ("hypothesis", 422)
-    assert field_and_status(models, CandidateCreate, {**nli, "premise": "p" * 51}) == ("premise", 413)
-    batch = {"candidates": [nli, {**nli, "hypothesis": None}]}
-    assert field_and_status(models, CandidateBatch, batch) == ("candidates[1].hypothesis", 422)
+    assert candidate.rationale == "Crème is not a sleep."
+
+    def body(**changed: Any) -> dict[str, Any]:
+        return {**nli, "inputs": {**inputs, **changed}}
+
+    assert field_and_status(models, CandidateCreate, body(premise=5)) == ("inputs.premise", 422)
+    assert field_and_status(models, CandidateCreate, body(hypothesis="\u200b ")) == ("inputs.hypothesis", 422)
+    assert field_and_status(models, CandidateCreate, body(premise="p" * 51)) == ("inputs.premise", 413)
+    assert field_and_status(models, CandidateCreate, {**nli, "rationale": "r" * 51}) == ("rationale", 413)
+    assert field_and_status(models, CandidateCreate, {**nli, "rationale": " "}) == ("rationale", 422)
+    batch = {"candidates": [nli, body(hypothesis=None)]}
+    assert field_and_status(models, CandidateBatch, batch) == ("candidates[1].inputs.hypothesis", 422)
+    # Input fields at the top level are unknown fields; text and inputs together are refused.
+    assert field_and_status(models, CandidateCreate, {**inputs, "writer_label": "entailment"}) == (
+        "premise",
+        422,
+    )
+    both = {"text": "A text.", "inputs": {"text": "A text."}, "writer_label": POS}
+    assert field_and_status(models, CandidateCreate, both) == ("text", 422)
+    short = models.validate(CandidateCreate, {"text": "A text.", "writer_label": POS}).new_candidate()
+    assert short.inputs == GivenInputs({"text": "A text."}, in_object=False)
+    gold = models.validate(GoldUpload, {"items": [{"inputs": inputs, "label": "neutral"}]})
+    assert gold.items[0].new_gold_item().inputs.values == {"premise": "A man sleeps.", "hypothesis": "Crème."}
 
 
 @pytest.mark.parametrize(
@@ -197,13 +225,16 @@ NLI = TaskType(
 
 def test_which_inputs_a_body_gives_is_the_rounds_task_types() -> None:
     given = {"hypothesis": "It rains.", "premise": "Clouds."}
-    assert list(task_inputs(NLI, given)) == ["premise", "hypothesis"]  # the task type's order
+    assert list(task_inputs(NLI, GivenInputs(given))) == ["premise", "hypothesis"]  # the task type's order
     with pytest.raises(InvalidInput) as missing:
-        task_inputs(NLI, {"premise": "Clouds."}, field_prefix="candidates[2].")
-    assert missing.value.field == "candidates[2].hypothesis"
+        task_inputs(NLI, GivenInputs({"premise": "Clouds."}), field_prefix="candidates[2].")
+    assert missing.value.field == "candidates[2].inputs.hypothesis"
     with pytest.raises(InvalidInput) as unknown:
-        task_inputs(NLI, {**given, "text": "A sentiment text."})
-    assert unknown.value.field == "text" and "premise, hypothesis" in unknown.value.message
+        task_inputs(NLI, GivenInputs({**given, "colour": "red"}))
+    assert unknown.value.field == "inputs.colour" and "premise, hypothesis" in unknown.value.message
+    with pytest.raises(InvalidInput) as short_form:
+        task_inputs(NLI, GivenInputs({"text": "A sentiment text."}, in_object=False))
+    assert short_form.value.field == "inputs.premise"
 
 
 # ---------------------------------------------------------------------------------- a round's policy

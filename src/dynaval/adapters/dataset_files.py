@@ -26,9 +26,10 @@ _LINE_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
 # Nested provenance goes into JSON-text columns so every batch has the same flat schema.
 _NESTED = ("round", "inputs", "model", "label_studio", "votes", "agreement", "decision")
 _SCALARS = ("example_id", "task_type")
-_SCALARS_AFTER_TEXT = ("writer_label", "writer", "collected_by", "submitted_at")
+_SCALARS_AFTER_TEXT = ("writer_label", "rationale", "writer", "collected_by", "submitted_at")
 _COLUMNS = (
-    "example_id", "task_type", "text", "writer_label", "writer", "collected_by", "submitted_at", *_NESTED,
+    "example_id", "task_type", "text", "writer_label", "rationale", "writer", "collected_by", "submitted_at",
+    *_NESTED,
 )  # fmt: skip
 
 

@@ -58,9 +58,9 @@ PAGE_SIZE = 2000
 page's records (a few MB) stay far below the memory a whole round would take."""
 
 CANDIDATE_FIELDS = (
-    "id", "inputs", "writer_label", "writer_id", "collected_by", "submitted_at", "model_prediction",
-    "model_probabilities", "model_signature", "fooled", "label_studio_task_id", "decision",
-    "decided_at", "override_outcome", "override_reason", "override_by", "override_at",
+    "id", "inputs", "writer_label", "rationale", "writer_id", "collected_by", "submitted_at",
+    "model_prediction", "model_probabilities", "model_signature", "fooled", "label_studio_task_id",
+    "decision", "decided_at", "override_outcome", "override_reason", "override_by", "override_at",
 )  # fmt: skip
 """The order of a candidate row's values (times as ISO text, JSON decoded); the query's own page key
 follows them."""
@@ -197,6 +197,7 @@ def _statements(dialect: str) -> _Statements:
         candidate.c.id,
         _json(candidate.c.inputs),
         candidate.c.writer_label,
+        candidate.c.rationale,
         candidate.c.writer_id,
         candidate.c.collected_by,
         iso(candidate.c.submitted_at),

@@ -65,6 +65,8 @@ class CandidateRow(SQLModel, table=True):
     """The name of the token the candidate came with (a writer's, a collector's or a lead's); NULL
     for older candidates. A writer or collector reads back only what came under its name."""
     collected_by: str | None = Field(default=None, max_length=64)
+    # Why the writer thinks the model is wrong (ANLI's "reason"); leads see it, validators never.
+    rationale: str | None = Field(default=None, sa_column=Column(Text))
     """The collector's name when a collector submitted it for the writer ``writer_id`` names; NULL
     when the writer's own token (or a lead's) did, and for candidates from before collectors."""
     status: str = Field(max_length=20)

@@ -176,6 +176,7 @@ def candidate_of(row: CandidateRow) -> Candidate:
         status=CandidateStatus(row.status),
         submitted_by=row.submitted_by,
         collected_by=row.collected_by,
+        rationale=row.rationale,
         submitted_at=_utc(row.submitted_at),
         model_prediction=row.model_prediction,
         model_probabilities=dict(row.model_probabilities) if row.model_probabilities is not None else None,
@@ -303,6 +304,7 @@ class SqlCandidateRepository:
             writer_id=candidate.writer_id,
             submitted_by=candidate.submitted_by,
             collected_by=candidate.collected_by,
+            rationale=candidate.rationale,
             status=candidate.status.value,
         )
         if candidate.submitted_at is not None:

@@ -104,6 +104,9 @@ class Candidate:
     status: CandidateStatus = CandidateStatus.SCORING
     submitted_by: str | None = None
     collected_by: str | None = None
+    rationale: str | None = None
+    """Why the writer thinks the model is wrong (optional): stored, exported and shown to leads,
+    never sent to Label Studio."""
     submitted_at: datetime | None = None
     model_prediction: str | None = None
     model_probabilities: dict[str, float] | None = None

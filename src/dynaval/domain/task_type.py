@@ -27,3 +27,11 @@ class TaskType:
     @property
     def main_field(self) -> str:
         return self.data_fields[0]
+
+    def fields(self) -> list[dict[str, object]]:
+        """What a candidate gives, as the API describes it: each input field (required, in the
+        body's ``inputs``, in the config's order), then the optional ``rationale``."""
+        inputs: list[dict[str, object]] = [
+            {"name": name, "in": "inputs", "required": True} for name in self.data_fields
+        ]
+        return [*inputs, {"name": "rationale", "in": "body", "required": False}]

@@ -114,15 +114,22 @@ def cmd_migrate(_args: argparse.Namespace) -> int:
 
 def cmd_build_default_model(args: argparse.Namespace) -> int:
     from dynaval.adapters.label_config import LabelConfigCatalog
-    from dynaval.model_builder.default_model import build_default_model
+    from dynaval.model_builder.default_model import TASKS, build_default_model
 
+    if args.task not in TASKS:
+        raise CommandError(
+            f"no default model for task {args.task!r}; known tasks: {', '.join(sorted(TASKS))}"
+        )
+    if args.epochs is not None and args.epochs < 1:
+        raise CommandError("--epochs must be at least 1")
     settings = _settings(uses_secrets=False)
-    out = Path(args.out) if args.out else settings.resolved_default_model_dir
+    out = Path(args.out) if args.out else settings.default_model_dir_for(args.task)
     if out.exists() and not args.force:
-        print(f"the default model is already built in {out} (use --force to rebuild)")
+        which = "default model" if args.task == "sentiment" else f"default {args.task} model"
+        print(f"the {which} is already built in {out} (use --force to rebuild)")
         return 0
-    labels = LabelConfigCatalog(settings.resolved_label_config_dir).get("sentiment").labels
-    report = build_default_model(out, labels=labels, epochs=args.epochs, seed=args.seed)
+    labels = LabelConfigCatalog(settings.resolved_label_config_dir).get(args.task).labels
+    report = build_default_model(out, task=args.task, labels=labels, epochs=args.epochs, seed=args.seed)
     print(report.summary())
     return 0
 
@@ -358,6 +365,8 @@ def format_agreement(data: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from dynaval.model_builder.default_model import TASKS  # standard library only: no torch here
+
     parser = argparse.ArgumentParser(
         prog="dynaval",
         description="Validate adversarial examples with several annotators (see README.md and docs/cli.md).",
@@ -387,10 +396,26 @@ def build_parser() -> argparse.ArgumentParser:
     model = commands.add_parser("model", help="model commands")
     model_commands = model.add_subparsers(dest="model_command", required=True, metavar="MODEL_COMMAND")
     build = model_commands.add_parser(
-        "build-default", help="fine-tune the shipped MiniLM on the seed set into the default sentiment model"
+        "build-default",
+        help="fine-tune the shipped MiniLM on a task's seed set into its default model",
+        description="Fine-tune the shipped MiniLM on a task's hand-written seed set (offline) and print "
+        "its held-out accuracy. Tasks: sentiment (single sentences), nli (premise/hypothesis pairs).",
     )
-    build.add_argument("--out", help="folder to write (default: <data dir>/models/sentiment-default)")
-    build.add_argument("--epochs", type=int, default=4)
+    build.add_argument(
+        "--task",
+        default="sentiment",
+        help=f"one of {', '.join(sorted(TASKS))} (default: sentiment); "
+        "its labels, in order, come from label_config/<task>.xml",
+    )
+    build.add_argument(
+        "--out",
+        help="folder to write (default: <data dir>/models/sentiment-default, or DYNAVAL_DEFAULT_MODEL_DIR; "
+        "for another task its sibling <task>-default, e.g. <data dir>/models/nli-default)",
+    )
+    recipes = ", ".join(f"{task.epochs} for {name}" for name, task in sorted(TASKS.items()))
+    build.add_argument(
+        "--epochs", type=int, default=None, help=f"passes over the seed set (default: {recipes})"
+    )
     build.add_argument("--seed", type=int, default=13)
     build.add_argument("--force", action="store_true", help="rebuild even if the folder exists")
     build.set_defaults(run=cmd_build_default_model)

@@ -32,6 +32,7 @@ from dynaval.service_layer import (
     gold,
     overrides,
     rounds,
+    task_types,
     verification,
 )
 from dynaval.service_layer.services import Services
@@ -95,14 +96,26 @@ def health() -> Any:
 @requires(Role.LEAD)
 def create_round() -> Any:
     body = _body(RoundCreate)
+    services = _services()
     row = rounds.create_round(
-        _services(),
+        services,
         name=body.name,
         task=body.task,
         model=body.model,
         policy=body.policy.given() if body.policy is not None else None,
     )
-    return jsonify(rounds.round_public(_services(), row, with_model_folder=True)), 201
+    return jsonify(rounds.round_public(services, row, with_model_folder=True)), 201
+
+
+@api.get("/api/task-types")
+@documented(
+    summary="The task types: each one's input fields, labels and default model (built or not)",
+    responses={200: "OK", 401: "No token"},
+)
+@requires(*EVERY_ROLE)
+def list_task_types() -> Any:
+    listed = task_types.list_task_types(_services(), with_model_folder=_sees_model_folder())
+    return jsonify({"task_types": listed})
 
 
 @api.get("/api/rounds")
@@ -214,7 +227,7 @@ def submit_candidate_batch(round_id: int) -> Any:
 @requires(*SUBMITTERS)
 def predict(round_id: int) -> Any:
     body = _body(PredictRequest)
-    answer = candidates.predict(_services(), round_id=round_id, given=body.inputs(), charge=charge_scoring)
+    answer = candidates.predict(_services(), round_id=round_id, given=body.given(), charge=charge_scoring)
     return jsonify({"prediction": answer.label, "probabilities": answer.probabilities})
 
 

@@ -51,7 +51,7 @@ from dynaval.domain.policy import (
     DecisionPolicy,
 )
 from dynaval.domain.text import has_visible_character, normalised
-from dynaval.service_layer.candidates import NewCandidate
+from dynaval.service_layer.candidates import GivenInputs, NewCandidate
 from dynaval.service_layer.gold import NewGoldItem
 from dynaval.service_layer.webhooks import AnnotationChanged, AnnotationsDeleted, OtherAction, WebhookHint
 from dynaval.settings import Settings
@@ -234,9 +234,10 @@ class RoundCreate(RequestModel):
 # --------------------------------------------------------------------------------- candidates
 
 INPUTS_NOTE = (
-    "Which inputs a candidate gives is its round's task type's: `text` for sentiment; a task type "
-    "with other fields (e.g. NLI's `premise` and `hypothesis`) takes them as further keys, each a "
-    "text under the same rules. Any other key is refused (422 naming it)."
+    "The inputs are the round's task type's fields (GET /api/task-types), in `inputs`: "
+    '`{"inputs": {"premise": ..., "hypothesis": ...}}` for NLI, `{"inputs": {"text": ...}}` for '
+    'sentiment, which also takes `{"text": ...}`. Each is a text under the same rules. A missing field '
+    "or an unknown one is refused (422 naming it: `inputs.hypothesis`)."
 )
 
 
@@ -247,12 +248,25 @@ def _text_description(max_text_chars: int) -> str:
     )
 
 
+def _text_or_inputs(value: Any, info: ValidationInfo) -> Any:
+    if value is not None and info.data.get("inputs") is not None:
+        raise PydanticCustomError("conflict", "give the inputs in inputs, or the one text as text; not both")
+    return value
+
+
+RATIONALE_NOTE = (
+    "Optional: why the writer thinks the model is wrong (as ANLI's reason). Stored, exported and shown "
+    "to leads; never shown to validators."
+)
+
+
 class CandidateCreate(RequestModel):
     """A writer's candidate."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
 
-    text: str | None = Field(default=None, description="The text (see the description of the body).")
+    inputs: dict[str, str] | None = Field(default=None, description="The task type's input fields.")
+    text: str | None = Field(default=None, description="The text, for a task type whose one field is text.")
     writer_label: str = Field(description="The label the writer says the text truly has.")
     writer_id: WriterId | None = Field(
         default=None,
@@ -260,26 +274,29 @@ class CandidateCreate(RequestModel):
         "submits for); a writer's or lead's token is the writer: omit it (or null) or give that token's "
         "own name (any other name is refused with 403). Stored NFC-normalised and stripped.",
     )
-    # The task type's other inputs; typed again with the configured limit by request_models().
-    __pydantic_extra__: dict[str, str] = Field(init=False)
+    rationale: str | None = Field(default=None, description=RATIONALE_NOTE)
+
+    _text_or_inputs = field_validator("text")(_text_or_inputs)
 
     def new_candidate(self) -> NewCandidate:
-        return NewCandidate(inputs=_inputs(self.text, self.model_extra), writer_label=self.writer_label,
-                            writer_id=self.writer_id)  # fmt: skip
+        return NewCandidate(inputs=_inputs(self.text, self.inputs), writer_label=self.writer_label,
+                            writer_id=self.writer_id, rationale=self.rationale)  # fmt: skip
 
 
 class PredictRequest(RequestModel):
     """An example's inputs, to ask the round's model about before submitting it: the inputs a
-    candidate gives, and nothing else (no label, no writer). Nothing is stored."""
+    candidate gives, as it gives them, and nothing else (no label, no writer, no rationale).
+    Nothing is stored."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
 
-    text: str | None = Field(default=None, description="The text (see the description of the body).")
-    # The task type's other inputs; typed again with the configured limit by request_models().
-    __pydantic_extra__: dict[str, str] = Field(init=False)
+    inputs: dict[str, str] | None = Field(default=None, description="The task type's input fields.")
+    text: str | None = Field(default=None, description="The text, for a task type whose one field is text.")
 
-    def inputs(self) -> dict[str, str]:
-        return _inputs(self.text, self.model_extra)
+    _text_or_inputs = field_validator("text")(_text_or_inputs)
+
+    def given(self) -> GivenInputs:
+        return _inputs(self.text, self.inputs)
 
 
 class CandidateBatch(RequestModel):
@@ -293,14 +310,16 @@ class CandidateBatch(RequestModel):
 class GoldItem(RequestModel):
     """A gold item: inputs as a candidate's, and the known label."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
 
-    text: str | None = Field(default=None, description="The text (see the description of the item).")
+    inputs: dict[str, str] | None = Field(default=None, description="The task type's input fields.")
+    text: str | None = Field(default=None, description="The text, for a task type whose one field is text.")
     label: str = Field(description="The known label; one of the round's labels.")
-    __pydantic_extra__: dict[str, str] = Field(init=False)
+
+    _text_or_inputs = field_validator("text")(_text_or_inputs)
 
     def new_gold_item(self) -> NewGoldItem:
-        return NewGoldItem(inputs=_inputs(self.text, self.model_extra), label=self.label)
+        return NewGoldItem(inputs=_inputs(self.text, self.inputs), label=self.label)
 
 
 class GoldUpload(RequestModel):
@@ -309,11 +328,12 @@ class GoldUpload(RequestModel):
     items: list[GoldItem] = Field(min_length=1, max_length=MAX_GOLD_ITEMS)
 
 
-def _inputs(text: str | None, extra: Mapping[str, Any] | None) -> dict[str, str]:
-    """A body's input fields: ``text`` when given, and every further key (each checked as a text)."""
-    inputs = {} if text is None else {"text": text}
-    inputs.update({name: str(value) for name, value in (extra or {}).items()})
-    return inputs
+def _inputs(text: str | None, inputs: Mapping[str, str] | None) -> GivenInputs:
+    """A body's input fields, from ``inputs`` or the short form ``text`` (each checked as a text;
+    not both: see :func:`_text_or_inputs`)."""
+    if inputs is not None:
+        return GivenInputs(dict(inputs), in_object=True)
+    return GivenInputs({} if text is None else {"text": text}, in_object=False)
 
 
 # ------------------------------------------------------------------------------ a lead's changes
@@ -488,15 +508,22 @@ def _request_models(max_text_chars: int, max_batch_size: int) -> RequestModels:
         "CandidateCreate",
         __base__=CandidateCreate,
         __doc__=f"{CandidateCreate.__doc__} {INPUTS_NOTE}",
-        text=(text | None, Field(default=None, description=f"{description} Required by sentiment.")),
-        __pydantic_extra__=(texts_by_name, Field(init=False)),
+        inputs=(
+            texts_by_name | None,
+            Field(default=None, description=f"The task type's fields. {description}"),
+        ),
+        text=(text | None, Field(default=None, description=f"The short form of inputs.text. {description}")),
+        rationale=(text | None, Field(default=None, description=f"{RATIONALE_NOTE} {description}")),
     )
     predict = create_model(
         "PredictRequest",
         __base__=PredictRequest,
         __doc__=f"{PredictRequest.__doc__} {INPUTS_NOTE}",
-        text=(text | None, Field(default=None, description=f"{description} Required by sentiment.")),
-        __pydantic_extra__=(texts_by_name, Field(init=False)),
+        inputs=(
+            texts_by_name | None,
+            Field(default=None, description=f"The task type's fields. {description}"),
+        ),
+        text=(text | None, Field(default=None, description=f"The short form of inputs.text. {description}")),
     )
     batch = create_model(
         "CandidateBatch",
@@ -514,8 +541,11 @@ def _request_models(max_text_chars: int, max_batch_size: int) -> RequestModels:
         "GoldItem",
         __base__=GoldItem,
         __doc__=f"{GoldItem.__doc__} {INPUTS_NOTE}",
-        text=(text | None, Field(default=None, description=description)),
-        __pydantic_extra__=(texts_by_name, Field(init=False)),
+        inputs=(
+            texts_by_name | None,
+            Field(default=None, description=f"The task type's fields. {description}"),
+        ),
+        text=(text | None, Field(default=None, description=f"The short form of inputs.text. {description}")),
     )
     gold_upload = create_model(
         "GoldUpload",

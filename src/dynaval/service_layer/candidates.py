@@ -26,7 +26,20 @@ ScoringCharge = Callable[[Sequence[str], str], None]
 given); raises to refuse. The HTTP routes pass ``dynaval.entrypoints.guards.charge_scoring``."""
 
 
-def task_inputs(task_type: TaskType, given: Mapping[str, str], *, field_prefix: str = "") -> dict[str, str]:
+@dataclass(frozen=True)
+class GivenInputs:
+    """The input fields a body gave: in its ``inputs`` object, or (``in_object`` false) as the
+    short form ``{"text": ...}`` of a task type whose one field is ``text``."""
+
+    values: Mapping[str, str]
+    in_object: bool = True
+
+    def field(self, name: str) -> str:
+        """Where the body has (or should have) the input ``name``, as an error names it."""
+        return f"inputs.{name}" if self.in_object or name != "text" else "text"
+
+
+def task_inputs(task_type: TaskType, given: GivenInputs, *, field_prefix: str = "") -> dict[str, str]:
     """The task type's data fields (``text``; ``premise`` and ``hypothesis``...) from the input
     fields a body gave, in the task type's order. Each value comes checked by the request model
     (readable text, NFC, within ``DYNAVAL_MAX_TEXT_CHARS``); which fields there must be depends on
@@ -34,16 +47,17 @@ def task_inputs(task_type: TaskType, given: Mapping[str, str], *, field_prefix: 
     takes = ", ".join(task_type.data_fields)
     inputs: dict[str, str] = {}
     for name in task_type.data_fields:
-        if name not in given:
+        if name not in given.values:
             raise InvalidInput(
                 f"{name} is required and must be a string (the inputs of task {task_type.name}: {takes})",
-                field=field_prefix + name,
+                field=field_prefix + given.field(name),
             )
-        inputs[name] = given[name]
-    for name in given:
+        inputs[name] = given.values[name]
+    for name in given.values:
         if name not in inputs:
             raise InvalidInput(
-                f"unknown field; the inputs of task {task_type.name} are: {takes}", field=field_prefix + name
+                f"unknown field; the inputs of task {task_type.name} are: {takes}",
+                field=field_prefix + given.field(name),
             )
     return inputs
 
@@ -71,20 +85,20 @@ def score(services: Services, round_: Round, inputs: Sequence[Mapping[str, str]]
 
 
 def predict(
-    services: Services, *, round_id: int, given: Mapping[str, str], charge: ScoringCharge | None = None
+    services: Services, *, round_id: int, given: GivenInputs, charge: ScoringCharge | None = None
 ) -> Prediction:
     """What the round's model answers for these inputs, stored nowhere: a writer asks before
     submitting. Only an open round answers (a closed or frozen one takes no candidates, so there is
     nothing to try out for it). The inputs are the task type's, checked as a candidate's are;
     ``charge``, if given, is called once they are and before the model runs (the same charge as
-    submitting them)."""
+    submitting them; a refusal names the first input)."""
     with services.uow(read_only=True) as uow:
         round_ = uow.rounds.get(round_id)
     round_.check_takes_candidates()
     task_type = services.catalog.get(round_.task_type)
     inputs = task_inputs(task_type, given)
     if charge is not None:
-        charge([scored_text(inputs)], task_type.main_field)
+        charge([scored_text(inputs)], given.field(task_type.main_field))
     (prediction,) = score(services, round_, [inputs])
     return prediction
 
@@ -96,9 +110,10 @@ class NewCandidate:
     readable text of at most 200 characters. What depends on the round (its task type's fields, its
     labels) and on the credential (who the writer is) is checked here."""
 
-    inputs: Mapping[str, str]
+    inputs: GivenInputs
     writer_label: str
     writer_id: str | None = None
+    rationale: str | None = None
 
 
 @dataclass(frozen=True)
@@ -202,6 +217,7 @@ def _new_candidate(
         writer_id=writer_id,
         submitted_by=submitter.name,
         collected_by=collected_by,
+        rationale=given.rationale,
         submitted_at=utcnow(),
     )
 
@@ -303,6 +319,7 @@ def candidate_public(services: Services, uow: UnitOfWork, candidate: Candidate) 
         "writer_label": candidate.writer_label,
         "writer": writer_pseudonym(secret, candidate.writer_id, candidate.collected_by),
         "collected_by": candidate.collected_by,
+        "rationale": candidate.rationale,
         "model_prediction": candidate.model_prediction,
         "model_probabilities": candidate.model_probabilities,
         "model_signature": candidate.model_signature,
@@ -375,6 +392,7 @@ def own_candidate_public(candidate: Candidate) -> dict[str, Any]:
         "fooled": candidate.fooled,
         "submitted_at": candidate.submitted_at.isoformat() if candidate.submitted_at else None,
         "decided_at": candidate.decided_at.isoformat() if candidate.decided_at else None,
+        "rationale": candidate.rationale,
     }
 
 

@@ -143,6 +143,7 @@ class _RecordBuilder:
             candidate_id,
             inputs,
             writer_label,
+            rationale,
             writer_id,
             collected_by,
             submitted_at,
@@ -168,6 +169,8 @@ class _RecordBuilder:
                     "task_type": task_type,
                     "inputs": inputs,
                     "writer_label": writer_label,
+                    # Why the writer thinks the model is wrong, or None; never sent to validators.
+                    "rationale": rationale,
                     "writer": writer(writer_id, collected_by),
                     # The collector that submitted it for that writer (the writer's identity is its
                     # word), or None when the writer's own token did.

@@ -9,12 +9,12 @@ apart. The answers come back like votes (read from Label Studio) and feed the go
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dynaval.domain.errors import InvalidInput
 from dynaval.domain.gold import GoldItem
-from dynaval.service_layer.candidates import task_inputs
+from dynaval.service_layer.candidates import GivenInputs, task_inputs
 from dynaval.service_layer.services import Services
 
 
@@ -23,7 +23,7 @@ class NewGoldItem:
     """A gold item as a lead gives it. The request model checked its shape: each input a readable,
     NFC text within ``DYNAVAL_MAX_TEXT_CHARS``. What depends on the round is checked here."""
 
-    inputs: Mapping[str, str]
+    inputs: GivenInputs
     label: str
 
 

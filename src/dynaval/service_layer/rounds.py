@@ -17,12 +17,13 @@ from dynaval.domain.round import Round
 from dynaval.service_layer.services import Services
 
 
-def resolve_model_folder(services: Services, model: str) -> Path:
+def resolve_model_folder(services: Services, model: str, *, task: str) -> Path:
+    """The folder of the model a round pins: ``default`` is the task's default model."""
     if model == "default":
-        folder = services.settings.resolved_default_model_dir
+        folder = services.settings.default_model_dir_for(task)
         if not (folder / "config.json").is_file():
             raise InvalidInput(
-                "the default model is not built yet; run `dynaval model build-default` "
+                f"the default {task} model is not built yet; run `dynaval model build-default --task {task}` "
                 f"(expected in {folder})",
                 field="model",
             )
@@ -52,7 +53,7 @@ def create_round(
             field="task",
         )
     decision_policy = DecisionPolicy.from_overrides(policy)
-    folder = resolve_model_folder(services, model)
+    folder = resolve_model_folder(services, model, task=task)
     predictor = services.models.get(folder).predictor
     LabelMapping.between(predictor.labels, task_type.labels, task=task)
     project_id = services.label_studio.create_project(
@@ -94,8 +95,9 @@ def close_round(services: Services, round_id: int) -> Round:
 def round_public(services: Services, round_: Round, *, with_model_folder: bool) -> dict[str, Any]:
     """The round as the API shows it. The model's folder is a path on the server: only callers who
     run the service (leads) get it; everyone sees the model's name and content hash. ``inputs`` are
-    the task type's data fields in order (``text``; ``premise``, ``hypothesis``): the keys a
-    candidate of the round gives, which a front end such as the writer's page builds its form from."""
+    the task type's data fields in order (``text``; ``premise``, ``hypothesis``): the keys of a
+    candidate's ``inputs``, which a front end such as the writers' page builds its form from;
+    ``fields`` describes them, and the optional ``rationale``, as ``GET /api/task-types`` does."""
     model: dict[str, Any] = {"name": round_.model_name, "hash": round_.model_hash}
     if with_model_folder:
         model["folder"] = round_.model_dir
@@ -106,6 +108,7 @@ def round_public(services: Services, round_: Round, *, with_model_folder: bool) 
         "state": round_.state.value,
         "inputs": list(services.catalog.get(round_.task_type).data_fields),
         "labels": list(round_.labels),
+        "fields": services.catalog.get(round_.task_type).fields(),
         "model": model,
         "model_hash": round_.model_hash,
         "policy": dict(round_.policy),

@@ -1,16 +1,16 @@
 """an index for a writer's own candidates in a round (the writer's page)
 
-Revision ID: 0010
-Revises: 0009
-Create Date: 2026-12-04 09:00:00
+Revision ID: 0011
+Revises: 0010
+Create Date: 2026-12-04 11:00:00
 """
 
 from __future__ import annotations
 
 from alembic import op
 
-revision = "0010"
-down_revision = "0009"
+revision = "0011"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
