@@ -87,6 +87,7 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("POST", "/api/rounds/<int:round_id>/annotators/<annotator>/exclusion"): LEAD,
     ("GET", "/api/rounds/<int:round_id>/exclusions"): LEAD,
     ("GET", "/api/rounds/<int:round_id>/audit"): LEAD,
+    ("GET", "/write"): PUBLIC,  # a static page: its script calls the API with the writer's token
     ("GET", "/dashboard"): PUBLIC,  # a redirect to the rounds page, which needs a lead
     ("GET", "/dashboard/"): PUBLIC,
     ("GET", "/dashboard/login"): PUBLIC,
