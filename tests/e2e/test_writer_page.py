@@ -380,6 +380,23 @@ def test_a_writer_writes_asks_submits_and_follows_their_examples(
     expect(verdict).to_have_attribute("data-fooled", "true")
     shoot(page, screenshot_dir, "desktop", doc="writer-page-desktop.png")
     page.get_by_test_id("input-text").fill("")
+    # Twenty at a time, the newest first; the older ones on demand.
+    batch = [{"text": f"Bus {i} leaves at {i} past the hour.", "writer_label": NEU} for i in range(19)]
+    api(
+        live,
+        "POST",
+        f"/api/rounds/{sentiment}/candidates/batch",
+        token=WRITER_TOKEN,
+        json={"candidates": batch},
+    )
+    page.get_by_test_id("mine-reload").click()
+    expect(page.get_by_test_id("stat-submitted")).to_have_text("21")
+    expect(page.get_by_test_id("mine-item")).to_have_count(20)
+    assert first["id"] not in {item["id"] for item in mine_items(page)}
+    page.get_by_test_id("mine-more").click()
+    expect(page.get_by_test_id("mine-item")).to_have_count(21)
+    expect(page.get_by_test_id("mine-more")).to_be_hidden()
+    assert mine_items(page)[-1]["id"] == first["id"]
 
     # (10) Too long: 413, said as such.
     too_long = "a" * (live.services.settings.max_text_chars + 1)
