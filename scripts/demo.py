@@ -1,4 +1,5 @@
-"""One simulated round against a real Label Studio and the real service (``scripts/demo``).
+"""Two simulated rounds, sentiment then NLI, against a real Label Studio and the real service
+(``scripts/demo``).
 
 Writers post candidates concurrently (each with their own token; a collector submits some for a
 writer of its own front end), four annotator users vote in Label Studio (most agree with
@@ -21,6 +22,7 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +46,7 @@ ANNOTATOR_ACCURACY = (0.9, 0.8, 0.8, 0.75)
 SPAM = "Buy cheap watches now at my shop, best prices, click the link!!!"
 
 # (text, the writer's label, the label careful annotators would give; None: not a real example)
-CANDIDATES: list[tuple[str, str, str | None]] = [
+SENTIMENT: list[tuple[str, str, str | None]] = [
     ("I expected to hate it, and yet I loved every minute.", "positive", "positive"),
     ("Not bad at all, honestly better than the original.", "positive", "positive"),
     ("The food was so good I forgot to complain about the wait.", "positive", "positive"),
@@ -73,6 +75,28 @@ CANDIDATES: list[tuple[str, str, str | None]] = [
     ("The staff were friendly and the room was spotless.", "negative", "positive"),
     (SPAM, "negative", None),
 ]
+PREMISES = (
+    "The bakery on the corner sold out of bread by eight in the morning.",
+    "Maria missed the last train, so she took a taxi home from the station.",
+    "Three of the five solar panels on the school roof were damaged in the storm.",
+)
+# NLI: (premise, hypothesis, the writer's label, the label careful annotators would give, the
+# writer's rationale or None).
+NLI: list[tuple[str, str, str, str | None, str | None]] = [
+    (PREMISES[0], "The bakery had no bread left later that morning.", "entailment", "entailment",
+     "Sold out by eight means none left after eight."),
+    (PREMISES[0], "The bakery opens at six.", "neutral", "neutral", "Opening time is never said."),
+    (PREMISES[0], "Nobody bought bread at the bakery that day.", "contradiction", "contradiction", None),
+    (PREMISES[1], "Maria got home without the train.", "entailment", "entailment",
+     "She took a taxi instead of the train."),
+    (PREMISES[1], "Maria caught the last train.", "contradiction", "contradiction", "She missed it."),
+    (PREMISES[1], "The taxi was expensive.", "neutral", "neutral", None),
+    (PREMISES[2], "Most of the panels were damaged.", "entailment", "entailment", "Three of five is most."),
+    (PREMISES[2], "Every panel on the roof survived the storm.", "contradiction", "contradiction", None),
+    # Writers who are wrong about their own example: validators should reject these.
+    (PREMISES[2], "The storm happened at night.", "contradiction", "neutral", "Storms are at night."),
+    (PREMISES[0], "The bakery sells cakes.", "entailment", "neutral", None),
+]  # fmt: skip
 WRITERS = ("writer-ana", "writer-bo", "writer-carmen", "writer-dev")
 """The demo's writers, each with a token of their own (the token says who submits)."""
 COLLECTOR = "collector-form"
@@ -178,28 +202,57 @@ def _call(api: httpx.Client, method: str, path: str, token: str, *, repeatable: 
     raise AssertionError("unreachable: the last attempt returns or raises")
 
 
+@dataclass(frozen=True)
+class Item:
+    """One simulated candidate: its inputs, the writer's label, the label careful annotators would
+    give (None: not a real example, flagged), and the writer's rationale."""
+
+    inputs: dict[str, str]
+    label: str
+    truth: str | None
+    rationale: str | None = None
+
+
+def sentiment_items() -> list[Item]:
+    return [Item({"text": text}, label, truth) for text, label, truth in SENTIMENT]
+
+
+def nli_items() -> list[Item]:
+    return [
+        Item({"premise": premise, "hypothesis": hypothesis}, label, truth, rationale)
+        for premise, hypothesis, label, truth, rationale in NLI
+    ]
+
+
 def run_round(
-    service_url: str, lead: str, writers: dict[str, str], collector: str, server: LabelStudioServer
+    api: httpx.Client,
+    *,
+    task: str,
+    name: str,
+    items: list[Item],
+    lead: str,
+    writers: dict[str, str],
+    collector: str,
+    server: LabelStudioServer,
+    annotators: list[Any],
+    rng: random.Random,
 ) -> dict[str, Any]:
-    annotators = server.create_annotators(4)
-    rng = random.Random(7)
-    # The pool drops a connection idle for 5 s, well before the service's keep-alive (120 s,
-    # service/gunicorn.conf.py) ends it: the demo never reuses a connection the server is closing.
-    api = httpx.Client(
-        base_url=service_url, timeout=60, limits=httpx.Limits(keepalive_expiry=CLIENT_KEEPALIVE_S)
-    )
+    """One round of ``task``: writers submit ``items``, annotators vote in Label Studio, the
+    disagreements get a third and fourth vote; returns the round's summary."""
 
     def call(method: str, path: str, token: str, *, repeatable: bool | None = None, **kwargs: Any) -> Any:
         """One API call; ``repeatable``: sending it twice changes nothing (default: GET only)."""
         repeatable = method == "GET" if repeatable is None else repeatable
         return _call(api, method, path, token, repeatable=repeatable, **kwargs)
 
-    round_body = call("POST", "/api/rounds", lead, json={"name": "demo round 1", "task": "sentiment"})
+    round_body = call("POST", "/api/rounds", lead, json={"name": name, "task": task})
     round_id = round_body["id"]
 
-    def submit(item: tuple[int, tuple[str, str, str | None]]) -> dict[str, Any]:
-        index, (text, label, _) = item
-        body = {"text": text, "writer_label": label}
+    def submit(numbered: tuple[int, Item]) -> dict[str, Any]:
+        index, item = numbered
+        body: dict[str, Any] = {"inputs": item.inputs, "writer_label": item.label}
+        if item.rationale is not None:
+            body["rationale"] = item.rationale
         if index % 5 == 4:  # the collector names the writer; a writer's own token names them
             token = collector
             body["writer_id"] = COLLECTED_WRITER
@@ -209,9 +262,9 @@ def run_round(
         return result
 
     with ThreadPoolExecutor(max_workers=8) as pool:  # several writers at once: micro-batched
-        submitted = list(pool.map(submit, enumerate(CANDIDATES)))
+        submitted = list(pool.map(submit, enumerate(items)))
     fooled = [c for c in submitted if c["fooled"]]
-    truth = {c["id"]: item[2] for c, item in zip(submitted, CANDIDATES, strict=True)}
+    truth = {c["id"]: item.truth for c, item in zip(submitted, items, strict=True)}
 
     def candidate(cid: str) -> dict[str, Any]:
         result: dict[str, Any] = call("GET", f"/api/candidates/{cid}", lead)
@@ -257,8 +310,32 @@ def run_round(
         if any(h["outcome"] == "escalated" for h in candidate(c["id"])["history"]):
             ever_escalated.add(c["id"])
     summary["ever_escalated"] = len(ever_escalated)
-    summary["annotators"] = [{"email": a.email, "id": a.id} for a in annotators]
     return summary
+
+
+def run_rounds(
+    service_url: str, lead: str, writers: dict[str, str], collector: str, server: LabelStudioServer
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A sentiment round, then a short NLI round, with the same four annotators: the summaries
+    and the annotators."""
+    annotators = server.create_annotators(4)
+    rng = random.Random(7)
+    # The pool drops a connection idle for 5 s, well before the service's keep-alive (120 s,
+    # service/gunicorn.conf.py) ends it: the demo never reuses a connection the server is closing.
+    api = httpx.Client(
+        base_url=service_url, timeout=60, limits=httpx.Limits(keepalive_expiry=CLIENT_KEEPALIVE_S)
+    )
+    summaries = []
+    for task, name, items in (
+        ("sentiment", "demo round 1 (sentiment)", sentiment_items()),
+        ("nli", "demo round 2 (NLI)", nli_items()),
+    ):
+        print(f"running a simulated {task} round ...", flush=True)
+        summaries.append(
+            run_round(api, task=task, name=name, items=items, lead=lead, writers=writers, collector=collector,
+                      server=server, annotators=annotators, rng=rng)
+        )  # fmt: skip
+    return summaries, [{"email": a.email, "id": a.id} for a in annotators]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -329,31 +406,10 @@ def run_demo(args: argparse.Namespace, demo_dir: Path) -> int:
         print("starting the dynaval service ...", flush=True)
         service = Service(env, service_port, demo_dir / "service.log")
         service.wait_healthy()
-        print("running one simulated round ...", flush=True)
-        summary = run_round(service.url, lead, writers, collector, server)
-        out = demo_dir / f"round-{summary['id']}.jsonl"
-        exported = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "dynaval.entrypoints.cli",
-                "export",
-                "--round",
-                str(summary["id"]),
-                "--format",
-                "jsonl",
-                "--out",
-                str(out),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if exported.returncode != 0:
-            raise DemoError(f"export failed: {exported.stderr.strip()}")
-        print_summary(summary, out)
-        print_access(service.url, server, summary, lead, writers, collector)
+        summaries, annotators = run_rounds(service.url, lead, writers, collector, server)
+        for summary in summaries:
+            print_summary(summary, export_round(env, summary["id"], demo_dir))
+        print_access(service.url, server, annotators, lead, writers, collector)
         if not args.exit:
             print("\nBoth servers keep running; press Ctrl-C to stop them.", flush=True)
             # Explicit handlers: a shell starting us in the background would leave SIGINT ignored.
@@ -379,13 +435,29 @@ def _stop(what: str, stop: Callable[[], None] | None) -> None:
         print(f"demo: stopping {what} failed: {_describe(exc)}", file=sys.stderr)
 
 
+def export_round(env: dict[str, str], round_id: int, demo_dir: Path) -> Path:
+    """``dynaval export`` of the round into the demo's folder; the file's path."""
+    out = demo_dir / f"round-{round_id}.jsonl"
+    command = ["export", "--round", str(round_id), "--format", "jsonl", "--out", str(out)]
+    exported = subprocess.run(
+        [sys.executable, "-m", "dynaval.entrypoints.cli", *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if exported.returncode != 0:
+        raise DemoError(f"export failed: {exported.stderr.strip()}")
+    return out
+
+
 def print_summary(summary: dict[str, Any], out: Path) -> None:
     counts = summary["counts"]
     by_status = counts["by_status"]
     agreement = summary["agreement"]
     alpha = agreement["alpha"]
     alpha_text = f"{alpha:.3f}" if alpha is not None else f"undefined ({agreement['undefined_reason']})"
-    print("\n=== round summary ===")
+    print(f"\n=== round {summary['id']}: {summary['name']} ===")
     rows = [
         ("candidates", counts["collected"]),
         ("fooled the model", counts["fooled"]),
@@ -405,7 +477,7 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
 def print_access(
     service_url: str,
     server: LabelStudioServer,
-    summary: dict[str, Any],
+    annotators: list[dict[str, Any]],
     lead: str,
     writers: dict[str, str],
     collector: str,
@@ -413,9 +485,10 @@ def print_access(
     print("\n=== running ===")
     print(f"  dynaval service   {service_url}   (API: {service_url}/openapi.json)")
     print(f"    dashboard       {service_url}/dashboard   (sign in with the lead token)")
+    print(f"    writer page     {service_url}/write   (sign in with a writer token)")
     print(f"  Label Studio      {server.url}")
     print(f"    admin           {server.admin_email} / {server.admin_password}")
-    for annotator in summary["annotators"]:
+    for annotator in annotators:
         print(f"    annotator       {annotator['email']} / {DEFAULT_ANNOTATOR_PASSWORD}")
     # Scripts read these: one credential a line, single spaces, the token last.
     print("\n=== tokens ===")

@@ -328,13 +328,18 @@ def test_the_document_publishes_the_configured_limits_and_the_app_enforces_them(
             s for s in schemas["CandidateCreate"]["properties"]["text"]["anyOf"] if s["type"] == "string"
         )
         assert (text["minLength"], text["maxLength"]) == (1, 50)
-        # Every other input is a text of the object inputs, under the same limit (no other key is taken).
+        inputs = next(
+            s for s in schemas["CandidateCreate"]["properties"]["inputs"]["anyOf"] if s["type"] == "object"
+        )
+        assert inputs["additionalProperties"]["maxLength"] == 50
+        gold_text = schemas["GoldItem"]["properties"]["text"]["anyOf"][0]
+        gold_inputs = schemas["GoldItem"]["properties"]["inputs"]["anyOf"][0]
+        assert gold_text["maxLength"] == 50 and gold_inputs["additionalProperties"]["maxLength"] == 50
+        # The inputs a writer asks the model about are checked by the same limit, and no other key.
+        predict_inputs = schemas["PredictRequest"]["properties"]["inputs"]["anyOf"][0]
+        assert predict_inputs["additionalProperties"]["maxLength"] == 50
         for name in ("CandidateCreate", "GoldItem", "PredictRequest"):
             assert schemas[name]["additionalProperties"] is False, name
-            inputs = schemas[name]["properties"]["inputs"]["anyOf"][0]
-            assert inputs["additionalProperties"]["maxLength"] == 50, name
-        gold_text = schemas["GoldItem"]["properties"]["text"]["anyOf"][0]
-        assert gold_text["maxLength"] == 50
         assert "2000" not in str(schemas["CandidateCreate"]) and "100" not in candidates["description"]
 
         # The same models check the bodies: refused before the round is even looked up.
