@@ -12,6 +12,7 @@ from dynaval.adapters.task_queue import BackgroundJobs, QueuedWork, make_huey
 from dynaval.adapters.unit_of_work import sql_units_of_work
 from dynaval.service_layer import pushing, verification
 from dynaval.service_layer.services import ModelRegistry, PredictorFactory, Services
+from dynaval.service_layer.writer_links import WriterAnnotatorLinks
 from dynaval.settings import Settings
 
 
@@ -51,6 +52,7 @@ def bootstrap(
         catalog=LabelConfigCatalog(settings.resolved_label_config_dir),
         label_studio=gateway,
         models=models,
+        writer_links=WriterAnnotatorLinks(settings.writer_label_studio_links, gateway),
     )
     # The task queue's tasks call the use cases, which ask for work through services.work.
     services.task_queue = make_huey(settings.queue_url, settings.data_dir, settings.queue_name)

@@ -93,6 +93,11 @@ class Settings(BaseSettings):
         "candidates for the writers they name), each `token` or `name=token`.",
         repr=False,
     )
+    writer_label_studio_users: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated `name=user` links of writers (or leads) who also annotate to their "
+        "Label Studio user (its id, or its email): their vote on their own example never counts.",
+    )
     webhook_secret: str = Field(default="", repr=False)
     pseudonym_secret: str = Field(default="", repr=False)
     signing_secret: str = Field(default="", repr=False)
@@ -196,7 +201,14 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("writer_tokens", "lead_tokens", "exporter_tokens", "collector_tokens", mode="before")
+    @field_validator(
+        "writer_tokens",
+        "lead_tokens",
+        "exporter_tokens",
+        "collector_tokens",
+        "writer_label_studio_users",
+        mode="before",
+    )
     @classmethod
     def _split_tokens(cls, value: object) -> object:
         if isinstance(value, str):
@@ -258,6 +270,31 @@ class Settings(BaseSettings):
                 + ": every token and secret must be different"
             )
         return self
+
+    @model_validator(mode="after")
+    def _check_writer_links(self) -> Settings:
+        writers = {c.name for c in (*self.writer_credentials, *self.lead_credentials)}
+        for name in self.writer_label_studio_links:
+            if name not in writers:
+                raise ValueError(
+                    f"DYNAVAL_WRITER_LABEL_STUDIO_USERS links {name!r}, which is no writer's or lead's "
+                    "token name (DYNAVAL_WRITER_TOKENS, DYNAVAL_LEAD_TOKENS)"
+                )
+        return self
+
+    @property
+    def writer_label_studio_links(self) -> dict[str, str]:
+        """Label Studio users (an id or an email) by writer name."""
+        links: dict[str, str] = {}
+        for entry in self.writer_label_studio_users:
+            name, _, user = entry.partition("=")
+            if not name.strip() or not user.strip():
+                raise ValueError(
+                    f"DYNAVAL_WRITER_LABEL_STUDIO_USERS entry {entry!r}: write name=user "
+                    "(the user's Label Studio id or email)"
+                )
+            links[name.strip()] = user.strip()
+        return links
 
     @model_validator(mode="after")
     def _refuse_shared_identities(self) -> Settings:

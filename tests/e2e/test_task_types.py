@@ -26,6 +26,7 @@ from dynaval.domain.task_type import TaskType
 from dynaval.entrypoints.app import create_app, shutdown
 from tests.fixtures.service import (
     LEAD_TOKEN,
+    OTHER_WRITER_TOKEN,
     PSEUDONYM_SECRET,
     WRITER_NAME,
     WRITER_TOKEN,
@@ -56,9 +57,14 @@ PARAPHRASE_XML = """<View>
 
 @pytest.fixture
 def task_service(
-    database_url: str, tmp_path: Path, label_studio_server: Any, tiny_model_dir: Path
+    database_url: str,
+    tmp_path: Path,
+    label_studio_server: Any,
+    label_studio_annotators: list[Any],
+    tiny_model_dir: Path,
 ) -> Iterator[LiveService]:
-    """The service with a folder of labelling configs: the shipped ones and the test's own."""
+    """The service with a folder of labelling configs (the shipped ones and the test's own), and the
+    writer linked by email to the fourth annotator's Label Studio user (a writer who annotates)."""
     configs = tmp_path / "label_config"
     configs.mkdir()
     for name in ("sentiment", "nli"):
@@ -73,6 +79,7 @@ def task_service(
         public_url=f"http://127.0.0.1:{port}",
         model_dir=tiny_model_dir,
         label_config_dir=configs,
+        writer_label_studio_users=[f"{WRITER_NAME}={label_studio_annotators[3].email.upper()}"],
     )
     services = bootstrap(settings)
     live = LiveService(app=create_app(services, start_background=True), services=services, port=port)
@@ -382,3 +389,48 @@ def test_task_types_list_fields_labels_and_default_models_and_default_means_the_
     body = created.json()
     assert body["model"]["name"] == "nli-default" and body["fields"] == seen["nli"]["fields"]
     assert body["labels"] == list(NLI)
+
+
+def test_a_writers_vote_on_their_own_example_never_counts_and_leads_see_it(
+    task_service: LiveService,
+    label_studio_server: Any,
+    label_studio_annotators: list[Any],
+    tmp_path: Path,
+) -> None:
+    model = build_tiny_model(tmp_path / "nli-model", labels=NLI, always="neutral")
+    loop = Loop(task_service, label_studio_server, label_studio_annotators, "nli")
+    loop.annotators["D"] = label_studio_annotators[3]  # the writer's own Label Studio user
+    loop.create(model, "own votes")
+    own = loop.submit({"premise": "It is raining.", "hypothesis": "The street is dry."}, "contradiction")
+    task_id = loop.task_id(own["id"])
+    loop.vote(task_id, "D", "contradiction")  # the writer, validating their own example
+    loop.vote(task_id, "A", "contradiction")
+    body = loop.candidate(own["id"])
+    assert body["status"] == "in_validation"  # one counted vote of two
+    writer_as_annotator = pseudonym(PSEUDONYM_SECRET, "annotator", str(label_studio_annotators[3].id))
+    assert body["decision"]["own_vote_ignored"] == writer_as_annotator
+    assert body["decision"]["votes_counted"] == 1
+    loop.wait_overlap(task_id, 3)  # Label Studio is asked for one more annotation in its place
+    loop.vote(task_id, "B", "contradiction")
+    body = loop.candidate(own["id"])
+    assert body["status"] == "accepted" and body["decision"]["votes_counted"] == 2
+
+    client = task_service.app.test_client()
+    page = client.get("/dashboard/login").get_data(as_text=True)
+    csrf = page.split('name="csrf_token" value="')[1].split('"')[0]
+    client.post("/dashboard/login", data={"token": LEAD_TOKEN, "csrf_token": csrf})
+    shown = client.get(f"/dashboard/candidates/{own['id']}").get_data(as_text=True)
+    assert 'data-testid="prov-own-vote"' in shown and writer_as_annotator in shown
+
+    # Another writer's example: the same annotator's vote counts.
+    inputs = {"premise": "It is sunny.", "hypothesis": "It is night."}
+    other = task_service.call(
+        "POST", f"/api/rounds/{loop.round_id}/candidates", token=OTHER_WRITER_TOKEN,
+        json={"inputs": inputs, "writer_label": "contradiction"},
+    )  # fmt: skip
+    assert other.status_code == 201, other.text
+    other_task = loop.task_id(other.json()["id"])
+    loop.vote(other_task, "D", "contradiction")
+    loop.vote(other_task, "A", "contradiction")
+    counted = loop.candidate(other.json()["id"])
+    assert counted["status"] == "accepted" and counted["decision"]["own_vote_ignored"] is None

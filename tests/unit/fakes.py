@@ -356,6 +356,9 @@ class FakeLabelStudio:
     """candidate or gold item id -> task id"""
     overlaps: dict[int, tuple[int, bool]] = field(default_factory=dict)
     imports: int = 0
+    users: dict[str, int] = field(default_factory=dict)
+    """Label Studio users' ids by email."""
+    user_lookups: int = 0
 
     def _check(self) -> None:
         if self.down:
@@ -384,6 +387,11 @@ class FakeLabelStudio:
 
     def task_url(self, project_id: int, task_id: int) -> str:
         return f"http://label-studio.invalid/projects/{project_id}/data?task={task_id}"
+
+    def user_ids_by_email(self) -> dict[str, int]:
+        self._check()
+        self.user_lookups += 1
+        return dict(self.users)
 
 
 def fake_services(store: FakeStore, label_studio: FakeLabelStudio | None = None, **settings: Any) -> Services:

@@ -135,7 +135,7 @@ def _rule_figures(decision: Any, dialect: str) -> ColumnElement[Any]:
     and which would make every candidate's decision different."""
     if dialect == "sqlite":
         figures: ColumnElement[Any] = func.json_remove(
-            decision, "$.ballots", "$.excluded_annotators", type_=Text
+            decision, "$.ballots", "$.excluded_annotators", "$.own_vote_ignored", type_=Text
         )
     else:
         # One conversion to jsonb per row (each costs the server a parse of the whole decision);
@@ -144,7 +144,10 @@ def _rule_figures(decision: Any, dialect: str) -> ColumnElement[Any]:
             (
                 func.json_typeof(decision) == "object",
                 cast(
-                    cast(decision, JSONB).op("-")(literal("ballots")).op("-")(literal("excluded_annotators")),
+                    cast(decision, JSONB)
+                    .op("-")(literal("ballots"))
+                    .op("-")(literal("excluded_annotators"))
+                    .op("-")(literal("own_vote_ignored")),
                     Text,
                 ),
             ),

@@ -182,6 +182,8 @@ class LabelStudioGateway(Protocol):
 
     def task_url(self, project_id: int, task_id: int) -> str: ...
 
+    def user_ids_by_email(self) -> dict[str, int]: ...
+
 
 class SdkLabelStudioGateway:
     """:class:`LabelStudioGateway` over label-studio-sdk's ``LabelStudio`` client."""
@@ -359,6 +361,11 @@ class SdkLabelStudioGateway:
     def get_task_overlap(self, *, task_id: int) -> int:
         task = self._call("read a task", self._client.tasks.get, id=task_id)
         return int(task.overlap)
+
+    def user_ids_by_email(self) -> dict[str, int]:
+        """Every Label Studio user's id, by email (users without one are left out)."""
+        users = self._call("list users", self._client.users.list)
+        return {str(u.email): int(u.id) for u in users if getattr(u, "email", None) and u.id is not None}
 
     def task_url(self, project_id: int, task_id: int) -> str:
         """Where a person opens the task in Label Studio (its data manager, task open)."""

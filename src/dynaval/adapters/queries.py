@@ -68,8 +68,11 @@ class SqlRoundQueries:
             latest[(candidate_id, annotator)] = label  # ordered: the last one is the vote
         return [(c, a, label) for (c, a), label in latest.items() if label is not None]
 
-    def counted_votes(self, round_id: int) -> list[tuple[str, str, str]]:
-        """:meth:`labelled_votes` without the excluded annotators' votes: what the round counts."""
+    def counted_votes(
+        self, round_id: int, writer_annotators: Mapping[str, str] | None = None
+    ) -> list[tuple[str, str, str]]:
+        """:meth:`labelled_votes` without the excluded annotators' votes, nor the writers' votes on
+        their own examples: what the round counts."""
         excluded = set(
             self._session.exec(
                 select(AnnotatorStatusRow.annotator_id).where(
@@ -77,7 +80,22 @@ class SqlRoundQueries:
                 )
             ).all()
         )
-        return [vote for vote in self.labelled_votes(round_id) if vote[1] not in excluded]
+        own: dict[str, str] = {}
+        if writer_annotators:
+            # A collector's writers are names of its front end: never linked (Candidate.decide).
+            written = self._session.exec(
+                select(CandidateRow.id, CandidateRow.writer_id).where(
+                    CandidateRow.round_id == round_id,
+                    col(CandidateRow.collected_by).is_(None),
+                    col(CandidateRow.writer_id).in_(list(writer_annotators)),
+                )
+            ).all()
+            own = {candidate_id: writer_annotators[writer] for candidate_id, writer in written}
+        return [
+            vote
+            for vote in self.labelled_votes(round_id)
+            if vote[1] not in excluded and own.get(vote[0]) != vote[1]
+        ]
 
     def validated_candidates(self, round_id: int) -> int:
         """Candidates whose task is in Label Studio."""

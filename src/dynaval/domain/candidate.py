@@ -168,14 +168,22 @@ class Candidate:
         excluded: Collection[str],
         cause: str,
         at: datetime,
+        writer_annotators: Mapping[str, str] | None = None,
     ) -> DecisionEntry | None:
         """Apply the round's rule to these annotations; record and return the new decision, or
         None when nothing changed. A candidate the rule does not decide (not in validation, or
-        overridden by a lead) is left alone: its votes are kept, its status is not touched."""
+        overridden by a lead) is left alone: its votes are kept, its status is not touched.
+
+        ``writer_annotators`` gives writers' Label Studio users by writer name: this candidate's
+        writer's own vote never counts (a collector's writers are names of its front end, not
+        people the service knows, so they have none)."""
         if not self.status.is_validated_by_rule or self.override is not None:
             return None
         ballots = current_ballots(records)
-        decision: Decision = decide(ballots, self.writer_label, DecisionPolicy(**policy), excluded=excluded)
+        own = (writer_annotators or {}).get(self.writer_id) if self.collected_by is None else None
+        decision: Decision = decide(
+            ballots, self.writer_label, DecisionPolicy(**policy), excluded=excluded, writer_annotator=own
+        )
         ballot_dicts = [
             {"annotator": b.annotator, "label": b.label, "flagged": b.flagged, "reason": b.reason}
             for b in ballots

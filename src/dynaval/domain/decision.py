@@ -58,6 +58,8 @@ class Decision:
     reason: str
     rule_version: str = RULE_VERSION
     excluded_annotators: tuple[str, ...] = field(default=())
+    own_vote_ignored: str | None = None
+    """The writer's own Label Studio user, when they voted on their own example: not counted."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +76,8 @@ class Decision:
             "reason": self.reason,
             "rule_version": self.rule_version,
             "excluded_annotators": list(self.excluded_annotators),
+            # Only when there is one, so that decisions stored before this key stay equal.
+            **({"own_vote_ignored": self.own_vote_ignored} if self.own_vote_ignored else {}),
         }
 
 
@@ -96,6 +100,7 @@ def decide(
     policy: DecisionPolicy,
     *,
     excluded: Collection[str] = (),
+    writer_annotator: str | None = None,
 ) -> Decision:
     """Apply the round's rule to a candidate's current ballots.
 
@@ -109,10 +114,16 @@ def decide(
     6. At ``max_votes`` (or more, since Label Studio does not cap annotations) accept when the
        writer's label is the strict majority with at least ``accept_share`` of the votes; else
        reject, recording the validators' majority label when there is a single one.
+
+    A vote by ``writer_annotator`` (the writer's own Label Studio user: writers may also be
+    annotators) never counts, as an excluded annotator's does not, and is recorded.
     """
     all_ballots = list(ballots)
     excluded_set = frozenset(excluded)
-    counted = [b for b in all_ballots if b.annotator not in excluded_set]
+    own_vote = next(
+        (b for b in all_ballots if writer_annotator is not None and b.annotator == writer_annotator), None
+    )
+    counted = [b for b in all_ballots if b.annotator not in excluded_set and b is not own_vote]
     excluded_seen = tuple(sorted({b.annotator for b in all_ballots} & excluded_set)) if excluded_set else ()
     flags = sum(1 for b in counted if b.flagged)
     counts = Counter(b.label for b in counted if b.label is not None)
@@ -141,6 +152,7 @@ def decide(
             flags=flags,
             reason=reason,
             excluded_annotators=excluded_seen,
+            own_vote_ignored=own_vote.annotator if own_vote is not None else None,
         )
 
     if flags >= policy.flag_votes:

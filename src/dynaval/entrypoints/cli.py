@@ -224,7 +224,10 @@ def cmd_gold_add(args: argparse.Namespace) -> int:
     path = Path(args.file)
     lines = _read_jsonl(path)
     if not lines:
-        raise CommandError(f'{args.file} holds no items; write one {{"text": ..., "label": ...}} per line')
+        raise CommandError(
+            f'{args.file} holds no items; write one {{"inputs": {{...}}, "label": ...}} per line '
+            '(or {{"text": ..., "label": ...}} for a task whose one field is text)'
+        )
     settings = _settings()
     try:
         upload = request_models(settings).validate(GoldUpload, {"items": [value for _, value in lines]})
@@ -426,9 +429,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     gold = commands.add_parser("gold", help="gold items (known labels) that check annotators")
     gold_commands = gold.add_subparsers(dest="gold_command", required=True, metavar="GOLD_COMMAND")
-    gold_add = gold_commands.add_parser("add", help="upload gold items from a JSONL file of {text, label}")
+    gold_add = gold_commands.add_parser("add", help="upload gold items from a JSONL file of {inputs, label}")
     gold_add.add_argument("--round", type=int, required=True, help="round id")
-    gold_add.add_argument("file", help='JSONL file, one {"text": ..., "label": ...} object per line')
+    gold_add.add_argument(
+        "file",
+        help='JSONL file, one {"inputs": {...}, "label": ...} object per line ({"text": ..., "label": ...} '
+        "for a task whose one field is text)",
+    )
     gold_add.set_defaults(run=cmd_gold_add)
 
     agreement = commands.add_parser(

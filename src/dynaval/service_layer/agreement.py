@@ -41,9 +41,10 @@ def _read_round_votes(services: Services, round_id: int, bootstrap: int, seed: i
     if not 0 <= seed <= MAX_SEED:
         raise InvalidInput(f"seed must be between 0 and {MAX_SEED}", field="seed")
     secret = services.settings.pseudonym_secret
+    links = services.writer_annotators()
     with services.uow(read_only=True) as uow:
         round_ = uow.rounds.get(round_id)
-        votes = _pseudonymous(secret, uow.round_queries.counted_votes(round_id))
+        votes = _pseudonymous(secret, uow.round_queries.counted_votes(round_id, links))
         writer_labels: dict[Id, Label] = dict(uow.round_queries.writer_labels(round_id))
         cost = validation_cost(round_, uow.round_queries.validated_candidates(round_id), len(votes))
     return _RoundVotes(votes, writer_labels, list(round_.labels), cost)

@@ -7,7 +7,7 @@ part in is made again at once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dynaval.domain.clock import utcnow
@@ -36,7 +36,16 @@ def apply_gold_rule(services: Services, round_id: int, annotators: Iterable[str]
             verdict = gold_verdict(score, round_.decision_policy, uow.annotators.status(round_id, annotator))
             if verdict is not None:
                 excluded, reason = verdict
-                changed += _set_status(uow, round_id, annotator, excluded, DecidedBy.GOLD, reason, score)
+                changed += _set_status(
+                    uow,
+                    round_id,
+                    annotator,
+                    excluded,
+                    DecidedBy.GOLD,
+                    reason,
+                    score,
+                    services.writer_annotators(),
+                )
         uow.commit()
     return changed
 
@@ -50,7 +59,9 @@ def set_exclusion_by_lead(
         uow.rounds.get(round_id)
         raw = _raw_annotator(services, uow, round_id, annotator)
         score = gold_scores(uow.gold.answers(round_id)).get(raw, GoldScore(0, 0))
-        changed = _set_status(uow, round_id, raw, excluded, DecidedBy.LEAD, reason, score)
+        changed = _set_status(
+            uow, round_id, raw, excluded, DecidedBy.LEAD, reason, score, services.writer_annotators()
+        )
         uow.commit()
     if changed:
         services.work.escalate_soon(round_id)  # a vote that stopped counting may leave a task short
@@ -79,6 +90,7 @@ def _set_status(
     decided_by: DecidedBy,
     reason: str,
     score: GoldScore,
+    writer_annotators: Mapping[str, str],
 ) -> int:
     """Record the annotator's status and the event, and make every decision they took part in again."""
     now = utcnow()
@@ -96,6 +108,7 @@ def _set_status(
             excluded=excluded_now,
             cause=f"{decided_by.value}-exclusion",
             at=now,
+            writer_annotators=writer_annotators,
         )
         if entry is not None:
             uow.candidates.save(candidate)

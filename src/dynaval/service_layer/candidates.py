@@ -300,6 +300,9 @@ def candidate_public(services: Services, uow: UnitOfWork, candidate: Candidate) 
         decision["excluded_annotators"] = [
             pseudonym(secret, "annotator", a) for a in decision.get("excluded_annotators", [])
         ]
+        own = decision.pop("own_vote_ignored", None)
+        # The annotator whose vote did not count because they wrote the example (None: no such vote).
+        decision["own_vote_ignored"] = pseudonym(secret, "annotator", own) if own is not None else None
         decision["decided_at"] = candidate.decided_at.isoformat() if candidate.decided_at else None
         decision["override"] = override
     history = [

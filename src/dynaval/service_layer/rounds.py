@@ -143,10 +143,11 @@ def validation_cost(round_: Round, validated: int, votes: int) -> dict[str, Any]
 
 
 def round_summary(services: Services, round_id: int, *, with_model_folder: bool) -> dict[str, Any]:
+    links = services.writer_annotators()
     with services.uow(read_only=True) as uow:
         round_ = uow.rounds.get(round_id)
         counts = round_counts(uow.round_queries.status_counts(round_id))
-        votes = uow.round_queries.counted_votes(round_id)
+        votes = uow.round_queries.counted_votes(round_id, links)
         labels_by_item: dict[str, list[str]] = defaultdict(list)
         for item, _annotator, label in votes:
             labels_by_item[item].append(label)

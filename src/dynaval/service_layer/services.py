@@ -14,6 +14,7 @@ from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.label_studio import LabelStudioGateway
 from dynaval.adapters.predictor import MicroBatcher, Predictor
 from dynaval.service_layer.unit_of_work import UnitOfWork
+from dynaval.service_layer.writer_links import WriterAnnotatorLinks
 from dynaval.settings import Settings
 
 PredictorFactory = Callable[[Path], Predictor]
@@ -99,8 +100,14 @@ class Services:
     work: WorkQueue = field(default_factory=NoWorkQueue)
     task_queue: Any = None
     """The huey instance behind ``work`` (the composition root sets both), or None."""
+    writer_links: WriterAnnotatorLinks | None = None
+    """Writers' Label Studio users (the composition root sets it): their own votes never count."""
     webhook_rounds: dict[int, int] = field(default_factory=dict)
     """Round ids by Label Studio project id, as the webhook path reads them (they never change)."""
+
+    def writer_annotators(self) -> dict[str, str]:
+        """Writers' Label Studio user ids by writer name, as known now."""
+        return self.writer_links.current() if self.writer_links is not None else {}
 
     def health(self) -> dict[str, object]:
         """What ``GET /health`` reports: the service answers and its database does."""

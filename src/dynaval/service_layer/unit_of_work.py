@@ -235,8 +235,12 @@ class RoundQueries(Protocol):
         round of 250,000 annotations takes about a second, not the many that ORM rows would.
         """
 
-    def counted_votes(self, round_id: int) -> list[tuple[str, str, str]]:
-        """:meth:`labelled_votes` without the excluded annotators' votes: what the round counts."""
+    def counted_votes(
+        self, round_id: int, writer_annotators: Mapping[str, str] | None = None
+    ) -> list[tuple[str, str, str]]:
+        """:meth:`labelled_votes` without the excluded annotators' votes, nor the writers' votes on
+        their own examples (``writer_annotators``: Label Studio users by writer name): what the
+        round counts."""
 
     def validated_candidates(self, round_id: int) -> int:
         """Candidates whose task is in Label Studio."""

@@ -21,13 +21,13 @@ is not settled by it (its change may have landed after the read), so the task is
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
 from dynaval.adapters.label_studio import READ_BATCH_SIZE, ExportedTask, ParsedAnnotation
-from dynaval.domain.candidate import CandidateStatus
+from dynaval.domain.candidate import Candidate, CandidateStatus
 from dynaval.domain.clock import utcnow
 from dynaval.domain.gold import GoldAnswer
 from dynaval.domain.task_type import TaskType
@@ -203,13 +203,14 @@ def _apply_read(
                 report.unknown_tasks += 1
             else:
                 kinds[task.task_id] = kind
+    links = services.writer_annotators()
     done = 0
     wants_more_votes = False
     candidate_tasks = [t for t in tasks if kinds.get(t.task_id) == "candidate"]
     for start in range(0, len(candidate_tasks), chunk_tasks):
         chunk = candidate_tasks[start : start + chunk_tasks]
         with services.uow() as uow:
-            wants_more_votes |= _apply_candidates(uow, target, chunk, read_at, report, source)
+            wants_more_votes |= _apply_candidates(uow, target, chunk, read_at, report, source, links)
             uow.commit()
         done += len(chunk)
         if progress:
@@ -233,6 +234,17 @@ def _apply_read(
         services.work.escalate_soon(target.id)
 
 
+def _log_own_vote(candidate: Candidate) -> None:
+    own = (candidate.decision or {}).get("own_vote_ignored")
+    if own is not None:
+        log.warning(
+            "candidate %s: its writer %s voted on it as Label Studio user %s; the vote is not counted",
+            candidate.id,
+            candidate.writer_id,
+            own,
+        )
+
+
 def _apply_candidates(
     uow: UnitOfWork,
     target: _Round,
@@ -240,6 +252,7 @@ def _apply_candidates(
     read_at: datetime,
     report: ReadReport,
     source: str,
+    writer_annotators: Mapping[str, str],
 ) -> bool:
     """Make the stored annotations of these tasks' candidates equal the copies read, and decide
     each again; returns whether Label Studio must be asked for more annotations."""
@@ -299,11 +312,13 @@ def _apply_candidates(
             excluded=excluded,
             cause=source,
             at=now,
+            writer_annotators=writer_annotators,
         )
         candidate.label_studio_read_at = read_at
         if entry is None:
             writes.read_only.append({"candidate_id": candidate.id, "read_at": read_at})
             continue
+        _log_own_vote(candidate)
         writes.decisions.append(
             {
                 "candidate_id": candidate.id,
