@@ -61,6 +61,7 @@ LEAD = Access("api", (Role.LEAD,))
 EVERY_ROLE = Access("api", (Role.WRITER, Role.COLLECTOR, Role.EXPORTER, Role.LEAD))
 SUBMITTERS = Access("api", (Role.WRITER, Role.COLLECTOR, Role.LEAD))
 READERS = Access("api", (Role.EXPORTER, Role.LEAD))
+OWN_WRITERS = Access("api", (Role.WRITER, Role.LEAD))  # those who write as themselves
 
 ACCESS: dict[tuple[str, str], Access] = {
     ("GET", "/health"): PUBLIC,
@@ -68,8 +69,11 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("POST", "/webhooks/label-studio"): Access("webhook"),
     ("POST", "/api/rounds"): LEAD,
     ("GET", "/api/rounds"): EVERY_ROLE,
+    ("GET", "/api/me"): EVERY_ROLE,
     ("GET", "/api/task-types"): EVERY_ROLE,
     ("GET", "/api/rounds/<int:round_id>"): EVERY_ROLE,
+    ("POST", "/api/rounds/<int:round_id>/predict"): OWN_WRITERS,
+    ("GET", "/api/rounds/<int:round_id>/my-candidates"): OWN_WRITERS,
     ("POST", "/api/rounds/<int:round_id>/close"): LEAD,
     ("POST", "/api/rounds/<int:round_id>/candidates"): SUBMITTERS,
     ("POST", "/api/rounds/<int:round_id>/candidates/batch"): SUBMITTERS,
@@ -83,6 +87,7 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("POST", "/api/rounds/<int:round_id>/annotators/<annotator>/exclusion"): LEAD,
     ("GET", "/api/rounds/<int:round_id>/exclusions"): LEAD,
     ("GET", "/api/rounds/<int:round_id>/audit"): LEAD,
+    ("GET", "/write"): PUBLIC,  # a static page: its script calls the API with the writer's token
     ("GET", "/dashboard"): PUBLIC,  # a redirect to the rounds page, which needs a lead
     ("GET", "/dashboard/"): PUBLIC,
     ("GET", "/dashboard/login"): PUBLIC,

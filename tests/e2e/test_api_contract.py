@@ -122,13 +122,14 @@ def openapi_path(rule: str) -> str:
 
 
 def registered_operations(app: Flask, *, skip_endpoints: set[str]) -> set[tuple[str, str]]:
-    """Every JSON operation the app serves. The dashboard's HTML pages (blueprint ``dashboard``) are
-    not part of the API document; tests/e2e/test_dashboard_pages.py covers them."""
+    """Every JSON operation the app serves. The dashboard's HTML pages (blueprint ``dashboard``) and
+    the writers' page (blueprint ``writer``) are not part of the API document;
+    tests/e2e/test_dashboard_pages.py and tests/e2e/test_writer_page.py cover them."""
     operations = {(WEBHOOK_PATH, "post")}  # the endpoint in front of Flask: no Flask rule
     for rule in app.url_map.iter_rules():
         if rule.rule == "/openapi.json" or rule.endpoint in skip_endpoints:
             continue
-        if rule.endpoint.startswith("dashboard."):
+        if rule.endpoint.startswith(("dashboard.", "writer.")):
             continue
         for method in (rule.methods or set()) - {"HEAD", "OPTIONS"}:
             operations.add((openapi_path(rule.rule), method.lower()))
@@ -334,6 +335,11 @@ def test_the_document_publishes_the_configured_limits_and_the_app_enforces_them(
         gold_text = schemas["GoldItem"]["properties"]["text"]["anyOf"][0]
         gold_inputs = schemas["GoldItem"]["properties"]["inputs"]["anyOf"][0]
         assert gold_text["maxLength"] == 50 and gold_inputs["additionalProperties"]["maxLength"] == 50
+        # The inputs a writer asks the model about are checked by the same limit, and no other key.
+        predict_inputs = schemas["PredictRequest"]["properties"]["inputs"]["anyOf"][0]
+        assert predict_inputs["additionalProperties"]["maxLength"] == 50
+        for name in ("CandidateCreate", "GoldItem", "PredictRequest"):
+            assert schemas[name]["additionalProperties"] is False, name
         assert "2000" not in str(schemas["CandidateCreate"]) and "100" not in candidates["description"]
 
         # The same models check the bodies: refused before the round is even looked up.
@@ -374,6 +380,7 @@ class Route:
 
 
 LEAD, WRITERS, READERS = ("lead",), ("writer", "collector", "lead"), ("exporter", "lead")
+OWN_WRITERS = ("writer", "lead")  # who writes as themselves (a collector submits for others)
 EVERY_ROLE = ("writer", "collector", "exporter", "lead")
 ROUTES = [
     Route("POST", "/api/rounds", LEAD),
@@ -384,6 +391,8 @@ ROUTES = [
     Route("GET", "/api/rounds/{round}", EVERY_ROLE),
     Route("POST", "/api/rounds/{round}/candidates", WRITERS),
     Route("GET", "/api/candidates/{candidate}", WRITERS),
+    Route("POST", "/api/rounds/{round}/predict", WRITERS),
+    Route("GET", "/api/rounds/{round}/my-candidates", OWN_WRITERS),
 ]
 ROUND_BODY = {"name": "auth round", "task": "sentiment", "model": "default"}
 CANDIDATE_BODY = {"text": "What a lovely day.", "writer_label": "positive"}  # the token names the writer
@@ -392,7 +401,11 @@ CANDIDATE_BODY = {"text": "What a lovely day.", "writer_label": "positive"}  # t
 def json_body(route: Route) -> dict[str, Any] | None:
     if route.method != "POST":
         return None
-    return {"/api/rounds": ROUND_BODY, "/api/rounds/{round}/candidates": CANDIDATE_BODY}.get(route.path, {})
+    return {
+        "/api/rounds": ROUND_BODY,
+        "/api/rounds/{round}/candidates": CANDIDATE_BODY,
+        "/api/rounds/{round}/predict": {"text": CANDIDATE_BODY["text"]},
+    }.get(route.path, {})
 
 
 def secured_routes(app: Flask) -> dict[tuple[str, str], tuple[str, ...]]:
@@ -410,7 +423,7 @@ def test_the_route_table_has_the_documented_roles(app: Flask) -> None:
     table = {(r.openapi_path, r.method): r.roles for r in ROUTES}
     assert {key: secured.get(key) for key in table} == table
     # Every route, with every caller, is in tests/e2e/test_access.py.
-    assert set(secured.values()) <= {LEAD, WRITERS, READERS, EVERY_ROLE}
+    assert set(secured.values()) <= {LEAD, WRITERS, READERS, EVERY_ROLE, OWN_WRITERS}
 
 
 NO_VALID_TOKEN = {
@@ -509,6 +522,8 @@ def test_tokens_against_the_live_service(live_service: LiveService) -> None:
         "GET /api/rounds/{round}": 200,
         "POST /api/rounds/{round}/candidates": 201,
         "GET /api/candidates/{candidate}": 200,
+        "POST /api/rounds/{round}/predict": 200,
+        "GET /api/rounds/{round}/my-candidates": 200,
     }
     assert as_writer == expected_writer
     rounds = live_service.call("GET", "/api/rounds", token=WRITER_TOKEN).json()["rounds"]

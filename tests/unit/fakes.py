@@ -150,6 +150,22 @@ class FakeCandidates:
     def count_with_status(self, round_id: int, status: CandidateStatus) -> int:
         return sum(1 for c in self._of_round(round_id) if c.status is status)
 
+    def submitted_counts(self, round_id: int, submitted_by: str) -> dict[tuple[str, bool], int]:
+        counts: dict[tuple[str, bool], int] = {}
+        for c in self._of_round(round_id):
+            if c.submitted_by == submitted_by:
+                key = (c.status.value, bool(c.fooled))
+                counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    def submitted_page(self, round_id: int, submitted_by: str, *, offset: int, limit: int) -> list[Candidate]:
+        found = sorted(
+            (c for c in self._of_round(round_id) if c.submitted_by == submitted_by),
+            key=lambda c: (c.submitted_at, c.id),
+            reverse=True,
+        )
+        return found[offset : offset + limit]
+
     def page_with_status(
         self, round_id: int, status: CandidateStatus, *, after: tuple[datetime, str] | None, limit: int
     ) -> list[Candidate]:

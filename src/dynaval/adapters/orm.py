@@ -50,6 +50,8 @@ class CandidateRow(SQLModel, table=True):
         # the status in the second index lets it skip rows without reading the table.
         Index("ix_candidate_round_status_submitted", "round_id", "status", "submitted_at", "id"),
         Index("ix_candidate_round_submitted", "round_id", "submitted_at", "id", "status"),
+        # A writer's own candidates in a round (the writer's page), newest first, and their counts.
+        Index("ix_candidate_round_submitter", "round_id", "submitted_by", "submitted_at", "id"),
         UniqueConstraint("label_studio_task_id", name="uq_candidate_ls_task"),
     )
 

@@ -436,6 +436,26 @@ class SqlCandidateRepository:
             ).one()
         )
 
+    def submitted_counts(self, round_id: int, submitted_by: str) -> dict[tuple[str, bool], int]:
+        """The round's candidates submitted under ``submitted_by``, by (status, fooled)."""
+        grouped = self._session.exec(
+            select(CandidateRow.status, CandidateRow.fooled, func.count())
+            .where(CandidateRow.round_id == round_id, CandidateRow.submitted_by == submitted_by)
+            .group_by(col(CandidateRow.status), col(CandidateRow.fooled))
+        ).all()
+        return {(status, bool(fooled)): int(n) for status, fooled, n in grouped}
+
+    def submitted_page(self, round_id: int, submitted_by: str, *, offset: int, limit: int) -> list[Candidate]:
+        """The round's candidates submitted under ``submitted_by``, the newest first."""
+        rows = self._session.exec(
+            select(CandidateRow)
+            .where(CandidateRow.round_id == round_id, CandidateRow.submitted_by == submitted_by)
+            .order_by(col(CandidateRow.submitted_at).desc(), col(CandidateRow.id).desc())
+            .offset(offset)
+            .limit(limit)
+        ).all()
+        return [candidate_of(row) for row in rows]
+
     def page_with_status(
         self, round_id: int, status: CandidateStatus, *, after: tuple[datetime, str] | None, limit: int
     ) -> list[Candidate]:

@@ -58,7 +58,7 @@ def create_app(
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["dynaval"] = services
 
-    from dynaval.entrypoints import guards, headers, pages
+    from dynaval.entrypoints import guards, headers, pages, writer_page
     from dynaval.entrypoints.routes import api
 
     # Every <int:...> in a path (the API's and the dashboard's) reads ASCII digits only; set before
@@ -66,6 +66,7 @@ def create_app(
     app.url_map.converters["int"] = guards.AsciiIntegerConverter
     app.register_blueprint(api)
     pages.init_app(app)
+    writer_page.init_app(app)
     guards.init_app(app)
     headers.init_app(app)
 

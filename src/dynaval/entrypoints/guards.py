@@ -259,15 +259,21 @@ class AsciiIntegerConverter(IntegerConverter):
         return NotAnAsciiNumber(value)
 
 
-def query_int(name: str, default: int) -> int:
+def query_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
     """An integer query parameter written in ASCII digits (``bootstrap=1_000`` or ``seed=\uff11`` is
-    refused with 422 naming it, though Python's ``int()`` would read them); ``default`` when absent."""
+    refused with 422 naming it, though Python's ``int()`` would read them); ``default`` when absent.
+    With ``minimum`` and ``maximum``, a value outside them is refused the same way."""
     raw = request.args.get(name)
     if raw is None:
         return default
     if not (raw.isascii() and raw.isdigit()):
         raise InvalidInput(f"{name} must be a whole number in the digits 0-9", field=name)
-    return int(raw)
+    value = int(raw)
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        low = "" if minimum is None else f" at least {minimum}"
+        high = "" if maximum is None else f" at most {maximum}"
+        raise InvalidInput(f"{name} must be{low}{' and' if low and high else ''}{high}", field=name)
+    return value
 
 
 def _check_url_values(endpoint: str | None, values: dict[str, Any] | None) -> None:

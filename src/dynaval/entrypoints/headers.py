@@ -8,6 +8,9 @@ not apply to them. No page may be framed (clickjacking of the override and exclu
 is stored by a cache or the browser (they show data, and forms with CSRF tokens), and no link
 sends the page's address to another origin (Label Studio gets no candidate ids or searches).
 
+The writers' page (``/write``) gets the same policy with ``connect-src 'self'`` added: its script
+calls the JSON API of this origin with the writer's token.
+
 Anything else (the JSON API, downloads) gets a policy that allows nothing at all, the same framing,
 sniffing and referrer rules, and ``no-store`` too. The dashboard's static files (scripts, styles,
 the icon) hold no data and keep Flask's own caching.
@@ -28,6 +31,10 @@ PAGE_POLICY = "; ".join(
         "base-uri 'none'",
     )
 )
+WRITER_PAGE_POLICY = PAGE_POLICY + "; connect-src 'self'"
+"""The writers' page: the dashboard pages' policy, and its script may call this origin's JSON API
+(``fetch``) and nowhere else."""
+FETCHING_PAGES = frozenset({"writer.write"})
 DATA_POLICY = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'"
 STATIC_ENDPOINTS = frozenset({"dashboard.static"})
 
@@ -47,8 +54,13 @@ def init_app(app: Flask) -> None:
 def add_security_headers(response: Response) -> Response:
     for name, value in COMMON.items():
         response.headers[name] = value
-    is_page = response.mimetype == "text/html"
-    response.headers["Content-Security-Policy"] = PAGE_POLICY if is_page else DATA_POLICY
+    if response.mimetype != "text/html":
+        policy = DATA_POLICY
+    elif request.endpoint in FETCHING_PAGES:
+        policy = WRITER_PAGE_POLICY
+    else:
+        policy = PAGE_POLICY
+    response.headers["Content-Security-Policy"] = policy
     if request.endpoint not in STATIC_ENDPOINTS:
         response.headers["Cache-Control"] = "no-store"
     return response

@@ -18,6 +18,7 @@ from dynaval.entrypoints.schemas import (
     ExclusionChange,
     GoldUpload,
     OverrideCreate,
+    PredictRequest,
     RequestModel,
     RoundCreate,
     request_models,
@@ -45,6 +46,10 @@ M = TypeVar("M", bound=RequestModel)
 EVERY_ROLE = (Role.WRITER, Role.COLLECTOR, Role.EXPORTER, Role.LEAD)
 SUBMITTERS = (Role.WRITER, Role.COLLECTOR, Role.LEAD)
 READERS = (Role.EXPORTER, Role.LEAD)
+# Who writes examples as themselves: a writer, or a lead (a collector submits for others).
+WRITERS = (Role.WRITER, Role.LEAD)
+MY_CANDIDATES_LIMIT = 100
+MAX_PAGE = 1_000_000  # past it the offset would leave the database's integers
 
 
 def _services() -> Services:
@@ -120,6 +125,13 @@ def list_rounds() -> Any:
     return jsonify({"rounds": rounds.list_rounds(_services(), with_model_folder=_sees_model_folder())})
 
 
+@api.get("/api/me")
+@documented(summary="Who the token says the caller is: its name and role", responses={200: "OK"})
+@requires(*EVERY_ROLE)
+def whoami() -> Any:
+    return jsonify({"name": g.caller.name, "role": g.caller.role.value})
+
+
 @api.get("/api/rounds/<int:round_id>")
 @documented(
     summary="A round with its counts, MER, VMER and alpha", responses={200: "OK", 404: "No such round"}
@@ -136,9 +148,8 @@ def get_round(round_id: int) -> Any:
 @requires(Role.LEAD)
 def close_round(round_id: int) -> Any:
     services = _services()
-    return jsonify(
-        rounds.round_public(services, rounds.close_round(services, round_id), with_model_folder=True)
-    )
+    closed = rounds.close_round(services, round_id)
+    return jsonify(rounds.round_public(services, closed, with_model_folder=True))
 
 
 @api.post("/api/rounds/<int:round_id>/candidates")
@@ -197,6 +208,46 @@ def submit_candidate_batch(round_id: int) -> Any:
         charge=charge_scoring,
     )
     return jsonify({"candidates": candidates.candidates_public(services, [r.id for r in rows])}), 201
+
+
+@api.post("/api/rounds/<int:round_id>/predict")
+@documented(
+    summary="Ask the round's model about an example's inputs before submitting it; nothing is stored",
+    body=PredictRequest,
+    responses={
+        200: "The model's label and its probability for each of the round's labels",
+        403: "Not a writer or lead",
+        404: "No such round",
+        409: "Round closed or frozen",
+        413: "Text too long",
+        422: "Invalid field, or a missing or unknown input of the round's task type",
+        503: "Model unavailable",
+    },
+    scores=True,
+)
+@requires(*WRITERS)  # the writer's "try it" button: writers and leads, who write as themselves
+def predict(round_id: int) -> Any:
+    body = _body(PredictRequest)
+    answer = candidates.predict(_services(), round_id=round_id, given=body.given(), charge=charge_scoring)
+    return jsonify({"prediction": answer.label, "probabilities": answer.probabilities})
+
+
+@api.get("/api/rounds/<int:round_id>/my-candidates")
+@documented(
+    summary="The caller's own candidates in the round, the newest first, with their MER and VMER",
+    query={
+        "page": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 1},
+        "limit": {"type": "integer", "minimum": 1, "maximum": MY_CANDIDATES_LIMIT, "default": 20},
+    },
+    responses={200: "OK", 404: "No such round", 422: "Invalid query"},
+)
+@requires(*WRITERS)
+def my_candidates(round_id: int) -> Any:
+    page = query_int("page", 1, minimum=1, maximum=MAX_PAGE)
+    limit = query_int("limit", 20, minimum=1, maximum=MY_CANDIDATES_LIMIT)
+    return jsonify(
+        candidates.own_candidates(_services(), round_id, submitted_by=g.caller.name, page=page, limit=limit)
+    )
 
 
 @api.get("/api/candidates/<candidate_id>")

@@ -283,6 +283,22 @@ class CandidateCreate(RequestModel):
                             writer_id=self.writer_id, rationale=self.rationale)  # fmt: skip
 
 
+class PredictRequest(RequestModel):
+    """An example's inputs, to ask the round's model about before submitting it: the inputs a
+    candidate gives, as it gives them, and nothing else (no label, no writer, no rationale).
+    Nothing is stored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    inputs: dict[str, str] | None = Field(default=None, description="The task type's input fields.")
+    text: str | None = Field(default=None, description="The text, for a task type whose one field is text.")
+
+    _text_or_inputs = field_validator("text")(_text_or_inputs)
+
+    def given(self) -> GivenInputs:
+        return _inputs(self.text, self.inputs)
+
+
 class CandidateBatch(RequestModel):
     """Several candidates for one round, stored all or none."""
 
@@ -499,6 +515,16 @@ def _request_models(max_text_chars: int, max_batch_size: int) -> RequestModels:
         text=(text | None, Field(default=None, description=f"The short form of inputs.text. {description}")),
         rationale=(text | None, Field(default=None, description=f"{RATIONALE_NOTE} {description}")),
     )
+    predict = create_model(
+        "PredictRequest",
+        __base__=PredictRequest,
+        __doc__=f"{PredictRequest.__doc__} {INPUTS_NOTE}",
+        inputs=(
+            texts_by_name | None,
+            Field(default=None, description=f"The task type's fields. {description}"),
+        ),
+        text=(text | None, Field(default=None, description=f"The short form of inputs.text. {description}")),
+    )
     batch = create_model(
         "CandidateBatch",
         __base__=CandidateBatch,
@@ -535,6 +561,7 @@ def _request_models(max_text_chars: int, max_batch_size: int) -> RequestModels:
         limited={
             CandidateCreate: candidate,
             CandidateBatch: batch,
+            PredictRequest: predict,
             GoldItem: gold_item,
             GoldUpload: gold_upload,
         },

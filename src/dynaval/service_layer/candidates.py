@@ -13,6 +13,7 @@ from dynaval.domain.candidate import Candidate, CandidateStatus
 from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import Forbidden, InvalidInput, NotFound, Unavailable
 from dynaval.domain.labels import LabelMapping
+from dynaval.domain.metrics import round_counts
 from dynaval.domain.provenance import pseudonym, sign_prediction, writer_pseudonym
 from dynaval.domain.round import Round
 from dynaval.domain.task_type import TaskType
@@ -81,6 +82,25 @@ def score(services: Services, round_: Round, inputs: Sequence[Mapping[str, str]]
     mapping = LabelMapping.between(batcher.predictor.labels, round_.labels, task=round_.task_type)
     answers = batcher.predict_many([model_input(task_type, given) for given in inputs])
     return [Prediction(*mapping.read(answer.probabilities)) for answer in answers]
+
+
+def predict(
+    services: Services, *, round_id: int, given: GivenInputs, charge: ScoringCharge | None = None
+) -> Prediction:
+    """What the round's model answers for these inputs, stored nowhere: a writer asks before
+    submitting. Only an open round answers (a closed or frozen one takes no candidates, so there is
+    nothing to try out for it). The inputs are the task type's, checked as a candidate's are;
+    ``charge``, if given, is called once they are and before the model runs (the same charge as
+    submitting them; a refusal names the first input)."""
+    with services.uow(read_only=True) as uow:
+        round_ = uow.rounds.get(round_id)
+    round_.check_takes_candidates()
+    task_type = services.catalog.get(round_.task_type)
+    inputs = task_inputs(task_type, given)
+    if charge is not None:
+        charge([scored_text(inputs)], given.field(task_type.main_field))
+    (prediction,) = score(services, round_, [inputs])
+    return prediction
 
 
 @dataclass(frozen=True)
@@ -360,3 +380,44 @@ def get_candidate(
                 field="Authorization",
             )
         return candidate_public(services, uow, candidate)
+
+
+def own_candidate_public(candidate: Candidate) -> dict[str, Any]:
+    """A candidate as its own submitter sees it in a list: what they wrote, what the model answered,
+    and where validation stands (the votes are on ``GET /api/candidates/<id>``)."""
+    return {
+        "id": candidate.id,
+        "status": candidate.status.value,
+        "inputs": dict(candidate.inputs),
+        "writer_label": candidate.writer_label,
+        "model_prediction": candidate.model_prediction,
+        "model_probabilities": candidate.model_probabilities,
+        "fooled": candidate.fooled,
+        "submitted_at": candidate.submitted_at.isoformat() if candidate.submitted_at else None,
+        "decided_at": candidate.decided_at.isoformat() if candidate.decided_at else None,
+        "rationale": candidate.rationale,
+    }
+
+
+def own_candidates(
+    services: Services, round_id: int, *, submitted_by: str, page: int = 1, limit: int = 20
+) -> dict[str, Any]:
+    """The candidates submitted under ``submitted_by`` (a token's name) in the round, the newest
+    first, one page of ``limit``; and that submitter's own figures: how many they submitted, how
+    many fooled the model (MER: fooled / submitted) and how many of those validation accepted
+    (VMER: accepted fooled / submitted), computed as the round's are over the round's candidates.
+    No one else's candidate is read."""
+    with services.uow(read_only=True) as uow:
+        uow.rounds.get(round_id)  # 404 for no such round
+        counts = round_counts(uow.candidates.submitted_counts(round_id, submitted_by))
+        found = uow.candidates.submitted_page(round_id, submitted_by, offset=(page - 1) * limit, limit=limit)
+    return {
+        "round_id": round_id,
+        "counts": counts.to_dict(),
+        "mer": counts.mer,
+        "vmer": counts.vmer,
+        "total": counts.collected,
+        "page": page,
+        "limit": limit,
+        "candidates": [own_candidate_public(c) for c in found],
+    }

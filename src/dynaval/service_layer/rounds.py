@@ -94,7 +94,10 @@ def close_round(services: Services, round_id: int) -> Round:
 
 def round_public(services: Services, round_: Round, *, with_model_folder: bool) -> dict[str, Any]:
     """The round as the API shows it. The model's folder is a path on the server: only callers who
-    run the service (leads) get it; everyone sees the model's name and content hash."""
+    run the service (leads) get it; everyone sees the model's name and content hash. ``inputs`` are
+    the task type's data fields in order (``text``; ``premise``, ``hypothesis``): the keys of a
+    candidate's ``inputs``, which a front end such as the writers' page builds its form from;
+    ``fields`` describes them, and the optional ``rationale``, as ``GET /api/task-types`` does."""
     model: dict[str, Any] = {"name": round_.model_name, "hash": round_.model_hash}
     if with_model_folder:
         model["folder"] = round_.model_dir
@@ -103,6 +106,7 @@ def round_public(services: Services, round_: Round, *, with_model_folder: bool) 
         "name": round_.name,
         "task": round_.task_type,
         "state": round_.state.value,
+        "inputs": list(services.catalog.get(round_.task_type).data_fields),
         "labels": list(round_.labels),
         "fields": services.catalog.get(round_.task_type).fields(),
         "model": model,

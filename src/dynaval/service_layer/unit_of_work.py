@@ -104,6 +104,13 @@ class CandidateRepository(Protocol):
 
     def count_with_status(self, round_id: int, status: CandidateStatus) -> int: ...
 
+    def submitted_counts(self, round_id: int, submitted_by: str) -> dict[tuple[str, bool], int]:
+        """The round's candidates submitted under ``submitted_by`` (a token's name), by (status, fooled)."""
+
+    def submitted_page(self, round_id: int, submitted_by: str, *, offset: int, limit: int) -> list[Candidate]:
+        """The round's candidates submitted under ``submitted_by``, the newest first (by submission
+        time, then id), ``limit`` of them after the first ``offset``."""
+
     def page_with_status(
         self, round_id: int, status: CandidateStatus, *, after: tuple[datetime, str] | None, limit: int
     ) -> list[Candidate]:
