@@ -620,7 +620,8 @@ def main() -> None:
             )
         if floor is not None:
             print(
-                f"{'floor: SQLite read only':24} {floor:9,.0f} rows/s, {floor / GOAL_ROWS_PER_S:.2f}x the goal: "
+                f"{'floor: SQLite read only':24} {floor:9,.0f} rows/s, "
+                f"{floor / GOAL_ROWS_PER_S:.2f}x the goal: "
                 "the candidate rows and votes an export reads, fetched by sqlite3 and dropped"
             )
     finally:
