@@ -4,14 +4,14 @@ Label Studio.
 A writer signs in with their token (refused without one, with a wrong one, and with a collector's or
 an exporter's), picks an open round, asks the model and sees its answer as probability bars with
 whether it was fooled, submits, and follows their examples in "My examples" with their status, MER
-and VMER, while a lead validates in the background. An NLI round shows the premise, then the
-hypothesis. Every error the API answers is shown as a sentence naming the field (422, 409, 413,
+and VMER, while annotators validate one in the real Label Studio until it is accepted. An NLI round
+shows the premise, then the hypothesis. Every error the API answers is shown as a sentence naming the field (422, 409, 413,
 429); another writer's examples never appear; sign-out forgets the token. The page loads nothing
 from outside the service, raises no script error and breaks no rule of its Content-Security-Policy.
 At 390x844 (a phone) nothing scrolls sideways.
 
 Screenshots go to test-artifacts/screenshots/writer-*.png; with ``DYNAVAL_DOC_SCREENSHOTS=1`` the
-desktop and phone ones are also written to docs/images/ (docs/writer_page.md shows them).
+desktop and phone ones are also written to docs/screenshots/ (docs/writer_page.md shows them).
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ from tests.fixtures.service import (
     free_port,
     make_settings,
 )
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_for, wait_verified
 
 pytestmark = [pytest.mark.labelstudio, pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]
 
 POS, NEG, NEU = "positive", "negative", "neutral"
 PHONE: ViewportSize = {"width": 390, "height": 844}
-DOC_IMAGES = REPO_ROOT / "docs" / "images"
+DOC_IMAGES = REPO_ROOT / "docs" / "screenshots"
 TOKEN_KEY = "dynaval.writer.token"
 ANA_FOOLS = "Oh wonderful, the train is late again and I get to stand all the way."
 ANA_PLAIN = "The library opens at nine on weekdays."
@@ -227,6 +227,8 @@ def rounds(live_service: LiveService, tiny_nli_model_dir: Path) -> dict[str, int
 
 def test_a_writer_writes_asks_submits_and_follows_their_examples(
     live_service: LiveService,
+    label_studio_server: Any,
+    label_studio_annotators: list[Any],
     rounds: dict[str, int],
     browser: Browser,
     browser_context: BrowserContext,
@@ -350,17 +352,17 @@ def test_a_writer_writes_asks_submits_and_follows_their_examples(
     assert mine_items(page)[0]["status_text"] == "did not fool the model"
     assert stat(page, "mer") == "50.0%"
 
-    # (9) A lead validates: accepted. Refresh shows it, and the VMER follows.
+    # (9) Two annotators validate it in the real Label Studio: accepted. Refresh shows it, and the
+    # VMER follows.
     wait_for(
         "the fooled example in Label Studio",
         lambda: api(live, "GET", f"/api/candidates/{first['id']}")["status"] == "in_validation",
     )
-    api(
-        live,
-        "POST",
-        f"/api/candidates/{first['id']}/override",
-        json={"outcome": "accepted", "reason": "sarcasm, checked"},
-    )
+    task_id = api(live, "GET", f"/api/candidates/{first['id']}")["label_studio_task_id"]
+    for annotator in label_studio_annotators[:2]:
+        label_studio_server.annotate(task_id, annotator.id, POS)
+    wait_verified(live.call, sentiment)
+    assert api(live, "GET", f"/api/candidates/{first['id']}")["status"] == "accepted"
     page.get_by_test_id("mine-reload").click()
     expect(page.locator(f'[data-candidate="{first["id"]}"] [data-testid="mine-status"]')).to_have_text(
         "accepted"
