@@ -256,7 +256,7 @@ def test_predict_is_charged_to_the_callers_scoring_budget(
 def test_the_writers_endpoints_are_documented(live_service: LiveService) -> None:
     document = live_service.call("GET", "/openapi.json", token=None).json()
     operation = document["paths"]["/api/rounds/{round_id}/predict"]["post"]
-    assert operation["description"] == "Roles: writer, collector, lead"
+    assert operation["description"] == "Roles: writer, lead"
     assert operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
         "/PredictRequest"
     )
