@@ -20,10 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 from label_studio_sdk import LabelStudio
 
-from dynaval.bootstrap import bootstrap
 from dynaval.domain.provenance import pseudonym, writer_pseudonym
 from dynaval.domain.task_type import TaskType
-from dynaval.entrypoints.app import create_app, shutdown
 from tests.fixtures.service import (
     LEAD_TOKEN,
     OTHER_WRITER_TOKEN,
@@ -31,8 +29,7 @@ from tests.fixtures.service import (
     WRITER_NAME,
     WRITER_TOKEN,
     LiveService,
-    free_port,
-    make_settings,
+    running_service,
 )
 from tests.support.tiny_model import build_tiny_model
 from tests.support.waiting import wait_for, wait_verified
@@ -70,25 +67,12 @@ def task_service(
     for name in ("sentiment", "nli"):
         shutil.copy(REPO_ROOT / "label_config" / f"{name}.xml", configs / f"{name}.xml")
     (configs / "paraphrase.xml").write_text(PARAPHRASE_XML, encoding="utf-8")
-    port = free_port()
-    settings = make_settings(
-        database_url=database_url,
-        data_dir=tmp_path / "data",
-        label_studio_url=label_studio_server.url,
-        label_studio_api_key=label_studio_server.api_key,
-        public_url=f"http://127.0.0.1:{port}",
-        model_dir=tiny_model_dir,
+    with running_service(
+        database_url, tmp_path / "data", label_studio_server, tiny_model_dir,
         label_config_dir=configs,
         writer_label_studio_users=[f"{WRITER_NAME}={label_studio_annotators[3].email.upper()}"],
-    )
-    services = bootstrap(settings)
-    live = LiveService(app=create_app(services, start_background=True), services=services, port=port)
-    live.start_listening()
-    try:
+    ) as live:  # fmt: skip
         yield live
-    finally:
-        live.stop_listening()
-        shutdown(live.app)
 
 
 class Loop:

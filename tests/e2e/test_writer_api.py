@@ -16,8 +16,6 @@ import pytest
 import requests
 from sqlalchemy import text
 
-from dynaval.bootstrap import bootstrap
-from dynaval.entrypoints.app import create_app
 from dynaval.settings import credential
 from tests.fixtures.models import NLI_LABELS
 from tests.fixtures.service import (
@@ -29,8 +27,7 @@ from tests.fixtures.service import (
     WRITER_NAME,
     WRITER_TOKEN,
     LiveService,
-    free_port,
-    make_settings,
+    running_service,
 )
 from tests.support.waiting import wait_for
 
@@ -213,20 +210,10 @@ def test_predict_refuses_what_a_submission_would_naming_the_field(
 def test_predict_is_charged_to_the_callers_scoring_budget(
     database_url: str, tmp_path: Path, label_studio_server: Any, tiny_model_dir: Path
 ) -> None:
-    port = free_port()
-    settings = make_settings(
-        database_url=database_url,
-        data_dir=tmp_path / "data",
-        label_studio_url=label_studio_server.url,
-        label_studio_api_key=label_studio_server.api_key,
-        public_url=f"http://127.0.0.1:{port}",
-        model_dir=tiny_model_dir,
-        scoring_limit="10/minute",
-    )
-    services = bootstrap(settings)
-    live = LiveService(app=create_app(services, start_background=False), services=services, port=port)
-    live.start_listening()
-    try:
+    with running_service(
+        database_url, tmp_path / "data", label_studio_server, tiny_model_dir,
+        start_background=False, scoring_limit="10/minute",
+    ) as live:  # fmt: skip
         round_id = create_round(live, "budget round")
         eight_units = {"text": "Lovely " + "a" * 393}  # 400 characters: 8 units of 50
         assert predict(live, round_id, eight_units).status_code == 200
@@ -248,8 +235,6 @@ def test_predict_is_charged_to_the_callers_scoring_budget(
         assert_error(predict(live, round_id, {"text": "a" * 600}, token=OTHER_WRITER_TOKEN), 413, "text",
                      says="12 scoring units")  # fmt: skip
         assert predict(live, round_id, eight_units, token=OTHER_WRITER_TOKEN).status_code == 200
-    finally:
-        live.close()
 
 
 @SQLITE_ONLY

@@ -5,10 +5,10 @@ A writer signs in with their token (refused without one, with a wrong one, and w
 an exporter's), picks an open round, asks the model and sees its answer as probability bars with
 whether it was fooled, submits, and follows their examples in "My examples" with their status, MER
 and VMER, while annotators validate one in the real Label Studio until it is accepted. An NLI round
-shows the premise, then the hypothesis. Every error the API answers is shown as a sentence naming the field (422, 409, 413,
-429); another writer's examples never appear; sign-out forgets the token. The page loads nothing
-from outside the service, raises no script error and breaks no rule of its Content-Security-Policy.
-At 390x844 (a phone) nothing scrolls sideways.
+shows the premise, then the hypothesis. Every error the API answers is shown as a sentence naming
+the field (422, 409, 413, 429); another writer's examples never appear; sign-out forgets the token.
+The page loads nothing from outside the service, raises no script error and breaks no rule of its
+Content-Security-Policy. At 390x844 (a phone) nothing scrolls sideways.
 
 Screenshots go to test-artifacts/screenshots/writer-*.png; with ``DYNAVAL_DOC_SCREENSHOTS=1`` the
 desktop and phone ones are also written to docs/screenshots/ (docs/writer_page.md shows them).
@@ -26,8 +26,6 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Locator, Page, Route, ViewportSize, expect
 
-from dynaval.bootstrap import bootstrap
-from dynaval.entrypoints.app import create_app
 from dynaval.entrypoints.headers import WRITER_PAGE_POLICY
 from tests.e2e.test_dashboard_browser import watch_csp
 from tests.e2e.test_dashboard_pages import InlineCode
@@ -40,8 +38,7 @@ from tests.fixtures.service import (
     WRITER_NAME,
     WRITER_TOKEN,
     LiveService,
-    free_port,
-    make_settings,
+    running_service,
 )
 from tests.support.waiting import wait_for, wait_verified
 
@@ -522,23 +519,11 @@ def scoring_limited(
     database_url: str, tmp_path: Path, label_studio_server: Any, tiny_model_dir: Path
 ) -> Iterator[LiveService]:
     """The service with a scoring budget of 3 units a minute per token."""
-    port = free_port()
-    settings = make_settings(
-        database_url=database_url,
-        data_dir=tmp_path / "data",
-        label_studio_url=label_studio_server.url,
-        label_studio_api_key=label_studio_server.api_key,
-        public_url=f"http://127.0.0.1:{port}",
-        model_dir=tiny_model_dir,
-        scoring_limit="3/minute",
-    )
-    services = bootstrap(settings)
-    live = LiveService(app=create_app(services, start_background=False), services=services, port=port)
-    live.start_listening()
-    try:
+    with running_service(
+        database_url, tmp_path / "data", label_studio_server, tiny_model_dir,
+        start_background=False, scoring_limit="3/minute",
+    ) as live:  # fmt: skip
         yield live
-    finally:
-        live.close()
 
 
 def test_a_spent_scoring_budget_says_when_to_try_again(
