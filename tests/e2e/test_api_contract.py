@@ -391,7 +391,7 @@ ROUTES = [
     Route("GET", "/api/rounds/{round}", EVERY_ROLE),
     Route("POST", "/api/rounds/{round}/candidates", WRITERS),
     Route("GET", "/api/candidates/{candidate}", WRITERS),
-    Route("POST", "/api/rounds/{round}/predict", WRITERS),
+    Route("POST", "/api/rounds/{round}/predict", OWN_WRITERS),
     Route("GET", "/api/rounds/{round}/my-candidates", OWN_WRITERS),
 ]
 ROUND_BODY = {"name": "auth round", "task": "sentiment", "model": "default"}
