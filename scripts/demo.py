@@ -32,6 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # for tests.support: the Label Studio harness is development tooling
     sys.path.insert(0, str(REPO_ROOT))
 
+from dynaval.adapters.label_config import LabelConfigCatalog  # noqa: E402
 from tests.support.label_studio_server import (  # noqa: E402
     DEFAULT_ANNOTATOR_PASSWORD,
     LabelStudioServer,
@@ -247,6 +248,8 @@ def run_round(
 
     round_body = call("POST", "/api/rounds", lead, json={"name": name, "task": task})
     round_id = round_body["id"]
+    # The annotators answer in the task type's own controls (the harness writes Label Studio's result).
+    task_type = LabelConfigCatalog(REPO_ROOT / "label_config").get(task)
 
     def submit(numbered: tuple[int, Item]) -> dict[str, Any]:
         index, item = numbered
@@ -278,13 +281,16 @@ def run_round(
         task_id = candidate(cid)["label_studio_task_id"]
         right = truth[cid]
         if right is None:
-            server.annotate(task_id, annotators[who].id, None, flag_reason="spam, not a real example")
+            server.annotate(
+                task_id, annotators[who].id, None, flag_reason="spam, not a real example", task_type=task_type
+            )
             return
         if rng.random() < ANNOTATOR_ACCURACY[who]:
             label = right
         else:
             label = rng.choice([lab for lab in round_body["labels"] if lab != right])
-        server.annotate(task_id, annotators[who].id, label, lead_time_s=round(rng.uniform(3, 30), 1))
+        lead_time_s = round(rng.uniform(3, 30), 1)
+        server.annotate(task_id, annotators[who].id, label, lead_time_s=lead_time_s, task_type=task_type)
 
     def read_back() -> None:
         """Wait until the service has read every task a webhook named back from Label Studio."""
