@@ -32,7 +32,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # for tests.support: the Label Studio harness is development tooling
     sys.path.insert(0, str(REPO_ROOT))
 
-from dynaval.adapters.label_config import LabelConfigCatalog  # noqa: E402
 from tests.support.label_studio_server import (  # noqa: E402
     DEFAULT_ANNOTATOR_PASSWORD,
     LabelStudioServer,
@@ -40,6 +39,8 @@ from tests.support.label_studio_server import (  # noqa: E402
     free_port,
     port_is_free,
 )
+
+from dynaval.adapters.label_config import LabelConfigCatalog  # noqa: E402
 
 ANNOTATOR_ACCURACY = (0.9, 0.8, 0.8, 0.75)
 """How often each simulated annotator picks the writer's label (seeded, so runs repeat)."""
