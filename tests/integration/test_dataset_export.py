@@ -38,9 +38,7 @@ from tests.fixtures.service import (
     EXPORTER_TOKEN,
     LEAD_TOKEN,
     PSEUDONYM_SECRET,
-    SIGNING_SECRET,
-    WEBHOOK_SECRET,
-    WRITER_TOKEN,
+    cli_environment,
 )
 
 PARQUET_COLUMNS = [
@@ -543,22 +541,6 @@ def page_size(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     if request.param is not None:
         monkeypatch.setattr(dataset_query, "PAGE_SIZE", request.param)
     yield request.param
-
-
-def cli_environment(services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = services.settings
-    for name, value in {
-        "DYNAVAL_DATABASE_URL": settings.resolved_database_url,
-        "DYNAVAL_DATA_DIR": str(settings.data_dir),
-        "DYNAVAL_PSEUDONYM_SECRET": PSEUDONYM_SECRET,
-        "DYNAVAL_SIGNING_SECRET": SIGNING_SECRET,
-        "DYNAVAL_WEBHOOK_SECRET": WEBHOOK_SECRET,
-        "DYNAVAL_WRITER_TOKENS": WRITER_TOKEN,
-        "DYNAVAL_LEAD_TOKENS": LEAD_TOKEN,
-        "DYNAVAL_LABEL_STUDIO_URL": "http://127.0.0.1:9",
-        "DYNAVAL_EMBEDDED_WORKER": "false",
-    }.items():
-        monkeypatch.setenv(name, value)
 
 
 def test_the_records_are_the_expected_provenance(seeded: Seeded, services: Services, page_size: Any) -> None:

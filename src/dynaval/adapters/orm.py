@@ -252,3 +252,46 @@ class DashboardSessionRow(SQLModel, table=True):
     expires_at: datetime = Field(index=True)
     revoked_at: datetime | None = None
     """Set by the logout: the id is refused from then on, wherever it was copied to."""
+
+
+class ReleaseRow(SQLModel, table=True):
+    """A release: its manifest and where its files are kept. Never updated once inserted."""
+
+    __tablename__ = "release"
+    __table_args__ = (UniqueConstraint("name", "version", name="uq_release_name_version"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(max_length=80)
+    version: str = Field(max_length=64)
+    task_type: str = Field(max_length=40, index=True)
+    parent_id: int | None = Field(default=None, foreign_key="release.id")
+    round_ids: list[int] = Field(sa_column=Column(JSON, nullable=False))
+    manifest: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    content_hash: str = Field(max_length=80)
+    folder: str = Field(sa_column=Column(Text, nullable=False))
+    created_by: str = Field(max_length=64)
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ReleaseExampleRow(SQLModel, table=True):
+    """Where a release put each accepted example of its rounds: a split, or withheld with a reason."""
+
+    __tablename__ = "release_example"
+
+    release_id: int = Field(foreign_key="release.id", primary_key=True)
+    example_id: str = Field(primary_key=True, max_length=36)
+    split: str | None = Field(default=None, max_length=40)
+    withheld_reason: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+
+
+class WriterSplitRow(SQLModel, table=True):
+    """A writer's split kind for a task type (train, dev or test): decided once, by the release that
+    first placed them, and kept by every later one. The writer is their pseudonym."""
+
+    __tablename__ = "writer_split"
+
+    task_type: str = Field(primary_key=True, max_length=40)
+    writer: str = Field(primary_key=True, max_length=80)
+    kind: str = Field(max_length=8)
+    release_id: int = Field(foreign_key="release.id")
+    assigned_at: datetime = Field(default_factory=utcnow)

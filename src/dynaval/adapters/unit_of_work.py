@@ -15,6 +15,7 @@ from sqlmodel import Session
 
 from dynaval.adapters.database import READ_ONLY_OPTION, Database
 from dynaval.adapters.queries import SqlDashboardQueries, SqlDashboardSessions, SqlRoundQueries
+from dynaval.adapters.release_repository import SqlReleaseRepository
 from dynaval.adapters.repositories import (
     SqlAnnotatorRepository,
     SqlAuditRepository,
@@ -40,6 +41,7 @@ class SqlUnitOfWork:
     round_queries: SqlRoundQueries
     dashboard: SqlDashboardQueries
     dashboard_sessions: SqlDashboardSessions
+    releases: SqlReleaseRepository
 
     def __init__(self, database: Database, *, read_only: bool = False) -> None:
         self._database = database
@@ -59,6 +61,7 @@ class SqlUnitOfWork:
         self.round_queries = SqlRoundQueries(self.session)
         self.dashboard = SqlDashboardQueries(self.session)
         self.dashboard_sessions = SqlDashboardSessions(self.session)
+        self.releases = SqlReleaseRepository(self.session)
         return self
 
     def __exit__(

@@ -458,6 +458,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=["jsonl", "parquet"], default="jsonl")
     export.add_argument("--out", required=True, help="file to write")
     export.set_defaults(run=cmd_export)
+
+    from dynaval.entrypoints.release_commands import add_release_commands
+
+    add_release_commands(commands)
     return parser
 
 

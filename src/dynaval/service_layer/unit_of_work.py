@@ -19,6 +19,8 @@ from dynaval.domain.audit import AuditEvent
 from dynaval.domain.candidate import Candidate, CandidateStatus, DecisionEntry
 from dynaval.domain.gold import AnnotatorStatus, ExclusionEvent, GoldAnswer, GoldItem
 from dynaval.domain.lead_session import LeadSessionRecord
+from dynaval.domain.release import Release, SplitKind
+from dynaval.domain.release_splits import FixedPlace
 from dynaval.domain.round import Round
 from dynaval.domain.votes import AnnotationRecord
 
@@ -305,6 +307,36 @@ class DashboardQueries(Protocol):
         decision; candidates without a majority are left out)."""
 
 
+class ReleaseRepository(Protocol):
+    """Releases (never updated once added), their examples' places and writers' split kinds."""
+
+    def add(self, release: Release, *, at: datetime) -> Release:
+        """Store a new release; a second one with the same name and version fails on commit."""
+        ...
+
+    def get(self, release_id: int) -> Release:
+        """The release; :class:`NotFound` naming ``release_id``."""
+        ...
+
+    def find(self, name: str, version: str) -> Release | None: ...
+
+    def all(self, task_type: str | None = None) -> list[Release]:
+        """Oldest first."""
+        ...
+
+    def writer_kinds(self, task_type: str) -> dict[str, SplitKind]: ...
+
+    def places(self, release_id: int) -> dict[str, FixedPlace]: ...
+
+    def add_places(self, release_id: int, splits: Mapping[str, str], withheld: Mapping[str, str]) -> None: ...
+
+    def assign_writers(
+        self, task_type: str, kinds: Mapping[str, SplitKind], *, release_id: int, at: datetime
+    ) -> None:
+        """Record new writers' kinds; a writer placed before fails on commit (the kind is sticky)."""
+        ...
+
+
 class UnitOfWork(Protocol):
     """One transaction and its repositories; rolled back on leaving the block unless committed."""
 
@@ -337,6 +369,9 @@ class UnitOfWork(Protocol):
 
     @property
     def dashboard_sessions(self) -> DashboardSessions: ...
+
+    @property
+    def releases(self) -> ReleaseRepository: ...
 
     def __enter__(self) -> Self: ...
 

@@ -1,0 +1,148 @@
+"""What a release's rows say about themselves, and the checks that ship with the data.
+
+A :class:`ReleaseTally` reads every row of a release once, split by split, and keeps what the
+manifest and the card state (rows, label counts and writers per split; each round's counted votes)
+and what the checks need (ids, writers and texts by split, the dev/test rule, validators). The same
+tally makes a release's figures when it is built and checks them when it is verified, so the two
+can never compute them differently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dynaval.domain.agreement_engine.report import round_alpha
+from dynaval.domain.release import SplitKind, SplitRule, content_hash, row_digest, split_kind_of, text_keys
+from dynaval.domain.release_rows import agreeing_validators
+
+ALPHA_RESAMPLES = 1000
+
+
+def _short(key: str) -> bytes:
+    return hashlib.blake2b(key.encode(), digest_size=12).digest()
+
+
+@dataclass
+class _SplitFigures:
+    rows: int = 0
+    labels: Counter[str] = field(default_factory=Counter)
+    writers: set[str] = field(default_factory=set)
+
+
+@dataclass
+class ReleaseTally:
+    """Figures and check findings over a release's rows."""
+
+    fields: Sequence[str]
+    labels: Sequence[str]
+    rule: SplitRule
+    splits: dict[str, _SplitFigures] = field(default_factory=lambda: defaultdict(_SplitFigures))
+    digests: list[tuple[str, bytes]] = field(default_factory=list)
+    duplicate_ids: list[str] = field(default_factory=list)
+    writer_kinds: dict[str, set[SplitKind]] = field(default_factory=lambda: defaultdict(set))
+    text_kinds: dict[bytes, set[SplitKind]] = field(default_factory=lambda: defaultdict(set))
+    own_validations: list[str] = field(default_factory=list)
+    weak_dev_test: list[str] = field(default_factory=list)
+    wrong_round: list[str] = field(default_factory=list)
+    votes_by_round: dict[int, list[tuple[str, str, str]]] = field(default_factory=lambda: defaultdict(list))
+    labels_by_round: dict[int, dict[str, str]] = field(default_factory=lambda: defaultdict(dict))
+    _ids: set[str] = field(default_factory=set)
+
+    def add(self, split: str, line: bytes, row: Mapping[str, Any]) -> None:
+        example_id = row["example_id"]
+        if example_id in self._ids:
+            self.duplicate_ids.append(example_id)
+        self._ids.add(example_id)
+        self.digests.append((example_id, row_digest(line)))
+        kind = split_kind_of(split)
+        figures = self.splits[split]
+        figures.rows += 1
+        figures.labels[row["label"]] += 1
+        figures.writers.add(row["writer"])
+        self.writer_kinds[row["writer"]].add(kind)
+        for key in text_keys(row, self.fields):
+            self.text_kinds[_short(key)].add(kind)
+        votes = row["votes"]
+        own = row.get("writer_annotator")
+        if own is not None and any(v["annotator"] == own for v in votes):
+            self.own_validations.append(example_id)
+        if (
+            kind is not SplitKind.TRAIN
+            and agreeing_validators(votes, row["label"]) < self.rule.min_agreeing_validators
+        ):
+            self.weak_dev_test.append(example_id)
+        if split.rsplit("_r", 1)[1] != str(row["round"]):
+            self.wrong_round.append(example_id)
+        round_index = int(row["round"])
+        self.labels_by_round[round_index][example_id] = row["label"]
+        for v in votes:
+            if v["counted"] and v["label"] is not None:
+                self.votes_by_round[round_index].append((example_id, v["annotator"], v["label"]))
+
+    # ------------------------------------------------------------------ figures
+
+    def content_hash(self) -> str:
+        return content_hash(self.digests)
+
+    def split_figures(self) -> dict[str, dict[str, Any]]:
+        return {
+            split: {
+                "kind": split_kind_of(split).value,
+                "round": int(split.rsplit("_r", 1)[1]),
+                "rows": f.rows,
+                "label_counts": {label: f.labels.get(label, 0) for label in self.labels},
+                "writers": len(f.writers),
+            }
+            for split, f in sorted(self.splits.items())
+        }
+
+    def round_figures(self, seed: int) -> dict[int, dict[str, Any]]:
+        """Per round index: the released rows and the alpha of their counted votes, with its 95% CI."""
+        figures: dict[int, dict[str, Any]] = {}
+        for round_index, labels in sorted(self.labels_by_round.items()):
+            votes = self.votes_by_round.get(round_index, [])
+            estimate = round_alpha(
+                votes, level="nominal", values=list(self.labels), bootstrap=ALPHA_RESAMPLES, seed=seed
+            )
+            figures[round_index] = {"rows": len(labels), "votes": len(votes), "alpha": estimate.to_dict()}
+        return figures
+
+    # ------------------------------------------------------------------- checks
+
+    def findings(self) -> list[str]:
+        """One line per failed check over the rows."""
+        found: list[str] = []
+        if self.duplicate_ids:
+            found.append(
+                f"ids: {len(self.duplicate_ids)} example ids appear twice (first: {self.duplicate_ids[0]})"
+            )
+        crossing = sorted(w for w, kinds in self.writer_kinds.items() if len(kinds) > 1)
+        if crossing:
+            kinds = ", ".join(sorted(k.value for k in self.writer_kinds[crossing[0]]))
+            found.append(
+                f"writers: {len(crossing)} writers are in two split kinds (first: {crossing[0]} in {kinds})"
+            )
+        texts = sum(1 for kinds in self.text_kinds.values() if len(kinds) > 1)
+        if texts:
+            found.append(f"texts: {texts} normalised texts (or first fields) are in two split kinds")
+        if self.own_validations:
+            found.append(
+                f"validators: {len(self.own_validations)} examples list their writer among the validators "
+                f"(first: {self.own_validations[0]})"
+            )
+        if self.weak_dev_test:
+            found.append(
+                f"rule: {len(self.weak_dev_test)} dev/test rows have fewer than "
+                f"{self.rule.min_agreeing_validators} counted validators agreeing "
+                f"(first: {self.weak_dev_test[0]})"
+            )
+        if self.wrong_round:
+            found.append(
+                f"rounds: {len(self.wrong_round)} rows sit in another round's split "
+                f"(first: {self.wrong_round[0]})"
+            )
+        return found

@@ -1,0 +1,158 @@
+"""``dynaval release verify DIR``: the checks that ship with a release, run on its directory alone
+(offline: no service, no database, no network).
+
+Each failed check is one line naming what failed: a file's hash or row count against the manifest,
+the content hash, duplicate ids, a writer or a text in two kinds of split, a writer among their own
+example's validators, a dev or test row below the recorded rule, a figure of the manifest the rows
+do not give, or a card that is not the one the manifest gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from dynaval.adapters.release_files import (
+    CARD,
+    MANIFEST,
+    ReleaseUnreadable,
+    file_sha256,
+    iter_jsonl,
+    parquet_column,
+    parquet_rows,
+    read_manifest,
+)
+from dynaval.domain.release import SplitRule
+from dynaval.domain.release_card import render_card
+from dynaval.domain.release_checks import ReleaseTally
+
+
+def verify_release(root: Path) -> list[str]:
+    """The failed checks, one line each; empty when the release is sound."""
+    try:
+        manifest = read_manifest(root)
+        fields, labels = list(manifest["fields"]), list(manifest["labels"])
+        rule = SplitRule.from_dict(manifest["split_rule"])
+    except ReleaseUnreadable as exc:
+        return [f"manifest: {exc}"]
+    except (KeyError, TypeError, ValueError) as exc:
+        return [f"manifest: missing or malformed entry ({exc})"]
+    findings = list(_file_findings(root, manifest))
+    tally = ReleaseTally(fields=fields, labels=labels, rule=rule)
+    for split, jsonl, shards in _split_files(manifest):
+        path = root / jsonl
+        if not path.is_file():
+            continue  # named by the file checks
+        ids: list[str] = []
+        try:
+            for line, row in iter_jsonl(path):
+                tally.add(split, line, row)
+                ids.append(row["example_id"])
+        except (ValueError, KeyError, TypeError) as exc:
+            findings.append(f"rows: {jsonl} has a malformed row ({exc})")
+            continue
+        parquet_ids: list[Any] = []
+        for shard in shards:
+            if (root / shard).is_file():
+                try:
+                    parquet_ids.extend(parquet_column(root / shard, "example_id"))
+                except Exception as exc:  # a damaged file: pyarrow's errors have no common base
+                    findings.append(f"rows: {shard} cannot be read as Parquet ({type(exc).__name__})")
+                    parquet_ids = ids
+                    break
+        if parquet_ids != ids:
+            findings.append(f"rows: the Parquet files of {split} do not hold the rows of {jsonl}, in order")
+    findings += tally.findings()
+    if tally.content_hash() != manifest.get("content_hash"):
+        stated_hash = manifest.get("content_hash")
+        findings.append(
+            f"content hash: the rows give {tally.content_hash()}, the manifest says {stated_hash}"
+        )
+    findings += _figure_findings("splits", manifest.get("splits", {}), tally.split_figures())
+    released = {str(i): f for i, f in tally.round_figures(rule.seed).items()}
+    stated = {str(r.get("index")): r.get("released") for r in manifest.get("rounds", [])}
+    findings += _figure_findings("rounds.released", stated, released)
+    findings += _card_findings(root, manifest)
+    return findings
+
+
+def _split_files(manifest: Mapping[str, Any]) -> Iterator[tuple[str, str, list[str]]]:
+    by_split: dict[str, dict[str, Any]] = {}
+    for entry in manifest["files"]:
+        files = by_split.setdefault(entry["split"], {"jsonl": None, "parquet": []})
+        if entry["path"].endswith(".jsonl"):
+            files["jsonl"] = entry["path"]
+        else:
+            files["parquet"].append(entry["path"])
+    for split, files in sorted(by_split.items()):
+        if files["jsonl"] is not None:
+            yield split, files["jsonl"], sorted(files["parquet"])
+
+
+def _file_findings(root: Path, manifest: Mapping[str, Any]) -> Iterator[str]:
+    listed = set()
+    for entry in manifest["files"]:
+        path = root / entry["path"]
+        listed.add(entry["path"])
+        if not path.is_file():
+            yield f"file {entry['path']}: missing"
+            continue
+        if file_sha256(path) != entry["sha256"]:
+            yield f"file {entry['path']}: SHA-256 differs from the manifest's"
+        try:
+            rows = parquet_rows(path) if path.suffix == ".parquet" else sum(1 for _ in iter_jsonl(path))
+        except Exception as exc:  # a damaged file: pyarrow's and orjson's errors have no common base
+            yield f"file {entry['path']}: cannot be read ({type(exc).__name__})"
+            continue
+        if rows != entry["rows"]:
+            yield f"file {entry['path']}: {rows} rows, the manifest says {entry['rows']}"
+    for folder in ("data", "jsonl"):
+        for path in sorted((root / folder).glob("*")) if (root / folder).is_dir() else []:
+            name = f"{folder}/{path.name}"
+            if name not in listed:
+                yield f"file {name}: not in the manifest"
+
+
+def _figure_findings(where: str, stated: Mapping[str, Any], recomputed: Mapping[str, Any]) -> list[str]:
+    findings = []
+    for key in sorted(set(stated) | set(recomputed)):
+        if key not in recomputed:
+            findings.append(f"manifest: {where}.{key} is stated, but no rows give it")
+            continue
+        if key not in stated:
+            findings.append(f"manifest: {where}.{key} is missing, but the rows give it")
+            continue
+        said = stated[key] if isinstance(stated[key], Mapping) else {}
+        for name, value in recomputed[key].items():
+            if said.get(name) != value:
+                findings.append(
+                    f"manifest: {where}.{key}.{name} says {_short(said.get(name))}, "
+                    f"the rows give {_short(value)}"
+                )
+    return findings
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _card_findings(root: Path, manifest: Mapping[str, Any]) -> list[str]:
+    path = root / CARD
+    if not path.is_file():
+        return [f"card: {CARD} is missing"]
+    try:
+        expected = render_card(manifest)
+    except (KeyError, TypeError, ValueError) as exc:
+        return [f"card: the manifest cannot give a card ({exc})"]
+    actual = path.read_text(encoding="utf-8", errors="replace")
+    if actual == expected:
+        return []
+    for number, (a, b) in enumerate(zip(actual.splitlines(), expected.splitlines(), strict=False), start=1):
+        if a != b:
+            return [f"card: {CARD} line {number} is not what the manifest gives ({_short(a)})"]
+    return [f"card: {CARD} is not what the manifest gives (its length differs)"]
+
+
+__all__ = ["MANIFEST", "verify_release"]

@@ -1,0 +1,386 @@
+"""Releases: frozen rounds of one task type, built once into verifiable files and kept.
+
+``create_release`` checks the request (frozen rounds of one task type, a new version), finds the
+parent (the newest release of the task type whose rounds are all among the requested ones: its
+splits are kept unchanged), reads each round's accepted examples once into a scratch file of
+release rows, places every example (:mod:`dynaval.domain.release_splits`), writes the files
+(:mod:`dynaval.adapters.release_files`), the manifest and the card, and then stores the release,
+where it put each example, and the writers it placed for the first time. The files are built in a
+scratch folder and renamed into place before the database commit; a failure on the way removes
+them, so a release is either whole (files and rows) or absent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+
+from dynaval import __version__
+from dynaval.adapters.release_files import (
+    CARD,
+    MANIFEST,
+    ReleaseWriter,
+    archive_chunks,
+    canonical_line,
+    features_yaml,
+    iter_jsonl,
+    manifest_text,
+    write_text,
+)
+from dynaval.domain.clock import utcnow
+from dynaval.domain.errors import Conflict, InvalidInput
+from dynaval.domain.metrics import round_counts
+from dynaval.domain.policy import RULE_VERSION
+from dynaval.domain.provenance import pseudonym, writer_pseudonym
+from dynaval.domain.release import (
+    RELEASE_FORMAT,
+    Release,
+    SplitRule,
+    check_release_name,
+    check_version,
+)
+from dynaval.domain.release_card import render_card
+from dynaval.domain.release_checks import ALPHA_RESAMPLES, ReleaseTally
+from dynaval.domain.release_rows import release_row
+from dynaval.domain.release_splits import SplitInput, SplitPlan, plan_splits
+from dynaval.domain.round import Round, RoundState
+from dynaval.service_layer.agreement import round_agreement_report
+from dynaval.service_layer.dataset import iter_round_dataset_pages
+from dynaval.service_layer.services import Services
+
+log = logging.getLogger(__name__)
+
+MAX_ROUNDS = 100
+DEFAULT_LICENSE = "unknown"
+
+
+@dataclass(frozen=True)
+class ReleaseRequest:
+    round_ids: Sequence[int]
+    version: str
+    created_by: str
+    name: str | None = None
+    license: str = DEFAULT_LICENSE
+    rule: SplitRule = field(default_factory=SplitRule)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the database says before the build."""
+
+    task_type: str
+    name: str
+    rounds: list[Round]
+    indices: dict[int, int]
+    parent: Release | None
+    fixed: dict[str, Any]
+    writer_kinds: dict[str, Any]
+
+
+def releases_folder(services: Services) -> Path:
+    return services.settings.data_dir / "releases"
+
+
+def _check_request(services: Services, request: ReleaseRequest) -> _Plan:
+    check_version(request.version)
+    ids = list(request.round_ids)
+    if not ids or len(ids) > MAX_ROUNDS or len(set(ids)) != len(ids):
+        raise InvalidInput(f"rounds must list 1 to {MAX_ROUNDS} distinct round ids", field="rounds")
+    with services.uow(read_only=True) as uow:
+        rounds = [uow.rounds.get(round_id) for round_id in sorted(ids)]
+        tasks = sorted({r.task_type for r in rounds})
+        if len(tasks) > 1:
+            raise InvalidInput(
+                f"a release holds one task type; these rounds are {', '.join(tasks)}", field="rounds"
+            )
+        not_frozen = [r for r in rounds if r.state is not RoundState.FROZEN]
+        if not_frozen:
+            first = not_frozen[0]
+            raise Conflict(
+                f"round {first.id} is {first.state.value}: only frozen rounds are released "
+                f"(freeze it with `dynaval round freeze --round {first.id}`)",
+                field="rounds",
+            )
+        task = tasks[0]
+        name = check_release_name(request.name or f"dynaval-{task}")
+        if uow.releases.find(name, request.version) is not None:
+            raise Conflict(
+                f"release {name} {request.version} exists already; a release is never rebuilt",
+                field="version",
+            )
+        wanted = set(ids)
+        parent = None
+        for release in uow.releases.all(task):
+            if release.name == name and set(release.round_ids) <= wanted:
+                parent = release  # the newest such release (oldest first)
+        fixed = uow.releases.places(parent.id) if parent is not None and parent.id is not None else {}
+        writer_kinds = uow.releases.writer_kinds(task)
+    indices: dict[int, int] = {}
+    if parent is not None:
+        indices = {int(r["id"]): int(r["index"]) for r in parent.manifest["rounds"]}
+    for r in rounds:
+        assert r.id is not None
+        if r.id not in indices:
+            indices[r.id] = max(indices.values(), default=0) + 1
+    return _Plan(task, name, rounds, indices, parent, fixed, writer_kinds)
+
+
+def _round_figures(services: Services, round_: Round, seed: int) -> dict[str, Any]:
+    """What the service counted for the round (beyond what the rows can show)."""
+    assert round_.id is not None
+    with services.uow(read_only=True) as uow:
+        counts = round_counts(uow.round_queries.status_counts(round_.id))
+    report, _cost = round_agreement_report(services, round_.id, bootstrap=ALPHA_RESAMPLES, seed=seed)
+    by_status = counts.by_status
+    return {
+        "id": round_.id,
+        "name": round_.name,
+        "model": {"name": round_.model_name, "hash": round_.model_hash},
+        "policy": dict(round_.policy),
+        "rule_version": RULE_VERSION,
+        "frozen_at": round_.frozen_at.isoformat() if round_.frozen_at else None,
+        "counts": {
+            "collected": counts.collected,
+            "fooled": counts.fooled,
+            "accepted": by_status.get("accepted", 0),
+            "rejected": by_status.get("rejected", 0),
+            "flagged": by_status.get("flagged", 0),
+            "unvalidated": by_status.get("unvalidated", 0),
+            "not_fooled": by_status.get("not_fooled", 0),
+        },
+        "mer": counts.mer,
+        "vmer": counts.vmer,
+        "alpha_all_validated": report.estimate.to_dict(),
+    }
+
+
+def _rows(services: Services, plan: _Plan) -> Iterator[dict[str, Any]]:
+    """Every accepted example of the plan's rounds, as release rows."""
+    secret = services.settings.pseudonym_secret
+    own_accounts = {
+        writer_pseudonym(secret, writer_id, None): pseudonym(secret, "annotator", annotator_id)
+        for writer_id, annotator_id in services.writer_annotators().items()
+    }
+    fields = services.catalog.get(plan.task_type).data_fields
+    for round_ in plan.rounds:
+        assert round_.id is not None
+        with services.uow(read_only=True) as uow:
+            excluded = {pseudonym(secret, "annotator", raw) for raw in uow.annotators.excluded(round_.id)}
+        for page in iter_round_dataset_pages(services, round_.id):
+            for record in page:
+                yield release_row(
+                    record,
+                    round_index=plan.indices[round_.id],
+                    fields=fields,
+                    excluded_annotators=excluded,
+                    writer_annotator=own_accounts.get(record["writer"])
+                    if record["collected_by"] is None
+                    else None,
+                )
+
+
+def create_release(services: Services, request: ReleaseRequest) -> Release:
+    plan = _check_request(services, request)
+    task_type = services.catalog.get(plan.task_type)
+    fields, labels = task_type.data_fields, task_type.labels
+    store = releases_folder(services)
+    store.mkdir(parents=True, exist_ok=True)
+    final = store / f"{plan.name}-{request.version}"
+    scratch = store / f".building-{uuid.uuid4().hex}"
+    scratch.mkdir()
+    try:
+        rows_file = scratch / "rows.jsonl"
+        inputs: list[SplitInput] = []
+        with rows_file.open("wb") as handle:
+            for row in _rows(services, plan):
+                line = canonical_line(row)
+                handle.write(line + b"\n")
+                inputs.append(_split_input(row, fields))
+        placed = plan_splits(inputs, writer_kinds=plan.writer_kinds, fixed=plan.fixed, rule=request.rule)
+        del inputs
+        split_rows = Counter(placed.splits.values())
+        out = scratch / "release"
+        writer = ReleaseWriter(out, fields=fields, labels=labels, split_rows=split_rows)
+        tally = ReleaseTally(fields=fields, labels=labels, rule=request.rule)
+        try:
+            for line, row in iter_jsonl(rows_file):
+                split = placed.splits.get(row["example_id"])
+                if split is not None:
+                    writer.add(split, row, line)
+                    tally.add(split, line, row)
+            files = writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        rows_file.unlink()
+        writers = {**plan.writer_kinds, **placed.new_writers}
+        released_writers = {
+            w: k for w, k in writers.items() if any(w in f.writers for f in tally.splits.values())
+        }
+        round_figures = tally.round_figures(request.rule.seed)
+        manifest: dict[str, Any] = {
+            "format": RELEASE_FORMAT,
+            "name": plan.name,
+            "pretty_name": f"{plan.name} {request.version}",
+            "version": request.version,
+            "created_at": utcnow().isoformat(),
+            "dynaval_version": __version__,
+            "task_type": plan.task_type,
+            "fields": list(fields),
+            "labels": list(labels),
+            "license": request.license,
+            "parent": None
+            if plan.parent is None
+            else {"version": plan.parent.version, "content_hash": plan.parent.content_hash},
+            "rounds": [
+                {
+                    "index": plan.indices[r.id],
+                    **_round_figures(services, r, request.rule.seed),
+                    "released": round_figures.get(plan.indices[r.id], {"rows": 0, "votes": 0, "alpha": None}),
+                }
+                for r in plan.rounds
+                if r.id is not None
+            ],
+            "splits": tally.split_figures(),
+            "files": [f.to_dict() for f in files],
+            "split_rule": {**request.rule.to_dict(), "alpha_resamples": ALPHA_RESAMPLES},
+            "shares_reached": placed.shares_reached(released_writers),
+            "withheld": {
+                "count": len(placed.withheld),
+                "by_reason": dict(Counter(placed.withheld.values())),
+                "examples": [{"example_id": e, "reason": r} for e, r in sorted(placed.withheld.items())],
+            },
+            "features": features_yaml(fields, labels),
+            "content_hash": tally.content_hash(),
+            "content_hash_rule": (
+                "sha256 over the concatenated SHA-256 digests of every row's JSONL line (without its "
+                "newline), in example_id order"
+            ),
+        }
+        text = manifest_text(manifest)
+        write_text(out, MANIFEST, text)
+        # The card is made from the manifest as stored (keys sorted), as `verify` makes it again.
+        manifest = json.loads(text)
+        write_text(out, CARD, render_card(manifest))
+        if final.exists():
+            raise Conflict(f"{final.name} exists already in the releases folder", field="version")
+        out.rename(final)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        return _store(services, plan, request, manifest, final, placed)
+    except BaseException:
+        shutil.rmtree(final, ignore_errors=True)
+        raise
+
+
+def _split_input(row: dict[str, Any], fields: Sequence[str]) -> SplitInput:
+    from dynaval.domain.release import text_keys
+
+    return SplitInput(
+        example_id=row["example_id"],
+        round_index=row["round"],
+        writer=row["writer"],
+        label=row["label"],
+        prediction=row["model_prediction"],
+        agreeing_validators=row["validators_agreeing"],
+        text_keys=text_keys(row, fields),
+    )
+
+
+def _store(
+    services: Services,
+    plan: _Plan,
+    request: ReleaseRequest,
+    manifest: dict[str, Any],
+    folder: Path,
+    placed: SplitPlan,
+) -> Release:
+    now = utcnow()
+    try:
+        with services.uow() as uow:
+            release = uow.releases.add(
+                Release(
+                    name=plan.name,
+                    version=request.version,
+                    task_type=plan.task_type,
+                    round_ids=[r.id for r in plan.rounds if r.id is not None],
+                    manifest=manifest,
+                    content_hash=manifest["content_hash"],
+                    folder=str(folder),
+                    created_by=request.created_by,
+                    parent_id=plan.parent.id if plan.parent is not None else None,
+                ),
+                at=now,
+            )
+            assert release.id is not None
+            uow.releases.add_places(release.id, placed.splits, placed.withheld)
+            uow.releases.assign_writers(plan.task_type, placed.new_writers, release_id=release.id, at=now)
+            uow.commit()
+    except IntegrityError:
+        raise Conflict(
+            f"release {plan.name} {request.version}, or a release placing the same writers, "
+            "was made meanwhile; try again",
+            field="version",
+        ) from None
+    log.info(
+        "release %s %s made by %s: rounds %s, content %s",
+        plan.name,
+        request.version,
+        request.created_by,
+        release.round_ids,
+        release.content_hash,
+    )
+    return release
+
+
+def list_releases(services: Services) -> list[Release]:
+    with services.uow(read_only=True) as uow:
+        return uow.releases.all()
+
+
+def get_release(services: Services, release_id: int) -> Release:
+    with services.uow(read_only=True) as uow:
+        return uow.releases.get(release_id)
+
+
+def release_summary(release: Release) -> dict[str, Any]:
+    """A release as lists show it: without the manifest's per-example lists."""
+    manifest = release.manifest
+    return {
+        **{k: v for k, v in release.to_dict().items() if k != "manifest"},
+        "splits": {name: s["rows"] for name, s in manifest["splits"].items()},
+        "withheld": manifest["withheld"]["count"],
+        "license": manifest["license"],
+    }
+
+
+def release_archive(services: Services, release_id: int) -> tuple[str, Iterator[bytes]]:
+    """The release's files as one tar: its file name and its bytes, a piece at a time."""
+    release = get_release(services, release_id)
+    folder = Path(release.folder)
+    if not (folder / MANIFEST).is_file():
+        raise Conflict(
+            f"the files of release {release.version} are missing from {folder}", field="release_id"
+        )
+    prefix = f"{release.name}-{release.version}"
+    return f"{prefix}.tar", archive_chunks(folder, prefix)
+
+
+def copy_release(release: Release, out: Path) -> Path:
+    """Copy a release's files to ``out`` (which must not exist, or be an empty folder)."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InvalidInput(f"{out} exists and is not an empty folder", field="out")
+    if out.exists():
+        out.rmdir()
+    shutil.copytree(release.folder, out)
+    return out

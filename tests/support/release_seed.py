@@ -1,0 +1,172 @@
+"""Frozen rounds of accepted candidates with votes, written straight into the database: the rows a
+release is built from, without Label Studio (the end-to-end tests make them through the real one).
+
+Used by the release integration tests and by ``benchmarks/release.py``; core ``executemany`` in
+chunks, so a million rows take a minute, not an hour.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import insert
+
+from dynaval.adapters.database import Database
+from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow
+from dynaval.domain.policy import RULE_VERSION, DecisionPolicy
+
+T0 = datetime(2026, 6, 1, 9, 0, 0, tzinfo=UTC)
+WORDS = (
+    "the movie plot actor food room staff price phone screen was not bad at all really quite good".split()
+)
+    "the",
+    "movie",
+    "plot",
+    "actor",
+    "food",
+    "room",
+    "staff",
+    "price",
+    "phone",
+    "screen",
+    "was",
+    "not",
+    "bad",
+    "at",
+    "all",
+    "really",
+    "quite",
+    "good",
+]
+CHUNK = 10_000
+
+
+@dataclass
+class SeededRound:
+    round_id: int
+    candidate_ids: list[str] = field(default_factory=list)
+    writers: dict[str, str] = field(default_factory=dict)
+    """Candidate id -> raw writer id."""
+
+
+def _text(rng: random.Random, n: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n)) + f" #{rng.randrange(10**9)}"
+
+
+def seed_frozen_round(
+    database: Database,
+    *,
+    task_type: str,
+    labels: Sequence[str],
+    fields: Sequence[str],
+    accepted: int,
+    writers: int,
+    rng: random.Random,
+    annotators: int = 12,
+    votes: int = 3,
+    weak_share: float = 0.2,
+    rejected: int = 0,
+    shared_premises: int = 0,
+    name: str = "seeded round",
+    writer_prefix: str = "writer",
+    annotation_base: int = 1,
+) -> SeededRound:
+    """A frozen round with ``accepted`` accepted candidates from ``writers`` writers (raw ids
+    ``<writer_prefix>-<n>``), each with ``votes`` votes; ``weak_share`` of them have only one vote
+    for the writer's label (accepted all the same, as an override would), the rest all agree.
+    ``shared_premises`` > 0 makes NLI-like premises repeat across candidates (of one writer each)."""
+    policy = DecisionPolicy().to_dict()
+    with database.unit_of_work() as session:
+        round_row = RoundRow(
+            name=name,
+            task_type=task_type,
+            state="frozen",
+            model_dir="/models/seeded",
+            model_name=f"{task_type}-seeded",
+            model_hash="sha256:" + "cd" * 32,
+            labels=list(labels),
+            policy=policy,
+            label_studio_project_id=rng.randrange(1, 10**6),
+            closed_at=T0,
+            frozen_at=T0 + timedelta(days=1),
+        )
+        session.add(round_row)
+        session.commit()
+        assert round_row.id is not None
+        round_id = round_row.id
+    seeded = SeededRound(round_id)
+    candidates: list[dict[str, Any]] = []
+    annotations: list[dict[str, Any]] = []
+    annotation_id = annotation_base
+    premises = [_text(rng, 12) for _ in range(max(1, shared_premises))]
+
+    def flush(force: bool = False) -> None:
+        if len(candidates) >= CHUNK or (force and candidates):
+            with database.engine.begin() as connection:
+                connection.execute(insert(CandidateRow), candidates)
+                if annotations:
+                    connection.execute(insert(AnnotationRow), annotations)
+            candidates.clear()
+            annotations.clear()
+
+    for i in range(accepted + rejected):
+        candidate_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        writer = f"{writer_prefix}-{rng.randrange(writers)}"
+        label = labels[i % len(labels)]
+        prediction = labels[(i + 1) % len(labels)]
+        weak = rng.random() < weak_share
+        is_accepted = i < accepted
+        inputs: dict[str, str] = {}
+        for n, name_ in enumerate(fields):
+            if n == 0 and len(fields) > 1 and shared_premises:
+                inputs[name_] = premises[int(writer.rsplit("-", 1)[1]) % len(premises)] + f" ({writer})"
+            else:
+                inputs[name_] = _text(rng, 8)
+        at = T0 + timedelta(seconds=i)
+        probabilities = {lab: 0.9 if lab == prediction else 0.1 / (len(labels) - 1) for lab in labels}
+        agreeing = 1 if weak else votes
+        decision = {
+            "outcome": "accepted" if is_accepted else "rejected",
+            "reason": "seeded",
+            "rule_version": RULE_VERSION,
+            "item_agreement": 1.0 if not weak else 1 / 3,
+            "majority_label": label if not weak else prediction,
+            "majority_share": agreeing / votes,
+            "writer_label_share": agreeing / votes,
+            "label_counts": {label: agreeing},
+        }
+        candidates.append(
+            {
+                "id": candidate_id, "round_id": round_id, "inputs": inputs, "writer_label": label,
+                "writer_id": writer, "submitted_by": writer, "collected_by": None, "rationale": None,
+                "status": "accepted" if is_accepted else "rejected", "model_prediction": prediction,
+                "model_probabilities": probabilities,
+                "model_signature": "sig-" + candidate_id[:8], "fooled": True, "submitted_at": at,
+                "scored_at": at, "pushed_at": at, "label_studio_task_id": annotation_id,
+                "wanted_votes": votes, "label_studio_overlap": votes, "decision": decision,
+                "decided_at": at + timedelta(minutes=5), "version": 1,
+            }
+        )  # fmt: skip
+        chosen = rng.sample(range(annotators), votes)
+        for v, who in enumerate(chosen):
+            annotations.append(
+                {
+                    "id": annotation_id, "candidate_id": candidate_id, "round_id": round_id,
+                    "annotator_id": str(100 + who), "label": label if v < agreeing else prediction,
+                    "flagged": False, "flag_reason": None, "was_cancelled": False, "lead_time_s": 4.5,
+                    "created_at": at + timedelta(minutes=1), "updated_at": at + timedelta(minutes=1),
+                    "received_at": at + timedelta(minutes=1), "source": "reconcile",
+                }
+            )  # fmt: skip
+            annotation_id += 1
+        if is_accepted:
+            seeded.candidate_ids.append(candidate_id)
+            seeded.writers[candidate_id] = writer
+        flush()
+    flush(force=True)
+    return seeded
