@@ -21,28 +21,7 @@ from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow
 from dynaval.domain.policy import RULE_VERSION, DecisionPolicy
 
 T0 = datetime(2026, 6, 1, 9, 0, 0, tzinfo=UTC)
-WORDS = (
-    "the movie plot actor food room staff price phone screen was not bad at all really quite good".split()
-)
-    "the",
-    "movie",
-    "plot",
-    "actor",
-    "food",
-    "room",
-    "staff",
-    "price",
-    "phone",
-    "screen",
-    "was",
-    "not",
-    "bad",
-    "at",
-    "all",
-    "really",
-    "quite",
-    "good",
-]
+WORDS = "the movie plot actor food room staff price phone screen was not bad at all really good".split()
 CHUNK = 10_000
 
 
