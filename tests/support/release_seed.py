@@ -21,7 +21,25 @@ from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow
 from dynaval.domain.policy import RULE_VERSION, DecisionPolicy
 
 T0 = datetime(2026, 6, 1, 9, 0, 0, tzinfo=UTC)
-WORDS = "the movie plot actor food room staff price phone screen was not bad at all really good".split()
+WORDS = [
+    "the",
+    "movie",
+    "plot",
+    "actor",
+    "food",
+    "room",
+    "staff",
+    "price",
+    "phone",
+    "screen",
+    "was",
+    "not",
+    "bad",
+    "at",
+    "all",
+    "really",
+    "good",
+]
 CHUNK = 10_000
 
 
