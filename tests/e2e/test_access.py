@@ -87,6 +87,10 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("POST", "/api/rounds/<int:round_id>/annotators/<annotator>/exclusion"): LEAD,
     ("GET", "/api/rounds/<int:round_id>/exclusions"): LEAD,
     ("GET", "/api/rounds/<int:round_id>/audit"): LEAD,
+    ("POST", "/api/releases"): LEAD,
+    ("GET", "/api/releases"): READERS,
+    ("GET", "/api/releases/<int:release_id>"): READERS,
+    ("GET", "/api/releases/<int:release_id>/download"): READERS,
     ("GET", "/write"): PUBLIC,  # a static page: its script calls the API with the writer's token
     ("GET", "/dashboard"): PUBLIC,  # a redirect to the rounds page, which needs a lead
     ("GET", "/dashboard/"): PUBLIC,
@@ -105,6 +109,9 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("GET", "/dashboard/rounds/<int:round_id>/export/dataset.jsonl"): PAGE,
     ("GET", "/dashboard/rounds/<int:round_id>/export/dataset.parquet"): PAGE,
     ("GET", "/dashboard/rounds/<int:round_id>/export/agreement.json"): PAGE,
+    ("GET", "/dashboard/releases"): PAGE,
+    ("GET", "/dashboard/releases/<int:release_id>"): PAGE,
+    ("GET", "/dashboard/releases/<int:release_id>/download"): PAGE,
 }
 
 
@@ -260,6 +267,7 @@ def path_of(rule: str, seeded: Seeded) -> str:
         "candidate_id": seeded.own,
         "annotator": ANNOTATOR,
         "filename": "dashboard.css",
+        "release_id": "1",  # no release exists: served means a 404 here
     }
     return re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", lambda m: values[m.group(1)], rule)
 

@@ -367,7 +367,7 @@ def test_the_document_publishes_the_configured_limits_and_the_app_enforces_them(
 @dataclass(frozen=True)
 class Route:
     method: str
-    path: str  # {round} and {candidate} are filled in with real ids
+    path: str  # {round}, {candidate} and {release} are filled in with real ids
     roles: tuple[str, ...]
 
     @property
@@ -376,7 +376,11 @@ class Route:
 
     @property
     def openapi_path(self) -> str:
-        return self.path.replace("{round}", "{round_id}").replace("{candidate}", "{candidate_id}")
+        return (
+            self.path.replace("{round}", "{round_id}")
+            .replace("{candidate}", "{candidate_id}")
+            .replace("{release}", "{release_id}")
+        )
 
 
 LEAD, WRITERS, READERS = ("lead",), ("writer", "collector", "lead"), ("exporter", "lead")
@@ -393,6 +397,10 @@ ROUTES = [
     Route("GET", "/api/candidates/{candidate}", WRITERS),
     Route("POST", "/api/rounds/{round}/predict", OWN_WRITERS),
     Route("GET", "/api/rounds/{round}/my-candidates", OWN_WRITERS),
+    Route("POST", "/api/releases", LEAD),
+    Route("GET", "/api/releases", READERS),
+    Route("GET", "/api/releases/{release}", READERS),
+    Route("GET", "/api/releases/{release}/download", READERS),
 ]
 ROUND_BODY = {"name": "auth round", "task": "sentiment", "model": "default"}
 CANDIDATE_BODY = {"text": "What a lovely day.", "writer_label": "positive"}  # the token names the writer
@@ -440,7 +448,7 @@ NO_VALID_TOKEN = {
 def call(client: FlaskClient, method: str, path: str, authorization: str | None) -> tuple[int, Any]:
     """Status and the error's field (real ids are not needed: the role is checked first)."""
     headers = {} if authorization is None else {"Authorization": authorization}
-    path = re.sub(r"{round_id}", "1", path)
+    path = re.sub(r"{round_id}|{release_id}", "1", path)
     path = re.sub(r"{[^}]+}", "00000000-0000-0000-0000-000000000000", path)
     response = client.open(path, method=method, headers=headers, json={} if method == "POST" else None)
     body = response.get_json(silent=True)
@@ -503,7 +511,7 @@ def test_tokens_against_the_live_service(live_service: LiveService) -> None:
         "POST", f"/api/rounds/{round_id}/candidates", token=WRITER_TOKEN, json=CANDIDATE_BODY
     )
     assert submitted.status_code == 201, submitted.text
-    ids = {"round": round_id, "candidate": submitted.json()["id"]}
+    ids = {"round": round_id, "candidate": submitted.json()["id"], "release": 1}  # no release exists
 
     def status_of(route: Route, token: str | None) -> int:
         path = route.path.format(**ids)
@@ -524,6 +532,10 @@ def test_tokens_against_the_live_service(live_service: LiveService) -> None:
         "GET /api/candidates/{candidate}": 200,
         "POST /api/rounds/{round}/predict": 200,
         "GET /api/rounds/{round}/my-candidates": 200,
+        "POST /api/releases": 403,
+        "GET /api/releases": 403,
+        "GET /api/releases/{release}": 403,
+        "GET /api/releases/{release}/download": 403,
     }
     assert as_writer == expected_writer
     rounds = live_service.call("GET", "/api/rounds", token=WRITER_TOKEN).json()["rounds"]
@@ -539,6 +551,10 @@ def test_tokens_against_the_live_service(live_service: LiveService) -> None:
         "POST /api/rounds/{round}/close": 200,
         "POST /api/rounds/{round}/sync": 200,
         "GET /api/rounds/{round}/dataset": 200,
+        "POST /api/releases": 422,  # an empty body: nothing is built
+        "GET /api/releases": 200,
+        "GET /api/releases/{release}": 404,
+        "GET /api/releases/{release}/download": 404,
     }
     state = live_service.call("GET", f"/api/rounds/{round_id}", token=WRITER_TOKEN).json()["state"]
     assert state == "closed"

@@ -48,7 +48,14 @@ from dynaval.entrypoints.errors import status_of
 from dynaval.entrypoints.guards import query_int
 from dynaval.entrypoints.routes import dataset_download
 from dynaval.entrypoints.schemas import ExclusionChange, OverrideCreate, request_models
-from dynaval.service_layer import agreement, annotator_exclusion, dashboard_sessions, dataset, overrides
+from dynaval.service_layer import (
+    agreement,
+    annotator_exclusion,
+    dashboard_sessions,
+    dataset,
+    overrides,
+    releases,
+)
 from dynaval.service_layer import dashboard as use_cases
 from dynaval.service_layer.figures_cache import FiguresCache
 from dynaval.service_layer.services import Services
@@ -437,3 +444,49 @@ def export_agreement(round_id: int) -> Response:
     response = jsonify(agreement.round_agreement(_services(), round_id))
     response.headers["Content-Disposition"] = f'attachment; filename="round-{round_id}-agreement.json"'
     return response
+
+
+# ------------------------------------------------------------------------------------ releases
+
+
+def _card_html(card: str) -> tuple[str, str]:
+    """A release card as (its YAML header, its body as HTML). The Markdown is rendered with raw HTML
+    turned off (a round's name in the card is text, never markup) and unsafe links refused."""
+    from markdown_it import MarkdownIt
+
+    header, body = "", card
+    if card.startswith("---\n"):
+        end = card.find("\n---\n", 4)
+        if end != -1:
+            header, body = card[4:end], card[end + 5 :]
+    html = MarkdownIt("commonmark", {"html": False}).enable("table").render(body)
+    return header, html
+
+
+@pages.get("/releases")
+@lead_page
+def releases_page() -> Any:
+    listed = [releases.release_summary(r) for r in releases.list_releases(_services())]
+    return render_template("releases.html", releases=list(reversed(listed)))
+
+
+@pages.get("/releases/<int:release_id>")
+@lead_page
+def release_page(release_id: int) -> Any:
+    release = releases.get_release(_services(), release_id)
+    card = releases.release_card(release)
+    header, html = _card_html(card)
+    return render_template(
+        "release.html", release=releases.release_summary(release), card_header=header, card_html=html
+    )
+
+
+@pages.get("/releases/<int:release_id>/download")
+@lead_page
+def release_download(release_id: int) -> Response:
+    name, chunks = releases.release_archive(_services(), release_id)
+    return Response(
+        chunks,
+        mimetype="application/x-tar",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )

@@ -9,6 +9,7 @@ from flask import Blueprint, Response, current_app, g, jsonify, request
 
 from dynaval.adapters.dataset_files import FORMATS, MEDIA_TYPES, encode_dataset
 from dynaval.domain.errors import InvalidInput
+from dynaval.domain.release import SplitRule
 from dynaval.entrypoints.auth import Role, requires
 from dynaval.entrypoints.guards import charge_scoring, parse_json, query_int, read_body
 from dynaval.entrypoints.openapi import documented
@@ -19,6 +20,7 @@ from dynaval.entrypoints.schemas import (
     GoldUpload,
     OverrideCreate,
     PredictRequest,
+    ReleaseCreate,
     RequestModel,
     RoundCreate,
     request_models,
@@ -31,6 +33,7 @@ from dynaval.service_layer import (
     dataset,
     gold,
     overrides,
+    releases,
     rounds,
     task_types,
     verification,
@@ -401,3 +404,67 @@ def exclusion_log(round_id: int) -> Any:
 def round_agreement(round_id: int) -> Any:
     bootstrap, seed = query_int("bootstrap", 1000), query_int("seed", 0)
     return jsonify(agreement.round_agreement(_services(), round_id, bootstrap=bootstrap, seed=seed))
+
+
+@api.post("/api/releases")
+@documented(
+    summary="A lead builds a release of frozen rounds of one task type (files kept by the service)",
+    body=ReleaseCreate,
+    responses={
+        201: "The release: id, version, manifest, content_hash",
+        404: "No such round",
+        409: "A round is not frozen, or the version exists",
+        422: "Invalid field",
+    },
+)
+@requires(Role.LEAD)
+def create_release() -> Any:
+    body = _body(ReleaseCreate)
+    shares = body.shares
+    rule = SplitRule(
+        shares=(float(shares.train), float(shares.dev), float(shares.test)) if shares else (0.8, 0.1, 0.1),
+        min_agreeing_validators=body.min_agreeing_validators,
+        balance_dev_test=body.balance_dev_test,
+        seed=body.seed,
+    )
+    made = releases.create_release(
+        _services(),
+        releases.ReleaseRequest(
+            round_ids=body.rounds,
+            version=body.version,
+            created_by=g.caller.name,
+            name=body.name,
+            license=body.license,
+            rule=rule,
+        ),
+    )
+    return jsonify(made.to_dict()), 201
+
+
+@api.get("/api/releases")
+@documented(summary="Every release, oldest first (without manifests)", responses={200: "OK"})
+@requires(*READERS)
+def list_releases() -> Any:
+    return jsonify({"releases": [releases.release_summary(r) for r in releases.list_releases(_services())]})
+
+
+@api.get("/api/releases/<int:release_id>")
+@documented(summary="One release, with its manifest", responses={200: "OK", 404: "No such release"})
+@requires(*READERS)
+def get_release(release_id: int) -> Any:
+    return jsonify(releases.get_release(_services(), release_id).to_dict())
+
+
+@api.get("/api/releases/<int:release_id>/download")
+@documented(
+    summary="The release's files as one tar archive (unpack it and run `dynaval release verify`)",
+    responses={200: "OK", 404: "No such release", 409: "The release's files are missing"},
+)
+@requires(*READERS)
+def download_release(release_id: int) -> Any:
+    name, chunks = releases.release_archive(_services(), release_id)
+    return Response(
+        chunks,
+        mimetype="application/x-tar",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )

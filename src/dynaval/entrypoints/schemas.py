@@ -30,7 +30,9 @@ from pydantic import (
     Field,
     Strict,
     StrictBool,
+    StrictFloat,
     StrictInt,
+    StrictStr,
     ValidationError,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
@@ -353,6 +355,48 @@ class OverrideCreate(RequestModel):
 
     outcome: OverrideOutcome
     reason: Reason = Field(description="Why; recorded in the audit log (NFC-normalised, stripped).")
+
+
+class ReleaseShares(RequestModel):
+    """Target shares of new writers; they must add up to 1."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    train: StrictFloat | StrictInt = Field(ge=0, le=1)
+    dev: StrictFloat | StrictInt = Field(ge=0, le=1)
+    test: StrictFloat | StrictInt = Field(ge=0, le=1)
+
+
+class ReleaseCreate(RequestModel):
+    """A release of frozen rounds of one task type."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rounds: list[Annotated[StrictInt, Field(ge=1, le=2**31 - 1)]] = Field(
+        min_length=1, max_length=100, description="The frozen rounds to release (one task type)."
+    )
+    version: StrictStr = Field(
+        min_length=5, max_length=40, description="A semantic version such as 1.0.0; never reused."
+    )
+    name: StrictStr | None = Field(
+        default=None, max_length=80, description="The release's name (default: dynaval-<task>)."
+    )
+    license: StrictStr = Field(
+        default="unknown",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9.+-]{0,63}$",
+        description="License id for the card.",
+    )
+    seed: StrictInt = Field(default=0, ge=0, le=2**32 - 1, description="Seed of the new writers' assignment.")
+    shares: ReleaseShares | None = Field(default=None, description="Default: train 0.8, dev 0.1, test 0.1.")
+    min_agreeing_validators: StrictInt = Field(
+        default=2,
+        ge=0,
+        le=50,
+        description="Dev and test hold examples this many counted validators agreed on.",
+    )
+    balance_dev_test: StrictBool = Field(
+        default=False, description="Balance dev and test by label x model prediction (DynaSent)."
+    )
 
 
 # ------------------------------------------------------------------------- Label Studio's webhook

@@ -384,3 +384,11 @@ def copy_release(release: Release, out: Path) -> Path:
         out.rmdir()
     shutil.copytree(release.folder, out)
     return out
+
+
+def release_card(release: Release) -> str:
+    """The card the release's folder holds (made from the manifest again if the file is gone)."""
+    path = Path(release.folder) / CARD
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    return render_card(release.manifest)
