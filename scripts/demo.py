@@ -4,7 +4,8 @@
 Writers post candidates concurrently (each with their own token; a collector submits some for a
 writer of its own front end), four annotator users vote in Label Studio (most agree with
 the writers, some do not, two flag a spam text), disagreements are escalated and settled, and the
-round dataset is exported. Both servers then stay up, with their URLs and credentials printed,
+round dataset is exported. Each round is then frozen, released as version 1.0.0 (``dynaval release
+create``) and verified (``dynaval release verify``); ``release: <path>`` names each. Both servers then stay up, with their URLs and credentials printed,
 until Ctrl-C (or stop at once with ``--exit``).
 """
 
@@ -416,6 +417,9 @@ def run_demo(args: argparse.Namespace, demo_dir: Path) -> int:
         summaries, annotators = run_rounds(service.url, lead, writers, collector, server)
         for summary in summaries:
             print_summary(summary, export_round(env, summary["id"], demo_dir))
+        for summary in summaries:
+            freeze_round(service.url, lead, summary["id"])
+            print_release(release_round(env, summary, demo_dir))
         print_access(service.url, server, annotators, lead, writers, collector)
         if not args.exit:
             print("\nBoth servers keep running; press Ctrl-C to stop them.", flush=True)
@@ -445,17 +449,61 @@ def _stop(what: str, stop: Callable[[], None] | None) -> None:
 def export_round(env: dict[str, str], round_id: int, demo_dir: Path) -> Path:
     """``dynaval export`` of the round into the demo's folder; the file's path."""
     out = demo_dir / f"round-{round_id}.jsonl"
-    command = ["export", "--round", str(round_id), "--format", "jsonl", "--out", str(out)]
-    exported = subprocess.run(
+    exported = _cli(env, "export", "--round", str(round_id), "--format", "jsonl", "--out", str(out))
+    if exported.returncode != 0:
+        raise DemoError(f"export failed: {exported.stderr.strip()}")
+    return out
+
+
+def freeze_round(service_url: str, lead: str, round_id: int) -> None:
+    """Close the round and freeze it: its decisions become final. A candidate still waiting for
+    votes (an annotator who never came back) ends as unvalidated, with the reason logged."""
+    with httpx.Client(base_url=service_url, timeout=60) as api:
+        state = _call(api, "GET", f"/api/rounds/{round_id}", lead, repeatable=True)["state"]
+        if state == "open":
+            _call(api, "POST", f"/api/rounds/{round_id}/close", lead, repeatable=False)
+        _call(
+            api,
+            "POST",
+            f"/api/rounds/{round_id}/freeze",
+            lead,
+            repeatable=False,
+            json={"force": True, "reason": "the demo's round is over"},
+        )
+
+
+def _cli(env: dict[str, str], *command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "dynaval.entrypoints.cli", *command],
         env=env,
         capture_output=True,
         text=True,
         check=False,
     )
-    if exported.returncode != 0:
-        raise DemoError(f"export failed: {exported.stderr.strip()}")
-    return out
+
+
+def release_round(env: dict[str, str], summary: dict[str, Any], demo_dir: Path) -> tuple[Path, str]:
+    """Release ``1.0.0`` of the frozen round (``dynaval release create``), then check the copy with
+    ``dynaval release verify``; the release's folder and what the build printed."""
+    out = demo_dir / f"release-{summary['task']}-1.0.0"
+    made = _cli(env, "release", "create", "--rounds", str(summary["id"]), "--version", "1.0.0",
+                "--out", str(out), "--license", "cc-by-4.0")  # fmt: skip
+    if made.returncode != 0:
+        raise DemoError(f"release failed: {made.stderr.strip()}")
+    verified = _cli(env, "release", "verify", str(out))
+    if verified.returncode != 0:
+        raise DemoError(f"release verify failed: {verified.stdout.strip()} {verified.stderr.strip()}")
+    return out, made.stdout
+
+
+def print_release(made: tuple[Path, str]) -> None:
+    out, printed = made
+    print(f"\n=== {out.name} ===")
+    for line in printed.splitlines():
+        if not line.startswith("release: "):
+            print(line)
+    print("verified: every check passed (dynaval release verify)")
+    print(f"release: {out}")
 
 
 def print_summary(summary: dict[str, Any], out: Path) -> None:
