@@ -88,7 +88,7 @@ def render_card(manifest: Mapping[str, Any]) -> str:
         meta.rstrip(),
         "---",
         "",
-        f"# {manifest['pretty_name']} {manifest['version']}",
+        f"# {manifest['pretty_name']}",
         "",
         f"A `{manifest['task_type']}` dataset of examples written to fool a model, validated by several "
         f"annotators, built by dynaval {manifest['dynaval_version']} on {manifest['created_at']}. "
