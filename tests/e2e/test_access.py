@@ -75,6 +75,7 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("POST", "/api/rounds/<int:round_id>/predict"): OWN_WRITERS,
     ("GET", "/api/rounds/<int:round_id>/my-candidates"): OWN_WRITERS,
     ("POST", "/api/rounds/<int:round_id>/close"): LEAD,
+    ("POST", "/api/rounds/<int:round_id>/freeze"): LEAD,
     ("POST", "/api/rounds/<int:round_id>/candidates"): SUBMITTERS,
     ("POST", "/api/rounds/<int:round_id>/candidates/batch"): SUBMITTERS,
     ("GET", "/api/candidates/<candidate_id>"): Access("api", SUBMITTERS.roles, own=True),

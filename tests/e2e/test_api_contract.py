@@ -389,6 +389,7 @@ EVERY_ROLE = ("writer", "collector", "exporter", "lead")
 ROUTES = [
     Route("POST", "/api/rounds", LEAD),
     Route("POST", "/api/rounds/{round}/close", LEAD),
+    Route("POST", "/api/rounds/{round}/freeze", LEAD),
     Route("POST", "/api/rounds/{round}/sync", LEAD),
     Route("GET", "/api/rounds/{round}/dataset", READERS),
     Route("GET", "/api/rounds", EVERY_ROLE),
@@ -524,6 +525,7 @@ def test_tokens_against_the_live_service(live_service: LiveService) -> None:
     expected_writer = {
         "POST /api/rounds": 403,
         "POST /api/rounds/{round}/close": 403,
+        "POST /api/rounds/{round}/freeze": 403,
         "POST /api/rounds/{round}/sync": 403,
         "GET /api/rounds/{round}/dataset": 403,
         "GET /api/rounds": 200,
@@ -549,6 +551,7 @@ def test_tokens_against_the_live_service(live_service: LiveService) -> None:
         **expected_writer,
         "POST /api/rounds": 201,
         "POST /api/rounds/{round}/close": 200,
+        "POST /api/rounds/{round}/freeze": 409,  # allowed, but the round is still open then
         "POST /api/rounds/{round}/sync": 200,
         "GET /api/rounds/{round}/dataset": 200,
         "POST /api/releases": 422,  # an empty body: nothing is built

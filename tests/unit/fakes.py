@@ -27,6 +27,7 @@ from dynaval.domain.round import Round
 from dynaval.domain.task_type import TaskType
 from dynaval.domain.votes import AnnotationRecord
 from dynaval.service_layer.services import ModelRegistry, Services
+from dynaval.service_layer.unit_of_work import ANNOTATION_FIELDS, StoredCandidate, VoteWrites
 from dynaval.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,6 +45,8 @@ class FakeStore:
     statuses: dict[tuple[int, str], AnnotatorStatus] = field(default_factory=dict)
     exclusion_events: list[ExclusionEvent] = field(default_factory=list)
     audit: list[AuditEvent] = field(default_factory=list)
+    task_checks: dict[tuple[int, int], datetime] = field(default_factory=dict)
+    """(round id, task id) -> when its read-back was asked for."""
     commits: int = 0
 
 
@@ -300,6 +303,136 @@ class FakeAudit:
         return [e for e in self.store.audit if e.candidate_id == candidate_id]
 
 
+def _columns(record: AnnotationRecord) -> dict[str, Any]:
+    """A stored annotation's columns, as :class:`StoredCandidate` holds them."""
+    columns = {
+        "annotator_id": record.annotator,
+        "label": record.label,
+        "flagged": record.flagged,
+        "flag_reason": record.reason,
+        "was_cancelled": record.was_cancelled,
+        "lead_time_s": record.lead_time_s,
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
+    }
+    assert tuple(columns) == ANNOTATION_FIELDS
+    return columns
+
+
+def _record(annotation_id: int, values: dict[str, Any], *, late: bool) -> AnnotationRecord:
+    return AnnotationRecord(
+        annotation_id=annotation_id,
+        annotator=values["annotator_id"],
+        label=values["label"],
+        flagged=values["flagged"],
+        reason=values["flag_reason"],
+        was_cancelled=values["was_cancelled"],
+        updated_at=values["updated_at"],
+        created_at=values["created_at"],
+        lead_time_s=values["lead_time_s"],
+        late=late,
+    )
+
+
+class FakeVoteStore:
+    """The votes read back from Label Studio: the store's annotations, written as the SQL store does."""
+
+    def __init__(self, store: FakeStore) -> None:
+        self.store = store
+
+    def task_kinds(self, round_id: int, task_ids: Collection[int]) -> dict[int, str]:
+        kinds = {
+            c.label_studio_task_id: "candidate"
+            for c in self.store.candidates.values()
+            if c.round_id == round_id and c.label_studio_task_id in task_ids
+        }
+        kinds.update(
+            (g.label_studio_task_id, "gold")
+            for g in self.store.gold.values()
+            if g.round_id == round_id and g.label_studio_task_id in task_ids
+        )
+        return {task: kind for task, kind in kinds.items() if task is not None}
+
+    def lock_candidates(self, round_id: int, task_ids: Collection[int]) -> dict[int, StoredCandidate]:
+        found: dict[int, StoredCandidate] = {}
+        for c in self.store.candidates.values():
+            if c.round_id == round_id and c.label_studio_task_id in task_ids:
+                records = self.store.annotations.get(c.id, [])
+                found[c.label_studio_task_id] = StoredCandidate(
+                    copy.deepcopy(c),
+                    {r.annotation_id: _columns(r) for r in records},
+                    {r.annotation_id for r in records if r.late},
+                )
+        return found
+
+    def annotation_owners(self, annotation_ids: Collection[int]) -> dict[int, str]:
+        return {
+            r.annotation_id: cid
+            for cid, records in self.store.annotations.items()
+            for r in records
+            if r.annotation_id in annotation_ids
+        }
+
+    def write(self, writes: VoteWrites) -> None:
+        gone = set(writes.deleted)
+        for cid, records in self.store.annotations.items():
+            self.store.annotations[cid] = [r for r in records if r.annotation_id not in gone]
+        for row in writes.inserted:
+            values = {name: row[name] for name in ANNOTATION_FIELDS}
+            self.store.annotations.setdefault(row["candidate_id"], []).append(
+                _record(row["id"], values, late=row["late"])
+            )
+        for row in writes.updated:
+            for records in self.store.annotations.values():
+                for i, r in enumerate(records):
+                    if r.annotation_id == row["id"]:
+                        values = {name: row[name] for name in ANNOTATION_FIELDS}
+                        records[i] = _record(r.annotation_id, values, late=r.late)
+        for d in writes.decisions:
+            c = self.store.candidates[d["candidate_id"]]
+            c.status = CandidateStatus(d["status"])
+            c.decision = d["decision"]
+            c.wanted_votes = d["wanted_votes"]
+            c.decided_at = d["decided_at"]
+            c.label_studio_read_at = d["read_at"]
+            c.version += 1
+        for h in writes.history:
+            entry = DecisionEntry(**{k: v for k, v in h.items() if k != "candidate_id"})
+            self.store.history.setdefault(h["candidate_id"], []).append(entry)
+        for r in writes.read_only:
+            self.store.candidates[r["candidate_id"]].label_studio_read_at = r["read_at"]
+
+
+class FakeTaskChecks:
+    """The tasks waiting to be read back (only what the reads use)."""
+
+    def __init__(self, store: FakeStore) -> None:
+        self.store = store
+
+    def request(self, round_id: int, task_ids: Sequence[int], at: datetime) -> None:
+        for task_id in task_ids:
+            self.store.task_checks[(round_id, task_id)] = at
+
+    def pending(self, round_id: int, *, until: datetime, limit: int) -> list[int]:
+        waiting = sorted(
+            (at, task) for (r, task), at in self.store.task_checks.items() if r == round_id and at <= until
+        )
+        return [task for _at, task in waiting[:limit]]
+
+    def settle(self, round_id: int, task_ids: Collection[int], read_at: datetime) -> int:
+        settled = [
+            key
+            for key, at in self.store.task_checks.items()
+            if key[0] == round_id and key[1] in task_ids and at <= read_at
+        ]
+        for key in settled:
+            del self.store.task_checks[key]
+        return len(settled)
+
+    def settle_round(self, round_id: int, read_at: datetime) -> int:
+        return self.settle(round_id, [t for r, t in self.store.task_checks if r == round_id], read_at)
+
+
 class FakeUnitOfWork:
     """A unit of work on a copy of the store: committed, the copy becomes the store."""
 
@@ -313,6 +446,8 @@ class FakeUnitOfWork:
         self.gold = FakeGold(self._work)
         self.annotators = FakeAnnotators(self._work)
         self.audit = FakeAudit(self._work)
+        self.votes = FakeVoteStore(self._work)
+        self.task_checks = FakeTaskChecks(self._work)
         return self
 
     def __exit__(
@@ -359,6 +494,8 @@ class FakeLabelStudio:
     users: dict[str, int] = field(default_factory=dict)
     """Label Studio users' ids by email."""
     user_lookups: int = 0
+    exported: list[ExportedTask] = field(default_factory=list)
+    """What Label Studio holds of the project's tasks and their annotations (read back as is)."""
 
     def _check(self) -> None:
         if self.down:
@@ -383,7 +520,11 @@ class FakeLabelStudio:
 
     def read_tasks(self, *, project_id: int, task_ids: list[int], task_type: TaskType) -> list[ExportedTask]:
         self._check()
-        return []
+        return [task for task in self.exported if task.task_id in task_ids]
+
+    def export_tasks(self, *, project_id: int, task_type: TaskType) -> list[ExportedTask]:
+        self._check()
+        return list(self.exported)
 
     def task_url(self, project_id: int, task_id: int) -> str:
         return f"http://label-studio.invalid/projects/{project_id}/data?task={task_id}"

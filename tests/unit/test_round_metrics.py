@@ -87,7 +87,16 @@ def test_to_dict_reports_everything() -> None:
         "fooled": 2,
         "accepted_fooled": 1,
         "still_in_validation": 1,
+        "unvalidated": 0,
         "by_status": {"accepted": 1, "queued": 1, "rejected": 2},
         "mer": 0.5,
         "vmer": 0.25,
     }
+
+
+def test_unvalidated_candidates_are_counted_apart_and_never_as_verified() -> None:
+    counts = round_counts({("accepted", True): 1, ("unvalidated", True): 2, ("escalated", True): 1})
+    assert counts.unvalidated == 2
+    assert counts.still_in_validation == 1
+    assert counts.accepted_fooled == 1 and counts.vmer == 0.25
+    assert counts.to_dict()["unvalidated"] == 2

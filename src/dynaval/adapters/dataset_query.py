@@ -254,6 +254,7 @@ def _statements(dialect: str) -> _Statements:
         .where(
             annotation.c.candidate_id.in_(bindparam("candidate_ids", expanding=True)),
             annotation.c.was_cancelled.is_(False),
+            annotation.c.late.is_(False),
             or_(annotation.c.label.is_not(None), annotation.c.flagged.is_(True)),
         )
         .order_by(

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Column, Index, Text, UniqueConstraint
+from sqlalchemy import false as sa_false
 from sqlmodel import Field, SQLModel
 
 from dynaval.domain.clock import utcnow
@@ -116,6 +117,8 @@ class AnnotationRow(SQLModel, table=True):
     received_at: datetime = Field(default_factory=utcnow)
     source: str = Field(default="reconcile", max_length=16)
     """Which read stored it: ``verification`` (a task a webhook named) or ``reconcile`` (every task)."""
+    late: bool = Field(default=False, sa_column_kwargs={"server_default": sa_false()})
+    """Read after its round was frozen: stored and shown, never counted (no vote, no decision)."""
 
 
 class TaskCheckRow(SQLModel, table=True):

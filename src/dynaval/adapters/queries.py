@@ -25,6 +25,7 @@ from dynaval.adapters.repositories import candidate_of, record_of
 from dynaval.domain.candidate import Candidate
 from dynaval.domain.lead_session import LeadSessionRecord
 from dynaval.domain.votes import AnnotationRecord
+from dynaval.service_layer.unit_of_work import LateAnnotation
 
 
 class SqlRoundQueries:
@@ -54,6 +55,7 @@ class SqlRoundQueries:
             .where(
                 AnnotationRow.round_id == round_id,
                 col(AnnotationRow.was_cancelled).is_(False),
+                col(AnnotationRow.late).is_(False),
                 col(AnnotationRow.label).is_not(None) | col(AnnotationRow.flagged).is_(True),
             )
             .order_by(
@@ -108,14 +110,52 @@ class SqlRoundQueries:
         )
 
     def annotation_count(self, round_id: int) -> int:
-        """Non-cancelled annotations stored for the round."""
+        """Non-cancelled annotations stored for the round, late ones left out."""
         return int(
             self._session.exec(
                 select(func.count())
                 .select_from(AnnotationRow)
-                .where(AnnotationRow.round_id == round_id, col(AnnotationRow.was_cancelled).is_(False))
+                .where(
+                    AnnotationRow.round_id == round_id,
+                    col(AnnotationRow.was_cancelled).is_(False),
+                    col(AnnotationRow.late).is_(False),
+                )
             ).one()
         )
+
+    def late_annotations(self, round_id: int, limit: int) -> tuple[int, list[LateAnnotation]]:
+        """How many annotations were read after the round was frozen, and the latest ``limit`` of them."""
+        where = (AnnotationRow.round_id == round_id, col(AnnotationRow.late).is_(True))
+        total = self._session.exec(select(func.count()).select_from(AnnotationRow).where(*where)).one()
+        rows = self._session.exec(
+            select(AnnotationRow)
+            .where(*where)
+            .order_by(col(AnnotationRow.received_at).desc(), col(AnnotationRow.id).desc())
+            .limit(limit)
+        ).all()
+        return int(total), [
+            LateAnnotation(
+                annotation_id=r.id,
+                candidate_id=r.candidate_id,
+                annotator=r.annotator_id,
+                label=r.label,
+                was_cancelled=r.was_cancelled,
+                received_at=as_utc(r.received_at),
+            )
+            for r in rows
+        ]
+
+    def late_counts(self, round_ids: Sequence[int]) -> dict[int, int]:
+        """Annotations read after each round was frozen, by round (0 for none)."""
+        counts = dict.fromkeys(round_ids, 0)
+        if round_ids:
+            for round_id, n in self._session.exec(
+                select(AnnotationRow.round_id, func.count())
+                .where(col(AnnotationRow.round_id).in_(list(round_ids)), col(AnnotationRow.late).is_(True))
+                .group_by(col(AnnotationRow.round_id))
+            ).all():
+                counts[int(round_id)] = int(n)
+        return counts
 
     def writer_labels(self, round_id: int) -> list[tuple[str, str]]:
         """Every candidate of the round with its writer's label."""

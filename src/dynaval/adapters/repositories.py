@@ -259,6 +259,7 @@ def record_of(row: AnnotationRow) -> AnnotationRecord:
         updated_at=as_utc(row.updated_at),
         created_at=as_utc(row.created_at),
         lead_time_s=row.lead_time_s,
+        late=row.late,
     )
 
 

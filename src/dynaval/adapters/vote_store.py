@@ -72,7 +72,10 @@ def _statements(dialect: str) -> _Statements:
         .order_by(candidate.c.id)
         .with_for_update(),
         annotations=select(
-            annotation.c.id, annotation.c.candidate_id, *(annotation.c[f] for f in ANNOTATION_FIELDS)
+            annotation.c.id,
+            annotation.c.candidate_id,
+            annotation.c.late,
+            *(annotation.c[f] for f in ANNOTATION_FIELDS),
         ).where(annotation.c.candidate_id.in_(bindparam("candidate_ids", expanding=True))),
         owners=select(annotation.c.id, annotation.c.candidate_id).where(
             annotation.c.id.in_(bindparam("annotation_ids", expanding=True))
@@ -148,6 +151,8 @@ class SqlVoteStore:
                 values["created_at"] = as_utc(values["created_at"])
                 values["updated_at"] = as_utc(values["updated_at"])
                 by_id[row.candidate_id].annotations[int(row.id)] = values
+                if row.late:
+                    by_id[row.candidate_id].late.add(int(row.id))
         return found
 
     def annotation_owners(self, annotation_ids: Collection[int]) -> dict[int, str]:

@@ -4,6 +4,7 @@
         └─────score──▶ not_fooled                         (the rule, on every vote change)   rejected
                                                                                               flagged
     (a lead may override any validated candidate to accepted or rejected; it then stays so)
+    (a round frozen by force leaves every candidate still waiting for votes ``unvalidated``)
 
 Each transition is one method that checks its own precondition. The rule itself is
 :func:`dynaval.domain.decision.decide`; :meth:`Candidate.decide` applies it to the candidate's
@@ -35,6 +36,8 @@ class CandidateStatus(StrEnum):
     ACCEPTED = "accepted"
     REJECTED = "rejected"
     FLAGGED = "flagged"
+    UNVALIDATED = "unvalidated"
+    """Still waiting for votes when a lead froze its round by force: never decided, never accepted."""
 
     @property
     def is_validated_by_rule(self) -> bool:
@@ -47,6 +50,12 @@ class CandidateStatus(StrEnum):
         return self in (CandidateStatus.IN_VALIDATION, CandidateStatus.ESCALATED)
 
     @property
+    def waits_at_freeze(self) -> bool:
+        """Not decided yet: waiting for votes, for its push or for the model. A round is frozen with
+        such candidates only by force, and they are then left ``unvalidated``."""
+        return self.waits_for_votes or self.not_validated_yet
+
+    @property
     def not_validated_yet(self) -> bool:
         """Not yet in Label Studio: a lead cannot override it (the push would race the override)."""
         return self in (CandidateStatus.SCORING, CandidateStatus.QUEUED)
@@ -57,6 +66,9 @@ OVERRIDE_OUTCOMES = (CandidateStatus.ACCEPTED, CandidateStatus.REJECTED)
 OverrideOutcome = Literal["accepted", "rejected"]
 """The outcomes a lead may set: ``OVERRIDE_OUTCOMES``, as the request model takes them."""
 OVERRIDE_RULE_VERSION = "lead-override/1"
+FREEZE_RULE_VERSION = "round-freeze/1"
+WAITING_AT_FREEZE = tuple(s for s in CandidateStatus if s.waits_at_freeze)
+"""The statuses a round may not be frozen with, unless by force."""
 
 
 @dataclass(frozen=True)
@@ -242,6 +254,34 @@ class Candidate:
                 },
                 cause="override",
                 made_at=override.at,
+            )
+        )
+        return before
+
+    def leave_unvalidated(self, *, by: str, reason: str, at: datetime) -> CandidateStatus:
+        """Still waiting when a lead froze its round by force (``by``, ``reason``): it stays
+        ``unvalidated``, neither accepted nor rejected, and no vote decides it any more. Returns the
+        status before. Refused for a candidate already decided."""
+        if not self.status.waits_at_freeze:
+            raise Conflict(
+                f"candidate {self.id} is {self.status.value}; only a waiting candidate is left unvalidated",
+                field="candidate_id",
+            )
+        before = self.status
+        self.status = CandidateStatus.UNVALIDATED
+        self.decided_at = None
+        # No more votes are wanted from Label Studio for it.
+        self.wanted_votes = min(self.wanted_votes, self.label_studio_overlap)
+        self.version += 1
+        self.history.append(
+            DecisionEntry(
+                outcome=CandidateStatus.UNVALIDATED.value,
+                rule_version=FREEZE_RULE_VERSION,
+                policy={},
+                ballots=[dict(b) for b in (self.decision or {}).get("ballots", [])],
+                figures={"by": by, "reason": reason, "status_before": before.value},
+                cause="forced-freeze",
+                made_at=at,
             )
         )
         return before

@@ -27,12 +27,18 @@ class RoundCounts:
     def still_in_validation(self) -> int:
         return sum(self.by_status.get(s, 0) for s in ("scoring", "queued", "in_validation", "escalated"))
 
+    @property
+    def unvalidated(self) -> int:
+        """Left undecided when their round was frozen by force: never verified, never in a dataset."""
+        return self.by_status.get("unvalidated", 0)
+
     def to_dict(self) -> dict[str, object]:
         return {
             "collected": self.collected,
             "fooled": self.fooled,
             "accepted_fooled": self.accepted_fooled,
             "still_in_validation": self.still_in_validation,
+            "unvalidated": self.unvalidated,
             "by_status": dict(self.by_status),
             "mer": self.mer,
             "vmer": self.vmer,

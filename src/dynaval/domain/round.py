@@ -8,7 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from dynaval.domain.errors import Conflict
+from dynaval.domain.errors import Conflict, InvalidInput
 from dynaval.domain.policy import DecisionPolicy
 
 
@@ -70,11 +70,25 @@ class Round:
         self.state = RoundState.CLOSED
         self.closed_at = at
 
-    def freeze(self, at: datetime) -> None:
-        """``closed`` → ``frozen``: nothing changes a decision any more."""
+    def freeze(
+        self, at: datetime, *, waiting: int = 0, force: bool = False, reason: str | None = None
+    ) -> None:
+        """``closed`` → ``frozen``: nothing changes a decision any more.
+
+        ``waiting`` candidates are not decided yet (waiting for votes, for their push or for the
+        model): refused while there are any, unless a lead forces it, which needs a ``reason`` (the
+        caller then leaves them ``unvalidated``)."""
         if self.state is RoundState.OPEN:
             raise self._conflict("is open: close it before freezing it")
         if self.state is RoundState.FROZEN:
             raise self._conflict("is already frozen")
+        if force and not (reason or "").strip():
+            raise InvalidInput("reason is required to force a freeze", field="reason")
+        if waiting and not force:
+            raise self._conflict(
+                f"has {waiting} candidate{'s' if waiting != 1 else ''} still waiting for votes; "
+                "wait for them, or force the freeze with a reason (they are then left unvalidated)",
+                field="force",
+            )
         self.state = RoundState.FROZEN
         self.frozen_at = at

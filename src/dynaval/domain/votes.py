@@ -22,6 +22,8 @@ class AnnotationRecord:
     updated_at: datetime
     created_at: datetime | None = None
     lead_time_s: float | None = None
+    late: bool = False
+    """Read after its round was frozen: stored, shown, never a vote."""
 
 
 def current_votes(annotations: Iterable[AnnotationRecord]) -> list[AnnotationRecord]:
@@ -29,11 +31,11 @@ def current_votes(annotations: Iterable[AnnotationRecord]) -> list[AnnotationRec
 
     Label Studio accepts several annotations by the same user on one task; the most recently
     updated one is that annotator's vote (ties broken by the higher annotation id). Cancelled
-    (skipped) annotations and empty ones are not votes.
+    (skipped) annotations, empty ones and late ones (read after the round was frozen) are not votes.
     """
     latest: dict[str, AnnotationRecord] = {}
     for record in annotations:
-        if record.was_cancelled or (record.label is None and not record.flagged):
+        if record.late or record.was_cancelled or (record.label is None and not record.flagged):
             continue
         seen = latest.get(record.annotator)
         if seen is None or (record.updated_at, record.annotation_id) > (seen.updated_at, seen.annotation_id):

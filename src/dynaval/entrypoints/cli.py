@@ -160,6 +160,37 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return 0
 
 
+def _operator() -> str:
+    """Who runs a command, for the audit log: the system user behind the shell."""
+    import getpass
+
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "cli"
+
+
+def cmd_round_freeze(args: argparse.Namespace) -> int:
+    from dynaval.entrypoints.schemas import FreezeRequest, request_models
+    from dynaval.service_layer.rounds import freeze_round
+
+    if args.reason is not None and not args.force:
+        raise CommandError("--reason goes with --force (a plain freeze needs no reason)")
+    services = _services()
+    try:
+        # The same checks as the API's body: a readable reason, required with --force.
+        body = request_models(services.settings).validate(
+            FreezeRequest, {"force": args.force, "reason": args.reason}
+        )
+        frozen = freeze_round(services, args.round, by=_operator(), force=body.force, reason=body.reason)
+    finally:
+        services.close()
+    at = frozen.round.frozen_at.isoformat() if frozen.round.frozen_at else "now"
+    left = f"; {frozen.unvalidated} waiting candidate(s) left unvalidated" if frozen.unvalidated else ""
+    print(f"round {args.round} frozen at {at}{left}")
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from dynaval.adapters.dataset_files import write_dataset
     from dynaval.service_layer.dataset import count_accepted, iter_round_dataset_pages
@@ -452,6 +483,22 @@ def build_parser() -> argparse.ArgumentParser:
     agreement.add_argument("--from-name", help="the choices control of a Label Studio export to read")
     agreement.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     agreement.set_defaults(run=cmd_agreement)
+
+    round_ = commands.add_parser("round", help="round lifecycle commands")
+    round_commands = round_.add_subparsers(dest="round_command", required=True, metavar="ROUND_COMMAND")
+    freeze = round_commands.add_parser(
+        "freeze",
+        help="freeze a closed round: its decisions become final",
+        description="Freeze a closed round: no override, vote, escalation or gold rule changes its "
+        "decisions any more. Refused while candidates still wait for votes, unless --force with "
+        "--reason: those candidates are then left unvalidated (and the freeze is in the audit log).",
+    )
+    freeze.add_argument("--round", type=int, required=True, help="round id")
+    freeze.add_argument(
+        "--force", action="store_true", help="freeze even though candidates still wait for votes"
+    )
+    freeze.add_argument("--reason", help="why (required with --force); recorded in the audit log")
+    freeze.set_defaults(run=cmd_round_freeze)
 
     export = commands.add_parser("export", help="write a round dataset (accepted examples with provenance)")
     export.add_argument("--round", type=int, required=True, help="round id")

@@ -17,6 +17,7 @@ from dynaval.entrypoints.schemas import (
     CandidateBatch,
     CandidateCreate,
     ExclusionChange,
+    FreezeRequest,
     GoldUpload,
     OverrideCreate,
     PredictRequest,
@@ -153,6 +154,31 @@ def close_round(round_id: int) -> Any:
     services = _services()
     closed = rounds.close_round(services, round_id)
     return jsonify(rounds.round_public(services, closed, with_model_folder=True))
+
+
+@api.post("/api/rounds/<int:round_id>/freeze")
+@documented(
+    summary="Freeze a closed round: its decisions are final (forcing leaves waiting candidates unvalidated)",
+    body=FreezeRequest,
+    responses={
+        200: "The round, frozen, with the number of candidates left unvalidated",
+        404: "No such round",
+        409: "Open, already frozen, or candidates still waiting for votes (without force)",
+        422: "Invalid field, or force without a reason",
+    },
+)
+@requires(Role.LEAD)
+def freeze_round(round_id: int) -> Any:
+    services = _services()
+    # No body (or an empty one) is a plain freeze.
+    body = _body(FreezeRequest) if request.content_length else FreezeRequest()
+    frozen = rounds.freeze_round(services, round_id, by=g.caller.name, force=body.force, reason=body.reason)
+    return jsonify(
+        {
+            **rounds.round_public(services, frozen.round, with_model_folder=True),
+            "unvalidated": frozen.unvalidated,
+        }
+    )
 
 
 @api.post("/api/rounds/<int:round_id>/candidates")

@@ -399,6 +399,22 @@ class ReleaseCreate(RequestModel):
     )
 
 
+class FreezeRequest(RequestModel):
+    """A lead freezes a closed round. While candidates still wait for votes it is refused (409),
+    unless ``force`` is true, which needs a ``reason`` (422 naming ``reason`` without one): those
+    candidates are then left ``unvalidated``. The body may be left out (no force)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    force: StrictBool = Field(
+        default=False, description="Freeze even though candidates still wait; they are left unvalidated."
+    )
+    reason: Reason | None = Field(
+        default=None,
+        description="Why, required with force; recorded in the audit log (NFC-normalised, stripped).",
+    )
+
+
 # ------------------------------------------------------------------------- Label Studio's webhook
 
 LabelStudioId = Annotated[StrictInt, Field(ge=1, le=2**63 - 1)]

@@ -26,9 +26,12 @@ from dynaval.service_layer.unit_of_work import UnitOfWork
 
 
 def apply_gold_rule(services: Services, round_id: int, annotators: Iterable[str]) -> int:
-    """Exclude or reinstate ``annotators`` by their gold accuracy. Returns the decisions changed."""
+    """Exclude or reinstate ``annotators`` by their gold accuracy. Returns the decisions changed.
+    A frozen round's exclusions are final: the rule leaves them alone."""
     with services.uow() as uow:
         round_ = uow.rounds.get(round_id)
+        if not round_.is_live:
+            return 0
         scores = gold_scores(uow.gold.answers(round_id))
         changed = 0
         for annotator in sorted(set(annotators)):
@@ -54,9 +57,10 @@ def set_exclusion_by_lead(
     services: Services, *, round_id: int, annotator: str, excluded: bool, reason: str
 ) -> dict[str, Any]:
     """A lead excludes or reinstates an annotator (the gold rule then leaves them alone). The
-    request model checked ``reason``: readable text, stored NFC, as it goes into the log."""
+    request model checked ``reason``: readable text, stored NFC, as it goes into the log. Refused
+    (409) in a frozen round: its decisions are final."""
     with services.uow() as uow:
-        uow.rounds.get(round_id)
+        uow.rounds.get(round_id).check_decisions_may_change()
         raw = _raw_annotator(services, uow, round_id, annotator)
         score = gold_scores(uow.gold.answers(round_id)).get(raw, GoldScore(0, 0))
         changed = _set_status(

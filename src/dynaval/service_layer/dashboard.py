@@ -21,11 +21,14 @@ from dynaval.domain.votes import AnnotationRecord, current_ballots
 from dynaval.service_layer import agreement, annotators, candidates, dataset, overrides
 from dynaval.service_layer.figures_cache import Cached, FiguresCache
 from dynaval.service_layer.services import Services
+from dynaval.service_layer.unit_of_work import LateAnnotation
 
 PAGE_SIZE = 50
 URGENT = (CandidateStatus.ESCALATED.value, CandidateStatus.FLAGGED.value)
 """Statuses a lead should look at first: the queue lists them before the rest."""
 STATUSES = tuple(s.value for s in CandidateStatus)
+LATE_SHOWN = 50
+"""Late annotations listed on a round's page (the newest); the count covers them all."""
 BOOTSTRAP = 1000
 SEED = 0
 """The agreement figures shown are the API's defaults (``GET /api/rounds/<id>/agreement``)."""
@@ -65,6 +68,14 @@ class RoundFigures:
     """When alpha and its interval were computed."""
     agreement_current: bool
     """False while newer votes are being counted (see :class:`FiguresCache`)."""
+    late_annotations: int = 0
+    """Annotations read after the round was frozen: stored, never counted."""
+    late: tuple[LateAnnotation, ...] = ()
+    """The newest of them (on the round's page only)."""
+
+    @property
+    def unvalidated(self) -> int:
+        return self.counts.unvalidated
 
     @property
     def collected(self) -> int:
@@ -90,7 +101,13 @@ class RoundFigures:
         return self.counts.vmer
 
 
-def _figures(round_: Round, counts: RoundCounts, cached: Cached[AgreementReport]) -> RoundFigures:
+def _figures(
+    round_: Round,
+    counts: RoundCounts,
+    cached: Cached[AgreementReport],
+    late_annotations: int,
+    late: Sequence[LateAnnotation] = (),
+) -> RoundFigures:
     assert round_.id is not None
     report = cached.value
     ci = report.ci95
@@ -108,6 +125,8 @@ def _figures(round_: Round, counts: RoundCounts, cached: Cached[AgreementReport]
         ci_high=ci[1] if ci else None,
         agreement_as_of=cached.computed_at,
         agreement_current=cached.current,
+        late_annotations=late_annotations,
+        late=tuple(late),
     )
 
 
@@ -116,8 +135,9 @@ def rounds_overview(services: Services, cache: FiguresCache) -> list[RoundFigure
     with services.uow(read_only=True) as uow:
         rounds = [r for r in uow.rounds.all() if r.id is not None]
         counts = uow.dashboard.status_counts([r.id for r in rounds if r.id is not None])
+        late = uow.round_queries.late_counts([r.id for r in rounds if r.id is not None])
     return [
-        _figures(r, round_counts(counts[r.id]), _round_agreement(services, cache, r.id))
+        _figures(r, round_counts(counts[r.id]), _round_agreement(services, cache, r.id), late[r.id])
         for r in rounds
         if r.id is not None
     ]
@@ -127,7 +147,8 @@ def round_figures(services: Services, cache: FiguresCache, round_id: int) -> Rou
     with services.uow(read_only=True) as uow:
         round_ = uow.rounds.get(round_id)
         counts = round_counts(uow.dashboard.status_counts([round_id])[round_id])
-    return _figures(round_, counts, _round_agreement(services, cache, round_id))
+        late_total, late = uow.round_queries.late_annotations(round_id, LATE_SHOWN)
+    return _figures(round_, counts, _round_agreement(services, cache, round_id), late_total, late)
 
 
 @dataclass(frozen=True)

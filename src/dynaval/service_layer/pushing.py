@@ -145,8 +145,8 @@ def _push_under_lease(
     pushed = 0
     with services.uow(read_only=True) as uow:
         round_ = uow.rounds.get(round_id)
-    if round_.label_studio_project_id is None:
-        return 0
+    if round_.label_studio_project_id is None or not round_.is_live:
+        return 0  # a frozen round's decisions are final: nothing more goes to Label Studio
     project_id = round_.label_studio_project_id
     policy = round_.decision_policy
     while True:
@@ -219,8 +219,11 @@ def _save_all(uow: UnitOfWork, items: Sequence[Candidate | GoldItem]) -> None:
 
 
 def apply_escalations(services: Services, round_id: int) -> int:
-    """Raise the task overlap in Label Studio where a decision wants more votes."""
+    """Raise the task overlap in Label Studio where a decision wants more votes (never in a frozen
+    round: its decisions are final)."""
     with services.uow(read_only=True) as uow:
+        if not uow.rounds.get(round_id).is_live:
+            return 0
         work = [
             (c.id, c.label_studio_task_id, c.wanted_votes, uow.candidates.voters(c.id))
             for c in uow.candidates.wanting_more_votes(round_id)

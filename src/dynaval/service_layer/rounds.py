@@ -1,20 +1,35 @@
-"""Round use cases: create, close, list, summarise."""
+"""Round use cases: create, close, freeze, list, summarise."""
 
 from __future__ import annotations
 
+import logging
+import random
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from dynaval.domain.agreement import nominal_alpha
+from dynaval.domain.audit import AuditEvent
+from dynaval.domain.candidate import WAITING_AT_FREEZE, CandidateStatus
 from dynaval.domain.clock import utcnow
-from dynaval.domain.errors import InvalidInput
+from dynaval.domain.errors import Conflict, InvalidInput
 from dynaval.domain.labels import LabelMapping
 from dynaval.domain.metrics import round_counts
 from dynaval.domain.policy import RULE_VERSION, DecisionPolicy
 from dynaval.domain.round import Round
 from dynaval.service_layer.services import Services
+from dynaval.service_layer.unit_of_work import UnitOfWork
+
+log = logging.getLogger(__name__)
+
+FORCED_FREEZE = "forced-freeze"
+"""The audit action of a candidate left unvalidated by a forced freeze."""
+FREEZE_PAGE = 500
+LATE_SHOWN = 100
+"""Late annotations a round's summary lists (the newest); the count covers them all."""
 
 
 def resolve_model_folder(services: Services, model: str, *, task: str) -> Path:
@@ -92,6 +107,115 @@ def close_round(services: Services, round_id: int) -> Round:
         return round_
 
 
+@dataclass(frozen=True)
+class Frozen:
+    """A freeze's outcome: the round, and how many candidates it left unvalidated."""
+
+    round: Round
+    unvalidated: int
+
+
+def freeze_round(
+    services: Services, round_id: int, *, by: str, force: bool = False, reason: str | None = None
+) -> Frozen:
+    """``closed`` → ``frozen``: nothing changes a decision any more (overrides, votes, escalations,
+    the gold rule), and the round's dataset may be released.
+
+    Refused (409, nothing written) for an open or a frozen round, and while candidates still wait for
+    votes (or for their push, or the model), unless a lead forces it with a ``reason`` (checked by
+    the request model: readable text, NFC; required, 422 naming ``reason``). A forced freeze leaves
+    those candidates ``unvalidated`` (never accepted, so in no dataset), each with a decision entry
+    and an audit event naming who and why, and logs one line.
+
+    The round's push lease is held meanwhile, so no push is half-way through moving a queued
+    candidate into Label Studio while it is left unvalidated.
+    """
+    with services.uow(read_only=True) as uow:
+        uow.rounds.get(round_id)  # an unknown round: 404 before anything is taken
+    lease = utcnow() + timedelta(
+        seconds=services.settings.push_lease_s, microseconds=random.randrange(1_000_000)
+    )
+    with services.uow() as uow:
+        taken = uow.rounds.take_push_lease(round_id, lease, now=utcnow(), respect_backoff=False)
+        uow.commit()
+    if not taken:
+        raise Conflict(
+            f"round {round_id} is being pushed into Label Studio; freeze it again in a moment",
+            field="round_id",
+        )
+    try:
+        return _freeze_under_lease(services, round_id, by=by, force=force, reason=reason)
+    finally:
+        with services.uow() as uow:
+            uow.rounds.release_push_lease(round_id, lease)
+            uow.commit()
+
+
+def _freeze_under_lease(
+    services: Services, round_id: int, *, by: str, force: bool, reason: str | None
+) -> Frozen:
+    with services.uow() as uow:
+        round_ = uow.rounds.get(round_id, for_update=True)
+        waiting = sum(uow.candidates.count_with_status(round_id, s) for s in WAITING_AT_FREEZE)
+        now = utcnow()
+        round_.freeze(now, waiting=waiting, force=force, reason=reason)
+        left = 0
+        if waiting:
+            assert reason is not None  # Round.freeze refuses a forced freeze without one
+            for status in WAITING_AT_FREEZE:
+                left += _leave_unvalidated(uow, round_id, status, by=by, reason=reason, at=now)
+        uow.rounds.save(round_)
+        uow.commit()
+    if left:
+        log.warning(
+            "round %s frozen by force by %s, %d candidate(s) left unvalidated; reason: %s",
+            round_id,
+            by,
+            left,
+            reason,
+        )
+    else:
+        log.info("round %s frozen by %s", round_id, by)
+    return Frozen(round_, left)
+
+
+def _leave_unvalidated(
+    uow: UnitOfWork, round_id: int, status: CandidateStatus, *, by: str, reason: str, at: datetime
+) -> int:
+    """Leave every candidate of the round with ``status`` unvalidated, a page at a time."""
+    left = 0
+    while True:
+        # Each page leaves ``status``, so the next page is again the first.
+        page = uow.candidates.page_with_status(round_id, status, after=None, limit=FREEZE_PAGE)
+        if not page:
+            return left
+        locked = []
+        for found in page:
+            # Row-locked and read again: a read of Label Studio may have decided it meanwhile.
+            candidate = uow.candidates.get(found.id, for_update=True)
+            if candidate is None or candidate.status is not status:
+                continue
+            locked.append(candidate)
+            before = candidate.leave_unvalidated(by=by, reason=reason, at=at)
+            uow.audit.add(
+                AuditEvent(
+                    round_id=round_id,
+                    candidate_id=candidate.id,
+                    action=FORCED_FREEZE,
+                    by=by,
+                    reason=reason,
+                    status_before=before.value,
+                    status_after=candidate.status.value,
+                    at=at,
+                )
+            )
+        if not locked:
+            return left
+        uow.candidates.save_many(locked)
+        uow.flush()
+        left += len(locked)
+
+
 def round_public(services: Services, round_: Round, *, with_model_folder: bool) -> dict[str, Any]:
     """The round as the API shows it. The model's folder is a path on the server: only callers who
     run the service (leads) get it; everyone sees the model's name and content hash. ``inputs`` are
@@ -116,6 +240,7 @@ def round_public(services: Services, round_: Round, *, with_model_folder: bool) 
         "label_studio_project_id": round_.label_studio_project_id,
         "created_at": round_.created_at.isoformat() if round_.created_at else None,
         "closed_at": round_.closed_at.isoformat() if round_.closed_at else None,
+        "frozen_at": round_.frozen_at.isoformat() if round_.frozen_at else None,
     }
 
 
@@ -154,12 +279,15 @@ def round_summary(services: Services, round_id: int, *, with_model_folder: bool)
         alpha = nominal_alpha(labels_by_item, round_.labels)
         cost = validation_cost(round_, uow.round_queries.validated_candidates(round_id), len(votes))
         waiting, oldest = uow.task_checks.waiting(round_id)
+        late_total, late = uow.round_queries.late_annotations(round_id, LATE_SHOWN)
         return {
             **round_public(services, round_, with_model_folder=with_model_folder),
             "counts": counts.to_dict(),
             "mer": counts.mer,
             "vmer": counts.vmer,
             "annotations": uow.round_queries.annotation_count(round_id),
+            # Read after the round was frozen: stored, never counted (the newest LATE_SHOWN listed).
+            "late_annotations": {"count": late_total, "latest": [a.to_dict() for a in late]},
             "agreement": alpha.to_dict(),
             "validation_cost": cost,
             # Tasks whose webhooks came but that were not read back from Label Studio yet: their

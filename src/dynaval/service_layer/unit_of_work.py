@@ -39,6 +39,29 @@ class StoredCandidate:
     candidate: Candidate
     annotations: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Annotation id -> the columns of :data:`ANNOTATION_FIELDS` (times in UTC)."""
+    late: set[int] = field(default_factory=set)
+    """The ids of those annotations that were read after the round was frozen."""
+
+
+@dataclass(frozen=True)
+class LateAnnotation:
+    """An annotation read after its round was frozen: kept, never counted."""
+
+    annotation_id: int
+    candidate_id: str
+    annotator: str
+    label: str | None
+    was_cancelled: bool
+    received_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "annotation_id": self.annotation_id,
+            "candidate_id": self.candidate_id,
+            "label": self.label,
+            "was_cancelled": self.was_cancelled,
+            "received_at": self.received_at.isoformat(),
+        }
 
 
 @dataclass
@@ -248,7 +271,13 @@ class RoundQueries(Protocol):
         """Candidates whose task is in Label Studio."""
 
     def annotation_count(self, round_id: int) -> int:
-        """Non-cancelled annotations stored for the round."""
+        """Non-cancelled annotations stored for the round, late ones left out."""
+
+    def late_annotations(self, round_id: int, limit: int) -> tuple[int, list[LateAnnotation]]:
+        """How many annotations were read after the round was frozen, and the latest ``limit`` of them."""
+
+    def late_counts(self, round_ids: Sequence[int]) -> dict[int, int]:
+        """Annotations read after each round was frozen, by round (0 for none)."""
 
     def writer_labels(self, round_id: int) -> list[tuple[str, str]]:
         """Every candidate of the round with its writer's label."""

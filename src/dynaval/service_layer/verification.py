@@ -16,13 +16,20 @@ Reads race with each other (several consumers, a reconcile beside a verification
 candidate and gold item records when the copy it holds was read (the start of the read, under its
 row lock): an older read is never applied over a newer one. A request that arrived during a read
 is not settled by it (its change may have landed after the read), so the task is read again.
+
+A frozen round's decisions are final. What Label Studio still has for it is stored, but *late*: an
+annotation first read after the freeze is kept marked ``late`` (shown, never a vote), a late one is
+changed or removed as Label Studio says, and the annotations stored before the freeze stay as they
+were, whatever Label Studio now says of them (they are the record the decisions rest on). No decision,
+status, escalation or gold-based exclusion changes: gold answers are not read any more, and nothing
+is asked of Label Studio.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -56,6 +63,11 @@ class ReadReport:
     """Tasks a webhook named that Label Studio no longer has (deleted with their annotations)."""
     newer_read_kept: int = 0
     """Tasks whose stored copy came from a later read than this one: left as they were."""
+    late: int = 0
+    """Annotations first stored by this read although their round is frozen (marked late)."""
+    frozen_kept: int = 0
+    """Annotations stored before the round was frozen that Label Studio changed or removed since:
+    kept as they were (a frozen round's record does not change)."""
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -67,6 +79,8 @@ class _Round:
     project_id: int | None
     task_type: TaskType
     policy: dict[str, Any]
+    frozen: bool
+    """Its decisions are final: what is read is stored late and decides nothing."""
 
 
 def _round(services: Services, round_id: int) -> _Round:
@@ -77,6 +91,7 @@ def _round(services: Services, round_id: int) -> _Round:
         project_id=round_.label_studio_project_id,
         task_type=services.catalog.get(round_.task_type),
         policy=dict(round_.policy),
+        frozen=not round_.is_live,
     )
 
 
@@ -198,7 +213,8 @@ def _apply_read(
         kinds = uow.votes.task_kinds(target.id, [t.task_id for t in tasks])
     for task in tasks:
         if task.task_id not in kinds:
-            kind = _adopt(services, target.id, task, report)
+            # A frozen round adopts nothing: a task whose import never answered stays unknown.
+            kind = None if target.frozen else _adopt(services, target.id, task, report)
             if kind is None:
                 report.unknown_tasks += 1
             else:
@@ -219,6 +235,9 @@ def _apply_read(
     for task in tasks:
         if kinds.get(task.task_id) != "gold":
             continue
+        if target.frozen:
+            report.gold_tasks += 1  # a frozen round's exclusions are final: gold answers are not read
+            continue
         with services.uow() as uow:
             report.gold_tasks += 1
             gold_annotators |= _apply_gold_answers(uow, target.id, task, read_at, report)
@@ -230,7 +249,7 @@ def _apply_read(
         changed = apply_gold_rule(services, target.id, gold_annotators)
         report.decisions_changed += changed
         wants_more_votes |= changed > 0
-    if wants_more_votes:
+    if wants_more_votes and not target.frozen:
         services.work.escalate_soon(target.id)
 
 
@@ -255,8 +274,11 @@ def _apply_candidates(
     writer_annotators: Mapping[str, str],
 ) -> bool:
     """Make the stored annotations of these tasks' candidates equal the copies read, and decide
-    each again; returns whether Label Studio must be asked for more annotations."""
+    each again; returns whether Label Studio must be asked for more annotations. In a frozen round
+    the copies are stored late and nothing is decided (see the module's notes)."""
     locked = uow.votes.lock_candidates(target.id, [t.task_id for t in tasks])
+    if not target.frozen and not uow.rounds.get(target.id).is_live:
+        target = replace(target, frozen=True)  # frozen since this read began
     excluded = uow.annotators.excluded(target.id)
     unseen = {
         a.annotation_id
@@ -287,6 +309,9 @@ def _apply_candidates(
             before = stored.annotations.get(annotation_id)
             if before == values:
                 continue
+            if target.frozen and before is not None and annotation_id not in stored.late:
+                report.frozen_kept += 1
+                continue
             if before is None and annotation_id in foreign:
                 log.warning(
                     "annotation %s of task %s belongs to another candidate; not moved",
@@ -296,16 +321,27 @@ def _apply_candidates(
                 continue
             row = {"id": annotation_id, **values, "received_at": now, "source": source}
             if before is None:
-                writes.inserted.append({**row, "candidate_id": stored.candidate.id, "round_id": target.id})
+                writes.inserted.append(
+                    {**row, "candidate_id": stored.candidate.id, "round_id": target.id, "late": target.frozen}
+                )
+                if target.frozen:
+                    report.late += 1
             else:
                 writes.updated.append(row)
             current[annotation_id] = values
             report.added_or_updated += 1
         for annotation_id in [i for i in stored.annotations if i not in incoming]:
+            if target.frozen and annotation_id not in stored.late:
+                report.frozen_kept += 1
+                continue
             writes.deleted.append(annotation_id)
             del current[annotation_id]
             report.deleted += 1
         candidate = stored.candidate
+        if target.frozen:
+            candidate.label_studio_read_at = read_at
+            writes.read_only.append({"candidate_id": candidate.id, "read_at": read_at})
+            continue
         entry = candidate.decide(
             [_record(annotation_id, values) for annotation_id, values in current.items()],
             target.policy,
