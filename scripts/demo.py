@@ -5,7 +5,8 @@ Writers post candidates concurrently (each with their own token; a collector sub
 writer of its own front end), four annotator users vote in Label Studio (most agree with
 the writers, some do not, two flag a spam text), disagreements are escalated and settled, and the
 round dataset is exported. Each round is then frozen, released as version 1.0.0 (``dynaval release
-create``) and verified (``dynaval release verify``); ``release: <path>`` names each. Both servers then stay up, with their URLs and credentials printed,
+create``) and verified (``dynaval release verify``); ``release: <path>`` names each. Both servers then
+stay up, with their URLs and credentials printed,
 until Ctrl-C (or stop at once with ``--exit``).
 """
 
