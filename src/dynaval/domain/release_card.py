@@ -90,7 +90,7 @@ def render_card(manifest: Mapping[str, Any]) -> str:
         "",
         f"# {manifest['pretty_name']}",
         "",
-        f"A `{manifest['task_type']}` dataset of examples written to fool a model, validated by several "
+        f"Examples of the `{manifest['task_type']}` task written to fool a model, validated by several "
         f"annotators, built by dynaval {manifest['dynaval_version']} on {manifest['created_at']}. "
         f"Inputs: {fields}. Labels: {labels}. Content hash: `{manifest['content_hash']}`.",
         "",
