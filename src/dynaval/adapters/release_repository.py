@@ -9,6 +9,7 @@ from datetime import datetime
 from sqlalchemy import insert
 from sqlmodel import Session, col, select
 
+from dynaval.adapters.database import MAX_SERIAL_ID
 from dynaval.adapters.orm import ReleaseExampleRow, ReleaseRow, WriterSplitRow, as_utc
 from dynaval.domain.errors import NotFound
 from dynaval.domain.release import Release, SplitKind
@@ -55,7 +56,8 @@ class SqlReleaseRepository:
         return _release(row)
 
     def get(self, release_id: int) -> Release:
-        row = self._session.get(ReleaseRow, release_id)
+        # A larger id names no row; asking PostgreSQL for it would be an overflow error, not a 404.
+        row = self._session.get(ReleaseRow, release_id) if 0 < release_id <= MAX_SERIAL_ID else None
         if row is None:
             raise NotFound(f"release {release_id} does not exist", field="release_id")
         return _release(row)
