@@ -229,54 +229,24 @@ def test_the_commands_create_and_verify(
 ) -> None:
     cli_environment(services, monkeypatch)
     out = tmp_path / "out"
-    assert (
-        cli.main(
-            [
-                "release",
-                "create",
-                "--rounds",
-                str(round_one),
-                "--version",
-                "1.0.0",
-                "--out",
-                str(out),
-                "--license",
-                "cc-by-4.0",
-            ]
+
+    def create(rounds: str, version: str, folder: Path, *extra: str) -> int:
+        return cli.main(
+            ["release", "create", "--rounds", rounds, "--version", version, "--out", str(folder), *extra]
         )
-        == 0
-    )
+
+    assert create(str(round_one), "1.0.0", out, "--license", "cc-by-4.0") == 0
     printed = capsys.readouterr().out
     assert f"release: {out}" in printed and "shares reached" in printed
     assert cli.main(["release", "verify", str(out)]) == 0
     assert "every check passed" in capsys.readouterr().out
     assert "license: cc-by-4.0" in (out / "README.md").read_text()
 
-    assert (
-        cli.main(["release", "create", "--rounds", "x", "--version", "1.0.1", "--out", str(tmp_path / "x")])
-        == 2
-    )
+    assert create("x", "1.0.1", tmp_path / "x") == 2
     assert "--rounds takes round ids" in capsys.readouterr().err
-    assert (
-        cli.main(
-            [
-                "release",
-                "create",
-                "--rounds",
-                str(round_one),
-                "--version",
-                "1.0.0",
-                "--out",
-                str(tmp_path / "y"),
-            ]
-        )
-        == 2
-    )
+    assert create(str(round_one), "1.0.0", tmp_path / "y") == 2
     assert "exists already" in capsys.readouterr().err
-    assert (
-        cli.main(["release", "create", "--rounds", str(round_one), "--version", "1.0.2", "--out", str(out)])
-        == 2
-    )
+    assert create(str(round_one), "1.0.2", out) == 2
     assert "not an empty folder" in capsys.readouterr().err
     (out / "manifest.json").write_text("{")
     assert cli.main(["release", "verify", str(out)]) == 1
