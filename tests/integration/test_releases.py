@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +202,10 @@ def test_verify_names_each_tampering(services: Services, round_one: int, tmp_pat
     moved = tmp_path / "moved"
     shutil.copytree(root, moved)
     test_lines = (moved / "jsonl" / "test_r1.jsonl").read_bytes().splitlines(keepends=True)
+    # A row of a writer with another row in test, so the writer ends up in both kinds.
+    writers = Counter(json.loads(line)["writer"] for line in test_lines)
+    index = next(i for i, line in enumerate(test_lines) if writers[json.loads(line)["writer"]] > 1)
+    test_lines.insert(0, test_lines.pop(index))
     (moved / "jsonl" / "test_r1.jsonl").write_bytes(b"".join(test_lines[1:]))
     (moved / "jsonl" / "train_r1.jsonl").write_bytes(
         (moved / "jsonl" / "train_r1.jsonl").read_bytes() + test_lines[0]

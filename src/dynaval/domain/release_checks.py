@@ -9,7 +9,6 @@ can never compute them differently.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,10 +19,6 @@ from dynaval.domain.release import SplitKind, SplitRule, content_hash, row_diges
 from dynaval.domain.release_rows import agreeing_validators
 
 ALPHA_RESAMPLES = 1000
-
-
-def _short(key: str) -> bytes:
-    return hashlib.blake2b(key.encode(), digest_size=12).digest()
 
 
 @dataclass
@@ -44,7 +39,7 @@ class ReleaseTally:
     digests: list[tuple[str, bytes]] = field(default_factory=list)
     duplicate_ids: list[str] = field(default_factory=list)
     writer_kinds: dict[str, set[SplitKind]] = field(default_factory=lambda: defaultdict(set))
-    text_kinds: dict[bytes, set[SplitKind]] = field(default_factory=lambda: defaultdict(set))
+    text_kinds: dict[str, set[SplitKind]] = field(default_factory=lambda: defaultdict(set))
     own_validations: list[str] = field(default_factory=list)
     weak_dev_test: list[str] = field(default_factory=list)
     wrong_round: list[str] = field(default_factory=list)
@@ -65,7 +60,7 @@ class ReleaseTally:
         figures.writers.add(row["writer"])
         self.writer_kinds[row["writer"]].add(kind)
         for key in text_keys(row, self.fields):
-            self.text_kinds[_short(key)].add(kind)
+            self.text_kinds[key].add(kind)
         votes = row["votes"]
         own = row.get("writer_annotator")
         if own is not None and any(v["annotator"] == own for v in votes):
