@@ -10,6 +10,7 @@ can never compute them differently.
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,12 @@ ALPHA_RESAMPLES = 1000
 
 def _short(key: str) -> bytes:
     return hashlib.blake2b(key.encode(), digest_size=12).digest()
+
+
+def _interned(value: Any) -> Any:
+    """One shared object per distinct string (annotators and labels repeat over millions of votes);
+    anything else (a tampered file's) as it is."""
+    return sys.intern(value) if type(value) is str else value
 
 
 @dataclass
@@ -78,10 +85,12 @@ class ReleaseTally:
         if split.rsplit("_r", 1)[1] != str(row["round"]):
             self.wrong_round.append(example_id)
         round_index = int(row["round"])
-        self.labels_by_round[round_index][example_id] = row["label"]
+        self.labels_by_round[round_index][example_id] = _interned(row["label"])
         for v in votes:
             if v["counted"] and v["label"] is not None:
-                self.votes_by_round[round_index].append((example_id, v["annotator"], v["label"]))
+                # Interned: a release has few annotators and labels, and millions of votes.
+                vote = (example_id, _interned(v["annotator"]), _interned(v["label"]))
+                self.votes_by_round[round_index].append(vote)
 
     # ------------------------------------------------------------------ figures
 
