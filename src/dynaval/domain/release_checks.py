@@ -9,6 +9,7 @@ can never compute them differently.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sys
 from collections import Counter, defaultdict
@@ -33,6 +34,16 @@ def _interned(value: Any) -> Any:
     return sys.intern(value) if type(value) is str else value
 
 
+_NO_KINDS: frozenset[SplitKind] = frozenset()
+
+
+@functools.cache
+def _with_kind(kinds: frozenset[SplitKind], kind: SplitKind) -> frozenset[SplitKind]:
+    """``kinds`` and ``kind``, as one of the few shared sets (a set per text would cost 200 bytes
+    each, for a million texts)."""
+    return kinds | {kind}
+
+
 @dataclass
 class _SplitFigures:
     rows: int = 0
@@ -51,7 +62,7 @@ class ReleaseTally:
     digests: list[tuple[str, bytes]] = field(default_factory=list)
     duplicate_ids: list[str] = field(default_factory=list)
     writer_kinds: dict[str, set[SplitKind]] = field(default_factory=lambda: defaultdict(set))
-    text_kinds: dict[bytes, set[SplitKind]] = field(default_factory=lambda: defaultdict(set))
+    text_kinds: dict[bytes, frozenset[SplitKind]] = field(default_factory=dict)
     own_validations: list[str] = field(default_factory=list)
     weak_dev_test: list[str] = field(default_factory=list)
     wrong_round: list[str] = field(default_factory=list)
@@ -72,7 +83,8 @@ class ReleaseTally:
         figures.writers.add(row["writer"])
         self.writer_kinds[row["writer"]].add(kind)
         for key in text_keys(row, self.fields):
-            self.text_kinds[_short(key)].add(kind)
+            short = _short(key)
+            self.text_kinds[short] = _with_kind(self.text_kinds.get(short, _NO_KINDS), kind)
         votes = row["votes"]
         own = row.get("writer_annotator")
         if own is not None and any(v["annotator"] == own for v in votes):
