@@ -9,6 +9,8 @@ can never compute them differently.
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +21,22 @@ from dynaval.domain.release import SplitKind, SplitRule, content_hash, row_diges
 from dynaval.domain.release_rows import agreeing_validators
 
 ALPHA_RESAMPLES = 1000
+
+
+def _interned(value: Any) -> Any:
+    """One shared object per distinct string (annotators and labels repeat over millions of votes);
+    anything else (a tampered file's) as it is."""
+    return sys.intern(value) if type(value) is str else value
+
+
+_NO_KINDS: frozenset[SplitKind] = frozenset()
+
+
+@functools.cache
+def _with_kind(kinds: frozenset[SplitKind], kind: SplitKind) -> frozenset[SplitKind]:
+    """``kinds`` and ``kind``, as one of the few shared sets (a set per text would cost 200 bytes
+    each, for a million texts)."""
+    return kinds | {kind}
 
 
 @dataclass
@@ -39,7 +57,7 @@ class ReleaseTally:
     digests: list[tuple[str, bytes]] = field(default_factory=list)
     duplicate_ids: list[str] = field(default_factory=list)
     writer_kinds: dict[str, set[SplitKind]] = field(default_factory=lambda: defaultdict(set))
-    text_kinds: dict[str, set[SplitKind]] = field(default_factory=lambda: defaultdict(set))
+    text_kinds: dict[str, frozenset[SplitKind]] = field(default_factory=dict)
     own_validations: list[str] = field(default_factory=list)
     weak_dev_test: list[str] = field(default_factory=list)
     wrong_round: list[str] = field(default_factory=list)
@@ -60,7 +78,7 @@ class ReleaseTally:
         figures.writers.add(row["writer"])
         self.writer_kinds[row["writer"]].add(kind)
         for key in text_keys(row, self.fields):
-            self.text_kinds[key].add(kind)
+            self.text_kinds[key] = _with_kind(self.text_kinds.get(key, _NO_KINDS), kind)
         votes = row["votes"]
         own = row.get("writer_annotator")
         if own is not None and any(v["annotator"] == own for v in votes):
@@ -73,10 +91,12 @@ class ReleaseTally:
         if split.rsplit("_r", 1)[1] != str(row["round"]):
             self.wrong_round.append(example_id)
         round_index = int(row["round"])
-        self.labels_by_round[round_index][example_id] = row["label"]
+        self.labels_by_round[round_index][example_id] = _interned(row["label"])
         for v in votes:
             if v["counted"] and v["label"] is not None:
-                self.votes_by_round[round_index].append((example_id, v["annotator"], v["label"]))
+                # Interned: a release has few annotators and labels, and millions of votes.
+                vote = (example_id, _interned(v["annotator"]), _interned(v["label"]))
+                self.votes_by_round[round_index].append(vote)
 
     # ------------------------------------------------------------------ figures
 
