@@ -34,7 +34,7 @@ from dynaval.domain.release import SplitKind, SplitRule, split_name
 _KINDS = (SplitKind.TRAIN, SplitKind.DEV, SplitKind.TEST)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SplitInput:
     """What the assignment needs of one accepted example."""
 
