@@ -157,6 +157,13 @@ def test_only_frozen_rounds_of_one_task_are_released(services: Services, round_o
     with pytest.raises(InvalidInput) as bad_version:
         release(services, [nli_round], "one")
     assert bad_version.value.field == "version"
+    nothing_accepted = seed_frozen_round(
+        services.database, task_type="nli", labels=NLI, fields=["premise", "hypothesis"], accepted=0,
+        rejected=4, writers=3, rng=random.Random(5), annotation_base=2 * 10**6,
+    ).round_id  # fmt: skip
+    with pytest.raises(Conflict) as empty:
+        release(services, [nothing_accepted], "1.0.0")
+    assert empty.value.field == "rounds" and "nothing to release" in empty.value.message
     assert not list((services.settings.data_dir / "releases").glob("*"))  # nothing was left behind
 
 

@@ -215,6 +215,11 @@ def create_release(services: Services, request: ReleaseRequest) -> Release:
                 inputs.append(_split_input(row, fields))
         placed = plan_splits(inputs, writer_kinds=plan.writer_kinds, fixed=plan.fixed, rule=request.rule)
         del inputs
+        if not placed.splits:
+            raise Conflict(
+                "these rounds hold no accepted example that can go into a split: nothing to release",
+                field="rounds",
+            )
         split_rows = Counter(placed.splits.values())
         out = scratch / "release"
         writer = ReleaseWriter(out, fields=fields, labels=labels, split_rows=split_rows)
