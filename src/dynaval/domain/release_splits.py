@@ -87,7 +87,7 @@ class SplitPlan:
 
 
 class _Groups:
-    """Union-find over writers and text keys."""
+    """Union-find over writers."""
 
     def __init__(self) -> None:
         self.parent: dict[str, str] = {}
@@ -178,16 +178,18 @@ def plan_splits(
                 placed_keys.setdefault(key, SplitKind(place.split.split("_r", 1)[0]))
 
     # 3. Group new writers with the writers and texts they share.
+    # Writers are the nodes; a text joins each writer who has it to the first writer who had it.
     groups = _Groups()
+    first_writer: dict[str, str] = {}
     for e in new:
-        writer_node = "w\x1f" + e.writer
-        groups.find(writer_node)
+        groups.find(e.writer)
         for key in e.text_keys:
-            groups.union(writer_node, "t\x1f" + key)
+            groups.union(e.writer, first_writer.setdefault(key, e.writer))
+    del first_writer
     members: dict[str, list[SplitInput]] = defaultdict(list)
     known: dict[str, Counter[SplitKind]] = defaultdict(Counter)
     for e in new:
-        root = groups.find("w\x1f" + e.writer)
+        root = groups.find(e.writer)
         members[root].append(e)
         if e.writer in kinds:
             known[root][kinds[e.writer]] += 1
@@ -201,7 +203,7 @@ def plan_splits(
             group_kinds[root] = max(_KINDS, key=lambda k: (counts[k], -_KINDS.index(k)))
     for e in new:
         if e.writer not in kinds:
-            kinds[e.writer] = plan.new_writers[e.writer] = group_kinds[groups.find("w\x1f" + e.writer)]
+            kinds[e.writer] = plan.new_writers[e.writer] = group_kinds[groups.find(e.writer)]
 
     # 4. Weak dev/test examples, and texts in a split of another kind, are withheld.
     chosen: list[SplitInput] = []

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -302,8 +303,9 @@ def _split_input(row: dict[str, Any], fields: Sequence[str]) -> SplitInput:
     return SplitInput(
         example_id=row["example_id"],
         round_index=row["round"],
-        writer=row["writer"],
-        label=row["label"],
+        # One string object per writer and label, not one per row: a million rows are held here.
+        writer=sys.intern(row["writer"]),
+        label=sys.intern(row["label"]),
         prediction=row["model_prediction"],
         agreeing_validators=row["validators_agreeing"],
         text_keys=text_keys(row, fields),
