@@ -352,6 +352,7 @@ def test_my_candidates_are_the_callers_own_with_their_mer_and_vmer(
             "fooled": 0,
             "accepted_fooled": 0,
             "still_in_validation": 0,
+            "unvalidated": 0,
             "by_status": {},
             "mer": None,
             "vmer": None,
