@@ -50,6 +50,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # for tests.support.release_seed
     sys.path.insert(0, str(REPO_ROOT))
 
+# What ``dynaval`` reads (the export benchmark's: the secrets, tokens and the seeded database).
+from benchmarks.export import environment  # noqa: E402
 from tests.support.release_seed import seed_frozen_round  # noqa: E402
 
 from dynaval.adapters.database import Database  # noqa: E402
@@ -130,24 +132,6 @@ class Run:
     phases: dict[str, float]
     peaks: dict[str, float]
     """Phase -> the peak RSS (MB) so far, when the phase ended."""
-
-
-def environment(url: str, data_dir: Path) -> dict[str, str]:
-    """What ``dynaval`` reads (as ``tests/fixtures/service.py``'s ``cli_environment`` sets it)."""
-    return {
-        **os.environ,
-        "DYNAVAL_DATABASE_URL": url,
-        "DYNAVAL_DATA_DIR": str(data_dir),
-        "DYNAVAL_PSEUDONYM_SECRET": "benchmark-pseudonym-secret-01234",
-        "DYNAVAL_SIGNING_SECRET": "benchmark-signing-secret-0123456",
-        "DYNAVAL_WEBHOOK_SECRET": "benchmark-webhook-secret-0123456",
-        "DYNAVAL_WRITER_TOKENS": "bench-writer=benchmark-writer-token-0123456789",
-        "DYNAVAL_LEAD_TOKENS": "bench=benchmark-lead-token-0123456789",
-        "DYNAVAL_LABEL_STUDIO_URL": "http://127.0.0.1:9",
-        "DYNAVAL_EMBEDDED_WORKER": "false",
-        "DYNAVAL_RECONCILE_INTERVAL_S": "0",
-        "HF_HUB_OFFLINE": "1",
-    }
 
 
 def run_command(

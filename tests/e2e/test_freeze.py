@@ -67,7 +67,8 @@ def test_a_round_is_frozen_by_force_and_late_annotations_change_nothing(
     loop.vote(decided_task, "C", NEG)
     synced = live_service.call("POST", f"/api/rounds/{round_id}/sync")
     assert synced.status_code == 200, synced.text
-    assert synced.json()["late"] >= 0 and synced.json()["escalations_applied"] == 0
+    # The webhook's read-back may have stored the late annotation before the sync: counted either way.
+    assert "late" in synced.json() and synced.json()["escalations_applied"] == 0
     summary = live_service.call("GET", f"/api/rounds/{round_id}").json()
     assert summary["late_annotations"]["count"] == 1
     [late] = summary["late_annotations"]["latest"]

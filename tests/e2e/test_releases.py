@@ -31,9 +31,6 @@ __all__ = ["task_service"]  # the fixture: the writer is linked to the fourth an
 class WritersLoop(Loop):
     """The loop, with the collector submitting for named writers (so there are many of them)."""
 
-    own_annotator: Any = None
-    """The Label Studio user of the writer with a token (they annotate too)."""
-
     def submit_for(self, writer: str, inputs: dict[str, str], label: str) -> str:
         response = self.service.call(
             "POST",
@@ -66,7 +63,7 @@ def run_round(loop: WritersLoop, model: Path, name: str, writers: list[str], own
         loop.vote(task, "A", label)
         loop.vote(task, "B", label)
         if own and candidate_id == ids[-1]:
-            loop.ls_server.annotate(task, loop.own_annotator.id, label, task_type=loop.task_type)
+            loop.vote(task, "D", label)
     for candidate_id in ids:
         wait_for(
             f"{candidate_id} accepted",
@@ -107,7 +104,7 @@ def test_two_rounds_are_frozen_released_verified_and_loaded(
 
     model = build_tiny_model(tmp_path / "nli-model", labels=NLI, always="neutral")
     loop = WritersLoop(task_service, label_studio_server, label_studio_annotators, "nli")
-    loop.own_annotator = label_studio_annotators[3]
+    loop.annotators["D"] = label_studio_annotators[3]  # the writer's own Label Studio user
     first_writers = [f"writer-{n}" for n in range(6)]
     round_one = run_round(loop, model, "release round one", first_writers, own=True)
     round_one_id = loop.round_id

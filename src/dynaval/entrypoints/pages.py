@@ -46,7 +46,7 @@ from dynaval.entrypoints import charts
 from dynaval.entrypoints.auth import Caller, Role, Unauthorized, caller_of, caller_of_token
 from dynaval.entrypoints.errors import status_of
 from dynaval.entrypoints.guards import query_int
-from dynaval.entrypoints.routes import dataset_download
+from dynaval.entrypoints.routes import dataset_download, release_download
 from dynaval.entrypoints.schemas import ExclusionChange, OverrideCreate, request_models
 from dynaval.service_layer import (
     agreement,
@@ -483,10 +483,5 @@ def release_page(release_id: int) -> Any:
 
 @pages.get("/releases/<int:release_id>/download")
 @lead_page
-def release_download(release_id: int) -> Response:
-    name, chunks = releases.release_archive(_services(), release_id)
-    return Response(
-        chunks,
-        mimetype="application/x-tar",
-        headers={"Content-Disposition": f'attachment; filename="{name}"'},
-    )
+def release_page_download(release_id: int) -> Response:
+    return release_download(_services(), release_id)

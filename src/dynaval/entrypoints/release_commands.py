@@ -38,7 +38,12 @@ def _shares(text: str) -> tuple[float, float, float]:
 def cmd_release_create(args: argparse.Namespace) -> int:
     from dynaval.domain.release import SplitRule
     from dynaval.entrypoints.cli import CommandError, _services
-    from dynaval.service_layer.releases import ReleaseRequest, copy_release, create_release
+    from dynaval.service_layer.releases import (
+        ReleaseRequest,
+        check_copy_target,
+        copy_release,
+        create_release,
+    )
 
     try:
         rule = SplitRule(
@@ -51,8 +56,7 @@ def cmd_release_create(args: argparse.Namespace) -> int:
     except _Usage as exc:
         raise CommandError(str(exc)) from None
     out = Path(args.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise CommandError(f"--out {out} exists and is not an empty folder; name a new folder")
+    check_copy_target(out)  # before the build, not after it
     services = _services()
     try:
         release = create_release(

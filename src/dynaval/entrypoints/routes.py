@@ -488,7 +488,12 @@ def get_release(release_id: int) -> Any:
 )
 @requires(*READERS)
 def download_release(release_id: int) -> Any:
-    name, chunks = releases.release_archive(_services(), release_id)
+    return release_download(_services(), release_id)
+
+
+def release_download(services: Services, release_id: int) -> Response:
+    """A release's files as one tar, streamed file by file (the API's and the dashboard's download)."""
+    name, chunks = releases.release_archive(services, release_id)  # 404 before any byte is sent
     return Response(
         chunks,
         mimetype="application/x-tar",

@@ -49,6 +49,7 @@ from dynaval.domain.release import (
     SplitRule,
     check_release_name,
     check_version,
+    text_keys,
 )
 from dynaval.domain.release_card import render_card
 from dynaval.domain.release_checks import ALPHA_RESAMPLES, ReleaseTally
@@ -298,8 +299,6 @@ def create_release(services: Services, request: ReleaseRequest) -> Release:
 
 
 def _split_input(row: dict[str, Any], fields: Sequence[str]) -> SplitInput:
-    from dynaval.domain.release import text_keys
-
     return SplitInput(
         example_id=row["example_id"],
         round_index=row["round"],
@@ -391,10 +390,15 @@ def release_archive(services: Services, release_id: int) -> tuple[str, Iterator[
     return f"{prefix}.tar", archive_chunks(folder, prefix)
 
 
-def copy_release(release: Release, out: Path) -> Path:
-    """Copy a release's files to ``out`` (which must not exist, or be an empty folder)."""
+def check_copy_target(out: Path) -> None:
+    """``out`` may receive a copy of a release: it does not exist, or it is an empty folder."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise InvalidInput(f"{out} exists and is not an empty folder", field="out")
+        raise InvalidInput(f"{out} exists and is not an empty folder; name a new folder", field="out")
+
+
+def copy_release(release: Release, out: Path) -> Path:
+    """Copy a release's files to ``out`` (see :func:`check_copy_target`)."""
+    check_copy_target(out)
     if out.exists():
         out.rmdir()
     shutil.copytree(release.folder, out)
