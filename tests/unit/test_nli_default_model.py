@@ -14,7 +14,7 @@ import pytest
 
 from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.entrypoints.cli import main
-from dynaval.model_builder import default_model
+from dynaval.model_builder import fine_tuning
 from dynaval.model_builder.default_model import (
     NLI_SEED_LABELS,
     TASKS,
@@ -128,13 +128,13 @@ def test_an_nli_build_trains_and_evaluates_on_pairs(
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     seen: list[set[type]] = []
-    real = default_model.tokenize_batch
+    real = fine_tuning.tokenize_batch
 
     def spy(tokenizer: Any, batch: Sequence[Example], *, max_length: int) -> Any:
         seen.append({type(example) for example in batch})
         return real(tokenizer, batch, max_length=max_length)
 
-    monkeypatch.setattr(default_model, "tokenize_batch", spy)
+    monkeypatch.setattr(fine_tuning, "tokenize_batch", spy)  # the shared training loop encodes
     labels = tuple(reversed(nli_labels()))  # id2label follows the labels passed, not the seed's order
     out_dir = tmp_path / "models" / "nli-default"
     lines: list[str] = []

