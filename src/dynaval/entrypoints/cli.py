@@ -454,6 +454,10 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--force", action="store_true", help="rebuild even if the folder exists")
     build.set_defaults(run=cmd_build_default_model)
 
+    from dynaval.entrypoints.model_commands import add_model_train
+
+    add_model_train(model_commands)
+
     sync = commands.add_parser("sync", help="push, reconcile every annotation from Label Studio, escalate")
     sync.add_argument("--round", type=int, required=True, help="round id")
     sync.set_defaults(run=cmd_sync)

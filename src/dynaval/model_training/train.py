@@ -1,0 +1,228 @@
+"""Train the next round's model: fine-tune a base model on the accumulated train splits of verified
+releases (and, if asked, the task's hand-written seed set), measure it on every round's dev split
+before and after, and write it with its model card.
+
+Every check comes first, so a refused request writes nothing: each release must pass
+``dynaval release verify``, the releases must be versions of one release, every split asked for must
+be a train split one of them holds, the base model's labels must be the release's labels in order,
+and the output folder must be new or empty. Training runs on the CPU, offline, and is deterministic
+given the seed (on one machine).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dynaval.adapters.predictor import hash_model_folder
+from dynaval.adapters.release_files import file_sha256
+from dynaval.domain.errors import InvalidInput
+from dynaval.model_builder.default_model import TASKS, load_task_seed
+from dynaval.model_builder.fine_tuning import (
+    Example,
+    Recipe,
+    cpu_training,
+    evaluate_folder,
+    fine_tune,
+    move_into_place,
+    scratch_folder,
+)
+from dynaval.model_training.card import (
+    DevAccuracy,
+    ReleaseUsed,
+    TrainingRecord,
+    render_model_card,
+)
+from dynaval.model_training.release_data import (
+    ReleaseFolder,
+    check_one_lineage,
+    dev_splits,
+    open_verified_release,
+    split_examples,
+    train_splits,
+)
+
+DEFAULT_EPOCHS = 3
+DEFAULT_LEARNING_RATE = 5e-5
+DEFAULT_MAX_LENGTH = 128
+WEIGHTS_FILE = "model.safetensors"
+
+
+@dataclass(frozen=True)
+class TrainingRequest:
+    releases: Sequence[Path]
+    base: Path
+    out: Path
+    splits: Sequence[str] | None = None
+    """Train splits to learn from; None: every train split of the releases."""
+    epochs: int = DEFAULT_EPOCHS
+    seed: int = 13
+    with_seed_set: bool = False
+    learning_rate: float | None = None
+    """None: the task's default-model recipe, or 5e-5 for a task without one."""
+    batch_size: int = 16
+    threads: int | None = None
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    folder: Path
+    content_hash: str
+    """:func:`hash_model_folder` over the folder as written, card included."""
+    record: TrainingRecord
+
+
+def train_next_model(request: TrainingRequest, *, log: Callable[[str], None]) -> TrainedModel:
+    """Fine-tune ``request.base`` on the releases' train splits into ``request.out`` (see the module)."""
+    if request.epochs < 1:
+        raise InvalidInput("must be at least 1", field="epochs")
+    if request.batch_size < 1:
+        raise InvalidInput("must be at least 1", field="batch_size")
+    if request.learning_rate is not None and not request.learning_rate > 0:
+        raise InvalidInput("must be a positive number", field="learning_rate")
+    if not request.releases:
+        raise InvalidInput("name at least one release folder", field="release")
+    out = Path(request.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InvalidInput(f"{out} exists and is not an empty folder; name a new folder", field="out")
+    releases = [open_verified_release(Path(root)) for root in request.releases]
+    check_one_lineage(releases)
+    task_type, labels = releases[0].task_type, releases[0].labels
+    base_labels = model_labels(request.base)
+    if base_labels != labels:
+        raise InvalidInput(
+            f"the base model's labels {list(base_labels)} are not the release's labels {list(labels)} "
+            "(same names, same order)",
+            field="base",
+        )
+    chosen = train_splits(releases, request.splits)
+    seed_rows = _seed_set(task_type, labels) if request.with_seed_set else None
+
+    train: list[Example] = []
+    split_rows: dict[str, int] = {}
+    trained_ids: set[str] = set()
+    for split in chosen:
+        rows = split_examples(releases, split)
+        split_rows[split] = len(rows)
+        trained_ids.update(example_id for example_id, _ in rows)
+        train.extend(example for _, example in rows)
+    dev = {split: split_examples(releases, split) for split in dev_splits(releases)}
+    _check_no_leak(releases, trained_ids)
+    if seed_rows is not None:
+        train.extend(seed_rows)
+    if not train:
+        raise InvalidInput(f"the splits {', '.join(chosen)} hold no rows", field="splits")
+
+    recipe_of_task = TASKS.get(task_type)
+    recipe = Recipe(
+        epochs=request.epochs,
+        learning_rate=request.learning_rate
+        or (recipe_of_task.learning_rate if recipe_of_task else DEFAULT_LEARNING_RATE),
+        batch_size=request.batch_size,
+        max_length=recipe_of_task.max_length if recipe_of_task else DEFAULT_MAX_LENGTH,
+    )
+    log(
+        f"training on {len(train)} rows ("
+        + ", ".join(f"{split} {rows}" for split, rows in split_rows.items())
+        + (f", seed set {len(seed_rows)}" if seed_rows is not None else "")
+        + f") of {', '.join(r.describe() for r in releases)}"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    scratch = scratch_folder(out, "training")
+    try:
+        with cpu_training(request.threads):
+            before = _dev_accuracy(request.base, dev, labels, recipe.max_length)
+            tuned = fine_tune(
+                request.base,
+                train,
+                labels,
+                scratch,
+                recipe=recipe,
+                seed=request.seed,
+                rng=random.Random(request.seed),
+                log=log,
+            )
+            after = _dev_accuracy(scratch, dev, labels, recipe.max_length)
+        record = TrainingRecord(
+            task_type=task_type,
+            labels=labels,
+            releases=tuple(ReleaseUsed(r.name, r.version, r.content_hash) for r in releases),
+            split_rows=split_rows,
+            seed_set_rows=None if seed_rows is None else len(seed_rows),
+            base_name=request.base.name,
+            base_hash=hash_model_folder(request.base),
+            seed=request.seed,
+            epochs=recipe.epochs,
+            learning_rate=recipe.learning_rate,
+            batch_size=recipe.batch_size,
+            max_length=recipe.max_length,
+            dev=[DevAccuracy(split, len(rows), before[split], after[split]) for split, rows in dev.items()],
+            weights_file=WEIGHTS_FILE,
+            weights_sha256=file_sha256(scratch / WEIGHTS_FILE),
+            final_loss=tuned.final_loss,
+        )
+        (scratch / "README.md").write_text(render_model_card(record), encoding="utf-8")
+        move_into_place(scratch, out)
+    finally:
+        if scratch.exists():
+            shutil.rmtree(scratch, ignore_errors=True)
+    return TrainedModel(out, hash_model_folder(out), record)
+
+
+def model_labels(folder: Path) -> tuple[str, ...]:
+    """The ``id2label`` of the transformers model in ``folder``, in id order (read from its config)."""
+    config = folder / "config.json"
+    try:
+        id2label = json.loads(config.read_text(encoding="utf-8"))["id2label"]
+        return tuple(str(id2label[str(i)]) for i in range(len(id2label)))
+    except OSError:
+        raise InvalidInput(
+            f"no transformers model in {folder} (no readable config.json)", field="base"
+        ) from None
+    except (ValueError, KeyError, TypeError):
+        raise InvalidInput(f"{config} has no id2label with ids 0 to n-1", field="base") from None
+
+
+def _seed_set(task_type: str, labels: tuple[str, ...]) -> list[Example]:
+    if task_type not in TASKS:
+        raise InvalidInput(
+            f"task {task_type!r} has no seed set (tasks with one: {', '.join(sorted(TASKS))})",
+            field="with_seed_set",
+        )
+    rows = load_task_seed(task_type, "train")
+    unknown = sorted({row.label for row in rows} - set(labels))
+    if unknown:
+        raise InvalidInput(f"the seed set has labels {unknown} the release does not", field="with_seed_set")
+    return rows
+
+
+def _check_no_leak(releases: Sequence[ReleaseFolder], trained_ids: set[str]) -> None:
+    """No example learned from may sit in a dev or test split of any of the releases (a verified
+    release of one lineage never does this; the check costs one read of those splits)."""
+    for release in releases:
+        for split, kind in release.split_kinds.items():
+            if kind == "train":
+                continue
+            leaked = [
+                example_id for example_id, _ in split_examples([release], split) if example_id in trained_ids
+            ]
+            if leaked:
+                raise InvalidInput(
+                    f"example {leaked[0]} is in {split} of {release.root} and in a train split: refusing "
+                    f"to train on it ({len(leaked)} such)",
+                    field="splits",
+                )
+
+
+def _dev_accuracy(
+    folder: Path, dev: dict[str, list[tuple[str, Example]]], labels: tuple[str, ...], max_length: int
+) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for split, rows in dev.items():
+        examples = [example for _, example in rows]
+        out[split] = evaluate_folder(folder, examples, labels, max_length=max_length)[0] if examples else None
+    return out
