@@ -92,7 +92,12 @@ def test_help_lists_the_commands(tmp_path: Path) -> None:
     assert done.stdout.startswith("usage: dynaval")
     for command in ("serve", "migrate", "model", "sync", "export"):
         assert command in done.stdout
-    for subcommand in (["sync", "--help"], ["export", "--help"], ["model", "build-default", "--help"]):
+    for subcommand in (
+        ["sync", "--help"],
+        ["export", "--help"],
+        ["model", "build-default", "--help"],
+        ["model", "train", "--help"],
+    ):
         sub = run_dynaval(*subcommand, env=clean_environment(), cwd=tmp_path)
         assert sub.returncode == 0, sub.stderr
         assert "--round" in sub.stdout or "--out" in sub.stdout
