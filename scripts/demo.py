@@ -240,16 +240,21 @@ def run_round(
     server: LabelStudioServer,
     annotators: list[Any],
     rng: random.Random,
+    model: str | None = None,
 ) -> dict[str, Any]:
-    """One round of ``task``: writers submit ``items``, annotators vote in Label Studio, the
-    disagreements get a third and fourth vote; returns the round's summary."""
+    """One round of ``task`` (pinned on the ``model`` folder, else the task's default model):
+    writers submit ``items``, annotators vote in Label Studio, the disagreements get a third and
+    fourth vote; returns the round's summary."""
 
     def call(method: str, path: str, token: str, *, repeatable: bool | None = None, **kwargs: Any) -> Any:
         """One API call; ``repeatable``: sending it twice changes nothing (default: GET only)."""
         repeatable = method == "GET" if repeatable is None else repeatable
         return _call(api, method, path, token, repeatable=repeatable, **kwargs)
 
-    round_body = call("POST", "/api/rounds", lead, json={"name": name, "task": task})
+    created: dict[str, Any] = {"name": name, "task": task}
+    if model is not None:
+        created["model"] = model
+    round_body = call("POST", "/api/rounds", lead, json=created)
     round_id = round_body["id"]
     # The annotators answer in the task type's own controls (the harness writes Label Studio's result).
     task_type = LabelConfigCatalog(REPO_ROOT / "label_config").get(task)
@@ -392,19 +397,7 @@ def run_demo(args: argparse.Namespace, demo_dir: Path) -> int:
     lead, collector = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
     writers = {name: secrets.token_urlsafe(24) for name in WRITERS}
     service_port = _pick_port(args.port)
-    env = {
-        **os.environ,
-        "DYNAVAL_DATA_DIR": str(REPO_ROOT / ".dynaval"),
-        "DYNAVAL_DATABASE_URL": f"sqlite:///{demo_dir / 'dynaval.sqlite3'}",
-        "DYNAVAL_LEAD_TOKENS": lead,
-        "DYNAVAL_WRITER_TOKENS": ",".join(f"{name}={token}" for name, token in writers.items()),
-        "DYNAVAL_COLLECTOR_TOKENS": f"{COLLECTOR}={collector}",
-        "DYNAVAL_WEBHOOK_SECRET": secrets.token_urlsafe(24),
-        "DYNAVAL_PSEUDONYM_SECRET": secrets.token_urlsafe(24),
-        "DYNAVAL_SIGNING_SECRET": secrets.token_urlsafe(24),
-        "DYNAVAL_PUBLIC_URL": f"http://127.0.0.1:{service_port}",
-        "HF_HUB_OFFLINE": "1",
-    }
+    env = demo_env(demo_dir, REPO_ROOT / ".dynaval", service_port, lead, collector, writers)
     server = LabelStudioServer(data_dir=demo_dir / "label-studio", port=_pick_port(args.label_studio_port))
     service: Service | None = None
     try:
@@ -423,18 +416,43 @@ def run_demo(args: argparse.Namespace, demo_dir: Path) -> int:
             print_release(release_round(env, summary, demo_dir))
         print_access(service.url, server, annotators, lead, writers, collector)
         if not args.exit:
-            print("\nBoth servers keep running; press Ctrl-C to stop them.", flush=True)
-            # Explicit handlers: a shell starting us in the background would leave SIGINT ignored.
-            signal.signal(signal.SIGINT, _interrupt)
-            signal.signal(signal.SIGTERM, _interrupt)
-            while True:
-                time.sleep(3600)
+            keep_running()
     except KeyboardInterrupt:
         pass
     finally:
         _stop("the dynaval service", service.stop if service is not None else None)
         _stop("Label Studio", server.stop)
     return 0
+
+
+def demo_env(
+    demo_dir: Path, data_dir: Path, service_port: int, lead: str, collector: str, writers: dict[str, str]
+) -> dict[str, str]:
+    """The service's and the command line's environment: the data folder, the demo's database, and
+    a fresh token or secret for everything."""
+    return {
+        **os.environ,
+        "DYNAVAL_DATA_DIR": str(data_dir),
+        "DYNAVAL_DATABASE_URL": f"sqlite:///{demo_dir / 'dynaval.sqlite3'}",
+        "DYNAVAL_LEAD_TOKENS": lead,
+        "DYNAVAL_WRITER_TOKENS": ",".join(f"{name}={token}" for name, token in writers.items()),
+        "DYNAVAL_COLLECTOR_TOKENS": f"{COLLECTOR}={collector}",
+        "DYNAVAL_WEBHOOK_SECRET": secrets.token_urlsafe(24),
+        "DYNAVAL_PSEUDONYM_SECRET": secrets.token_urlsafe(24),
+        "DYNAVAL_SIGNING_SECRET": secrets.token_urlsafe(24),
+        "DYNAVAL_PUBLIC_URL": f"http://127.0.0.1:{service_port}",
+        "HF_HUB_OFFLINE": "1",
+    }
+
+
+def keep_running() -> None:
+    """Keep both servers up until Ctrl-C (or SIGTERM)."""
+    print("\nBoth servers keep running; press Ctrl-C to stop them.", flush=True)
+    # Explicit handlers: a shell starting us in the background would leave SIGINT ignored.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    while True:
+        time.sleep(3600)
 
 
 def _stop(what: str, stop: Callable[[], None] | None) -> None:
