@@ -47,8 +47,9 @@ ANNOTATOR = "annotator_0123456789abcdef0123456789abcdef"
 @dataclass(frozen=True)
 class Access:
     """Who may call one route: ``public``, ``api`` (a role in ``roles``; ``own``: a writer, a
-    collector or a reporter only a candidate it submitted), ``webhook`` (the webhook secret header), ``page`` (a
-    lead's dashboard page) or ``login`` (the login form, which reads the token from the form)."""
+    collector or a reporter only a candidate it submitted), ``webhook`` (the webhook secret
+    header), ``page`` (a lead's dashboard page) or ``login`` (the login form, which reads the token
+    from the form)."""
 
     kind: str
     roles: tuple[Role, ...] = ()

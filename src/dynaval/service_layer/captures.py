@@ -81,6 +81,10 @@ def report_captures(
     if raced:
         with services.uow(read_only=True) as uow:
             taken = uow.captures.by_references(round_id, references)
+        if not taken:  # the other request's capture was not kept after all
+            raise Conflict(
+                "a reference was being reported at the same moment; send it again", field="reference"
+            )
         reference, earlier = next(iter(taken.items()))
         raise _taken(round_id, reference, earlier, field=references[reference] + "reference")
     services.work.push_soon(round_id)  # into Label Studio by the task queue, not in this request
