@@ -93,6 +93,13 @@ class Settings(BaseSettings):
         "candidates for the writers they name), each `token` or `name=token`.",
         repr=False,
     )
+    reporter_tokens: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated bearer tokens of reporters (monitoring, canary runs, reviewers, "
+        "support desks that report failures found in production to capture rounds), each `token` or "
+        "`name=token`; the token's name is recorded as the capture's reporter.",
+        repr=False,
+    )
     writer_label_studio_users: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Comma-separated `name=user` links of writers (or leads) who also annotate to their "
@@ -206,6 +213,7 @@ class Settings(BaseSettings):
         "lead_tokens",
         "exporter_tokens",
         "collector_tokens",
+        "reporter_tokens",
         "writer_label_studio_users",
         mode="before",
     )
@@ -244,6 +252,7 @@ class Settings(BaseSettings):
             # Optional: a deployment may have no exporter or collector; any token given must be a real one.
             "DYNAVAL_EXPORTER_TOKENS": [c.token for c in self.exporter_credentials],
             "DYNAVAL_COLLECTOR_TOKENS": [c.token for c in self.collector_credentials],
+            "DYNAVAL_REPORTER_TOKENS": [c.token for c in self.reporter_credentials],
         }
         if self.session_secret:
             named["DYNAVAL_SESSION_SECRET"] = [self.session_secret]
@@ -306,6 +315,7 @@ class Settings(BaseSettings):
             "DYNAVAL_COLLECTOR_TOKENS": self.collector_credentials,
             "DYNAVAL_LEAD_TOKENS": self.lead_credentials,
             "DYNAVAL_EXPORTER_TOKENS": self.exporter_credentials,
+            "DYNAVAL_REPORTER_TOKENS": self.reporter_credentials,
         }
         # One token under two names would file every candidate under the first name only.
         shared_tokens = []
@@ -319,13 +329,19 @@ class Settings(BaseSettings):
             raise ValueError(
                 "one token is set under two names in "
                 + ", ".join(shared_tokens)
-                + ": give each writer, collector, lead or exporter their own token"
+                + ": give each writer, collector, lead, exporter or reporter their own token"
             )
         # One name in two submitting roles would let a collector read a writer's candidates as its
         # own, or give a lead's candidates a writer's pseudonym. (Several tokens of one role may
         # share a name: one person's old and new token.)
         roles_of: dict[str, set[str]] = {}
-        for variable in ("DYNAVAL_WRITER_TOKENS", "DYNAVAL_COLLECTOR_TOKENS", "DYNAVAL_LEAD_TOKENS"):
+        # A reporter's name is a capture's writer: it must not be a writer's or lead's either.
+        for variable in (
+            "DYNAVAL_WRITER_TOKENS",
+            "DYNAVAL_COLLECTOR_TOKENS",
+            "DYNAVAL_LEAD_TOKENS",
+            "DYNAVAL_REPORTER_TOKENS",
+        ):
             for c in submitters[variable]:
                 roles_of.setdefault(c.name, set()).add(variable)
         clashing = sorted({v for variables in roles_of.values() if len(variables) > 1 for v in variables})
@@ -333,7 +349,7 @@ class Settings(BaseSettings):
             raise ValueError(
                 "the same name is given in "
                 + ", ".join(clashing)
-                + ": writers, collectors and leads need names of their own"
+                + ": writers, collectors, leads and reporters need names of their own"
             )
         return self
 
@@ -351,6 +367,11 @@ class Settings(BaseSettings):
     def exporter_credentials(self) -> list[Credential]:
         """Every exporter's token and name."""
         return [credential(entry, role="exporter") for entry in self.exporter_tokens]
+
+    @property
+    def reporter_credentials(self) -> list[Credential]:
+        """Every reporter's token and name; a capture records the name it was reported under."""
+        return [credential(entry, role="reporter") for entry in self.reporter_tokens]
 
     @property
     def collector_credentials(self) -> list[Credential]:

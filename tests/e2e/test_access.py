@@ -39,15 +39,17 @@ WRITER_A = "writer-a-token-0123456789abcdef"  # configured as ann=<token>
 WRITER_B = "writer-b-token-0123456789abcdef"  # configured plain: its name is derived
 EXPORTER = "exporter-token-0123456789abcdef"
 COLLECTOR = "collector-token-0123456789abcdef"  # configured as form=<token>
+REPORTER = "reporter-token-0123456789abcdef"  # configured as canary-bot=<token>
 UNKNOWN = "not-a-token-of-anyone-0123456789"
 ANNOTATOR = "annotator_0123456789abcdef0123456789abcdef"
 
 
 @dataclass(frozen=True)
 class Access:
-    """Who may call one route: ``public``, ``api`` (a role in ``roles``; ``own``: a writer or a
-    collector only a candidate it submitted), ``webhook`` (the webhook secret header), ``page`` (a
-    lead's dashboard page) or ``login`` (the login form, which reads the token from the form)."""
+    """Who may call one route: ``public``, ``api`` (a role in ``roles``; ``own``: a writer, a
+    collector or a reporter only a candidate it submitted), ``webhook`` (the webhook secret
+    header), ``page`` (a lead's dashboard page) or ``login`` (the login form, which reads the token
+    from the form)."""
 
     kind: str
     roles: tuple[Role, ...] = ()
@@ -58,8 +60,9 @@ class Access:
 PUBLIC = Access("public")
 PAGE = Access("page")
 LEAD = Access("api", (Role.LEAD,))
-EVERY_ROLE = Access("api", (Role.WRITER, Role.COLLECTOR, Role.EXPORTER, Role.LEAD))
+EVERY_ROLE = Access("api", (Role.WRITER, Role.COLLECTOR, Role.EXPORTER, Role.REPORTER, Role.LEAD))
 SUBMITTERS = Access("api", (Role.WRITER, Role.COLLECTOR, Role.LEAD))
+REPORTERS = Access("api", (Role.REPORTER, Role.LEAD))
 READERS = Access("api", (Role.EXPORTER, Role.LEAD))
 OWN_WRITERS = Access("api", (Role.WRITER, Role.LEAD))  # those who write as themselves
 
@@ -78,7 +81,10 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("POST", "/api/rounds/<int:round_id>/freeze"): LEAD,
     ("POST", "/api/rounds/<int:round_id>/candidates"): SUBMITTERS,
     ("POST", "/api/rounds/<int:round_id>/candidates/batch"): SUBMITTERS,
-    ("GET", "/api/candidates/<candidate_id>"): Access("api", SUBMITTERS.roles, own=True),
+    ("POST", "/api/rounds/<int:round_id>/captures"): REPORTERS,
+    ("GET", "/api/candidates/<candidate_id>"): Access(
+        "api", (Role.WRITER, Role.COLLECTOR, Role.REPORTER, Role.LEAD), own=True
+    ),
     ("POST", "/api/candidates/<candidate_id>/override"): LEAD,
     ("POST", "/api/rounds/<int:round_id>/sync"): LEAD,
     ("GET", "/api/rounds/<int:round_id>/dataset"): READERS,
@@ -138,6 +144,7 @@ CALLERS = [
     Caller("writer B", WRITER_B, Role.WRITER),
     Caller("collector", COLLECTOR, Role.COLLECTOR),
     Caller("exporter", EXPORTER, Role.EXPORTER),
+    Caller("reporter", REPORTER, Role.REPORTER),
     Caller("lead", LEAD_TOKEN, Role.LEAD),
     Caller("webhook secret as bearer", WEBHOOK_SECRET),
     Caller("webhook secret header", None, webhook_header=True),
@@ -158,7 +165,7 @@ def expected(access: Access, caller: Caller) -> str:
         return "401 Authorization"
     if caller.role not in access.roles:
         return "403 Authorization"
-    if access.own and caller.name in ("writer B", "collector"):  # the candidate in the path is writer A's
+    if access.own and caller.name in ("writer B", "collector", "reporter"):  # the path's is writer A's
         return "403 Authorization"
     return "served"
 
@@ -200,6 +207,7 @@ def settings_for(database_url: str, folder: Path, model_dir: Path) -> Settings:
         writer_tokens=[f"ann={WRITER_A}", WRITER_B],
         collector_tokens=[f"form={COLLECTOR}"],
         exporter_tokens=[EXPORTER],
+        reporter_tokens=[f"canary-bot={REPORTER}"],
         lead_tokens=[LEAD_TOKEN],
     )
 

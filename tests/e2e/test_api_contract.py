@@ -385,7 +385,9 @@ class Route:
 
 LEAD, WRITERS, READERS = ("lead",), ("writer", "collector", "lead"), ("exporter", "lead")
 OWN_WRITERS = ("writer", "lead")  # who writes as themselves (a collector submits for others)
-EVERY_ROLE = ("writer", "collector", "exporter", "lead")
+EVERY_ROLE = ("writer", "collector", "exporter", "reporter", "lead")
+REPORTERS = ("reporter", "lead")  # who reports failure captures
+CANDIDATE_READERS = ("writer", "collector", "reporter", "lead")  # each its own candidates; a lead all
 ROUTES = [
     Route("POST", "/api/rounds", LEAD),
     Route("POST", "/api/rounds/{round}/close", LEAD),
@@ -395,7 +397,8 @@ ROUTES = [
     Route("GET", "/api/rounds", EVERY_ROLE),
     Route("GET", "/api/rounds/{round}", EVERY_ROLE),
     Route("POST", "/api/rounds/{round}/candidates", WRITERS),
-    Route("GET", "/api/candidates/{candidate}", WRITERS),
+    Route("GET", "/api/candidates/{candidate}", CANDIDATE_READERS),
+    Route("POST", "/api/rounds/{round}/captures", REPORTERS),
     Route("POST", "/api/rounds/{round}/predict", OWN_WRITERS),
     Route("GET", "/api/rounds/{round}/my-candidates", OWN_WRITERS),
     Route("POST", "/api/releases", LEAD),
@@ -432,7 +435,15 @@ def test_the_route_table_has_the_documented_roles(app: Flask) -> None:
     table = {(r.openapi_path, r.method): r.roles for r in ROUTES}
     assert {key: secured.get(key) for key in table} == table
     # Every route, with every caller, is in tests/e2e/test_access.py.
-    assert set(secured.values()) <= {LEAD, WRITERS, READERS, EVERY_ROLE, OWN_WRITERS}
+    assert set(secured.values()) <= {
+        LEAD,
+        WRITERS,
+        READERS,
+        EVERY_ROLE,
+        OWN_WRITERS,
+        REPORTERS,
+        CANDIDATE_READERS,
+    }
 
 
 NO_VALID_TOKEN = {
@@ -532,6 +543,7 @@ def test_tokens_against_the_live_service(live_service: LiveService) -> None:
         "GET /api/rounds/{round}": 200,
         "POST /api/rounds/{round}/candidates": 201,
         "GET /api/candidates/{candidate}": 200,
+        "POST /api/rounds/{round}/captures": 403,
         "POST /api/rounds/{round}/predict": 200,
         "GET /api/rounds/{round}/my-candidates": 200,
         "POST /api/releases": 403,
@@ -554,6 +566,7 @@ def test_tokens_against_the_live_service(live_service: LiveService) -> None:
         "POST /api/rounds/{round}/freeze": 409,  # allowed, but the round is still open then
         "POST /api/rounds/{round}/sync": 200,
         "GET /api/rounds/{round}/dataset": 200,
+        "POST /api/rounds/{round}/captures": 422,  # an empty body: nothing is reported
         "POST /api/releases": 422,  # an empty body: nothing is built
         "GET /api/releases": 200,
         "GET /api/releases/{release}": 404,

@@ -257,7 +257,10 @@ def test_the_writers_endpoints_are_documented(live_service: LiveService) -> None
         "page": 1_000_000,
         "limit": 100,
     }
-    assert document["paths"]["/api/me"]["get"]["description"] == "Roles: writer, collector, exporter, lead"
+    assert (
+        document["paths"]["/api/me"]["get"]["description"]
+        == "Roles: writer, collector, exporter, reporter, lead"
+    )
 
 
 # ---------------------------------------------------------------------------- my candidates

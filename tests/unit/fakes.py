@@ -21,7 +21,8 @@ from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.label_studio import ExportedTask, LabelStudioUnavailable
 from dynaval.domain.audit import AuditEvent
 from dynaval.domain.candidate import Candidate, CandidateStatus, DecisionEntry
-from dynaval.domain.errors import NotFound
+from dynaval.domain.capture import AcceptedCapture, Capture
+from dynaval.domain.errors import Conflict, NotFound
 from dynaval.domain.gold import AnnotatorStatus, ExclusionEvent, GoldAnswer, GoldItem
 from dynaval.domain.round import Round
 from dynaval.domain.task_type import TaskType
@@ -47,6 +48,7 @@ class FakeStore:
     audit: list[AuditEvent] = field(default_factory=list)
     task_checks: dict[tuple[int, int], datetime] = field(default_factory=dict)
     """(round id, task id) -> when its read-back was asked for."""
+    captures: dict[str, Capture] = field(default_factory=dict)
     commits: int = 0
 
 
@@ -433,6 +435,35 @@ class FakeTaskChecks:
         return self.settle(round_id, [t for r, t in self.store.task_checks if r == round_id], read_at)
 
 
+class FakeCaptures:
+    def __init__(self, store: FakeStore) -> None:
+        self.store = store
+
+    def add_many(self, captures: Sequence[Capture]) -> None:
+        for capture in captures:
+            if capture.reference is not None and self.by_references(capture.round_id, [capture.reference]):
+                raise Conflict("a reference is already taken", field="reference")
+            self.store.captures[capture.candidate_id] = capture
+
+    def get(self, candidate_id: str) -> Capture | None:
+        return self.store.captures.get(candidate_id)
+
+    def by_references(self, round_id: int, references: Collection[str]) -> dict[str, str]:
+        return {
+            c.reference: c.candidate_id
+            for c in self.store.captures.values()
+            if c.round_id == round_id and c.reference is not None and c.reference in references
+        }
+
+    def accepted_captures(self, round_id: int | None = None) -> list[AcceptedCapture]:
+        return [
+            AcceptedCapture(c.candidate_id, c.round_id, dict(cand.inputs), cand.writer_label, c.source)
+            for c in self.store.captures.values()
+            if (cand := self.store.candidates[c.candidate_id]).status is CandidateStatus.ACCEPTED
+            and round_id in (None, c.round_id)
+        ]
+
+
 class FakeUnitOfWork:
     """A unit of work on a copy of the store: committed, the copy becomes the store."""
 
@@ -448,6 +479,7 @@ class FakeUnitOfWork:
         self.audit = FakeAudit(self._work)
         self.votes = FakeVoteStore(self._work)
         self.task_checks = FakeTaskChecks(self._work)
+        self.captures = FakeCaptures(self._work)
         return self
 
     def __exit__(

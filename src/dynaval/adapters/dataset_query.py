@@ -51,7 +51,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import TypeDecorator
 
 from dynaval.adapters.database import MAX_SERIAL_ID, Database
-from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow
+from dynaval.adapters.orm import AnnotationRow, CandidateRow, CaptureRow, RoundRow
 
 PAGE_SIZE = 2000
 """Candidates per page: large enough that a query's fixed cost does not count, small enough that a
@@ -61,6 +61,8 @@ CANDIDATE_FIELDS = (
     "id", "inputs", "writer_label", "rationale", "writer_id", "collected_by", "submitted_at",
     "model_prediction", "model_probabilities", "model_signature", "fooled", "label_studio_task_id",
     "decision", "decided_at", "override_outcome", "override_reason", "override_by", "override_at",
+    "capture_source", "capture_reference", "capture_observed_output", "capture_model_name",
+    "capture_model_version", "capture_observed_at",
 )  # fmt: skip
 """The order of a candidate row's values (times as ISO text, JSON decoded); the query's own page key
 follows them."""
@@ -193,6 +195,7 @@ class _Statements:
 @functools.cache
 def _statements(dialect: str) -> _Statements:
     candidate = _table(CandidateRow)
+    capture = _table(CaptureRow)
     annotation = _table(AnnotationRow)
     round_table = _table(RoundRow)
     iso = functools.partial(_iso, dialect=dialect)
@@ -215,11 +218,20 @@ def _statements(dialect: str) -> _Statements:
         candidate.c.override_reason,
         candidate.c.override_by,
         iso(candidate.c.override_at),
+        # A failure capture's provenance (NULL for a writer's candidate), from the outer join below.
+        capture.c.source,
+        capture.c.reference,
+        capture.c.observed_output,
+        capture.c.model_name,
+        capture.c.model_version,
+        iso(capture.c.observed_at),
         # The page's key as the driver reads it (text on SQLite, a datetime on PostgreSQL), without
         # the column type's conversion: only the last row's is used, to start the next page.
         type_coerce(candidate.c.submitted_at, String).label("key_time"),
     )
     accepted = and_(candidate.c.round_id == bindparam("round_id"), candidate.c.status == "accepted")
+    # One row per candidate: a capture's provenance is keyed by its candidate's id.
+    candidates = candidate.outerjoin(capture, capture.c.candidate_id == candidate.c.id)
     order = (candidate.c.submitted_at, candidate.c.id)
     if dialect == "sqlite":
         stored_time: Any = type_coerce(candidate.c.submitted_at, String)
@@ -273,9 +285,15 @@ def _statements(dialect: str) -> _Statements:
             round_table.c.label_studio_project_id,
         ).where(round_table.c.id == bindparam("round_id")),
         count=select(func.count()).select_from(candidate).where(accepted),
-        first_page=select(*columns).where(accepted).order_by(*order).limit(limit),
-        next_page=select(*columns).where(accepted, after_key).order_by(*order).limit(limit),
-        one=select(*columns, candidate.c.round_id).where(candidate.c.id == bindparam("candidate_id")),
+        first_page=select(*columns).select_from(candidates).where(accepted).order_by(*order).limit(limit),
+        next_page=select(*columns)
+        .select_from(candidates)
+        .where(accepted, after_key)
+        .order_by(*order)
+        .limit(limit),
+        one=select(*columns, candidate.c.round_id)
+        .select_from(candidates)
+        .where(candidate.c.id == bindparam("candidate_id")),
         votes=votes,
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, Index, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, Index, Text, UniqueConstraint, text
 from sqlalchemy import false as sa_false
 from sqlmodel import Field, SQLModel
 
@@ -40,6 +40,11 @@ class RoundRow(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
     closed_at: datetime | None = None
     frozen_at: datetime | None = None
+    kind: str = Field(
+        default="adversarial", max_length=16, sa_column_kwargs={"server_default": "adversarial"}
+    )
+    """``adversarial`` (writers fool the pinned model) or ``capture`` (reported production failures;
+    no model: ``model_dir``, ``model_name`` and ``model_hash`` are empty)."""
 
 
 class CandidateRow(SQLModel, table=True):
@@ -93,6 +98,41 @@ class CandidateRow(SQLModel, table=True):
     label_studio_read_at: datetime | None = None
     """When the copy of Label Studio's annotations that this candidate holds was read (the start of
     the read); an older read is never applied over it."""
+
+
+class CaptureRow(SQLModel, table=True):
+    """A failure capture's provenance, beside the candidate it is validated as (same id).
+
+    A table of its own rather than columns on ``candidate``: the candidate table is the busy one
+    (every push, vote and export reads it) and most of its rows are writers' candidates, which have
+    none of these fields; and the rule that a reporter's ``reference`` names one capture per round
+    is an index on this table alone. The reported label is the candidate's ``writer_label`` (it
+    plays the writer's label's part in the decision), the reporter its ``submitted_by``."""
+
+    __tablename__ = "capture"
+    __table_args__ = (
+        # A reference names one capture per round, whoever reports it at the same moment.
+        Index(
+            "uq_capture_round_reference",
+            "round_id",
+            "reference",
+            unique=True,
+            sqlite_where=text("reference IS NOT NULL"),
+            postgresql_where=text("reference IS NOT NULL"),
+        ),
+        Index("ix_capture_round_source", "round_id", "source"),
+    )
+
+    candidate_id: str = Field(foreign_key="candidate.id", primary_key=True, max_length=36)
+    round_id: int = Field(foreign_key="round.id")
+    source: str = Field(max_length=16)
+    observed_output: str = Field(sa_column=Column(Text, nullable=False))
+    model_name: str = Field(max_length=200)
+    model_version: str = Field(max_length=200)
+    observed_at: datetime
+    reference: str | None = Field(default=None, max_length=200)
+    reporter: str = Field(max_length=64)
+    reported_at: datetime = Field(default_factory=utcnow)
 
 
 class AnnotationRow(SQLModel, table=True):

@@ -33,7 +33,7 @@ from dynaval.domain.audit import AuditEvent
 from dynaval.domain.candidate import Candidate, CandidateStatus, DecisionEntry, Override
 from dynaval.domain.errors import NotFound
 from dynaval.domain.gold import AnnotatorStatus, DecidedBy, ExclusionEvent, GoldAnswer, GoldItem
-from dynaval.domain.round import Round, RoundState
+from dynaval.domain.round import Round, RoundKind, RoundState
 from dynaval.domain.votes import AnnotationRecord
 
 
@@ -63,6 +63,7 @@ def _round_of(row: RoundRow) -> Round:
         frozen_at=_utc(row.frozen_at),
         push_failures=row.push_failures,
         push_retry_at=_utc(row.push_retry_at),
+        kind=RoundKind(row.kind),
     )
 
 
@@ -95,6 +96,7 @@ class SqlRoundRepository:
             policy=dict(round_.policy),
             label_studio_project_id=round_.label_studio_project_id,
             label_studio_webhook_id=round_.label_studio_webhook_id,
+            kind=round_.kind.value,
         )
         self._session.add(row)
         self._session.flush()

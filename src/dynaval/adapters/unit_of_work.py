@@ -13,6 +13,7 @@ from typing import Self
 
 from sqlmodel import Session
 
+from dynaval.adapters.capture_repository import SqlCaptureRepository
 from dynaval.adapters.database import READ_ONLY_OPTION, Database
 from dynaval.adapters.queries import SqlDashboardQueries, SqlDashboardSessions, SqlRoundQueries
 from dynaval.adapters.release_repository import SqlReleaseRepository
@@ -42,6 +43,7 @@ class SqlUnitOfWork:
     dashboard: SqlDashboardQueries
     dashboard_sessions: SqlDashboardSessions
     releases: SqlReleaseRepository
+    captures: SqlCaptureRepository
 
     def __init__(self, database: Database, *, read_only: bool = False) -> None:
         self._database = database
@@ -62,6 +64,7 @@ class SqlUnitOfWork:
         self.dashboard = SqlDashboardQueries(self.session)
         self.dashboard_sessions = SqlDashboardSessions(self.session)
         self.releases = SqlReleaseRepository(self.session)
+        self.captures = SqlCaptureRepository(self.session)
         return self
 
     def __exit__(

@@ -6,10 +6,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from dynaval.domain.errors import Conflict, InvalidInput
 from dynaval.domain.policy import DecisionPolicy
+
+
+class RoundKind(StrEnum):
+    """What a round collects: writers' attempts to fool its pinned model (``adversarial``), or
+    failures found in production and reported with the output observed (``capture``: no model in
+    the loop, see docs/captures.md)."""
+
+    ADVERSARIAL = "adversarial"
+    CAPTURE = "capture"
+
+
+RoundKindName = Literal["adversarial", "capture"]
+"""The kinds as the request model takes them: ``RoundKind``'s values."""
 
 
 class RoundState(StrEnum):
@@ -20,7 +33,8 @@ class RoundState(StrEnum):
 
 @dataclass
 class Round:
-    """One collection period for one task type, with one pinned model."""
+    """One collection period for one task type, with one pinned model (none for a capture round:
+    its model fields are empty)."""
 
     name: str
     task_type: str
@@ -39,6 +53,12 @@ class Round:
     push_failures: int = 0
     """Pushes in a row that Label Studio failed; the next waits ``push_retry_base_s * 2**(n-1)``."""
     push_retry_at: datetime | None = None
+    kind: RoundKind = RoundKind.ADVERSARIAL
+
+    @property
+    def has_model(self) -> bool:
+        """Whether a model is in the loop (a capture round has none: nothing loads one for it)."""
+        return self.kind is RoundKind.ADVERSARIAL
 
     @property
     def decision_policy(self) -> DecisionPolicy:
@@ -48,9 +68,24 @@ class Round:
         return Conflict(f"round {self.id} {message}", field=field)
 
     def check_takes_candidates(self) -> None:
-        """Only an open round takes candidates."""
+        """Only an open adversarial round takes writers' candidates (and answers ``predict``)."""
+        if self.kind is not RoundKind.ADVERSARIAL:
+            raise self._conflict(
+                f"is a {self.kind.value} round: it has no model and takes no writers' candidates; "
+                "report failures to it with POST /api/rounds/<id>/captures"
+            )
         if self.state is not RoundState.OPEN:
             raise self._conflict(f"is {self.state.value} and takes no candidates")
+
+    def check_takes_captures(self) -> None:
+        """Only an open capture round takes failure captures."""
+        if self.kind is not RoundKind.CAPTURE:
+            raise self._conflict(
+                f"is an {self.kind.value} round: it takes writers' candidates, not captures; "
+                'report failures to a round created with "kind": "capture"'
+            )
+        if self.state is not RoundState.OPEN:
+            raise self._conflict(f"is {self.state.value} and takes no captures")
 
     def check_decisions_may_change(self, *, field: str = "round_id") -> None:
         """A frozen round's decisions are final: no override, no vote changes them (the

@@ -2,9 +2,10 @@
 
 Roles: a writer submits candidates as themselves and reads their own; a collector (an outside
 collection front end) submits candidates for the writers it names and reads the ones it submitted;
-an exporter reads round datasets and agreement reports; a lead may do everything (and submits as
-themselves, like a writer). Label Studio's webhook has no role: it presents its own secret in its
-own header, and that secret is no bearer token.
+an exporter reads round datasets and agreement reports; a reporter reports failures found in
+production to capture rounds and reads the captures it reported; a lead may do everything (and
+submits and reports as themselves). Label Studio's webhook has no role: it presents its own secret
+in its own header, and that secret is no bearer token.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Role(StrEnum):
     WRITER = "writer"
     COLLECTOR = "collector"
     EXPORTER = "exporter"
+    REPORTER = "reporter"
     LEAD = "lead"
 
 
@@ -45,9 +47,9 @@ class Caller:
 
     @property
     def owner(self) -> str | None:
-        """The submitter whose candidates alone this caller may read (a writer or a collector:
-        themselves), or None for a caller who may read every candidate."""
-        return self.name if self.role in (Role.WRITER, Role.COLLECTOR) else None
+        """The submitter whose candidates alone this caller may read (a writer, a collector or a
+        reporter: themselves), or None for a caller who may read every candidate."""
+        return self.name if self.role in (Role.WRITER, Role.COLLECTOR, Role.REPORTER) else None
 
     @property
     def submits_for_others(self) -> bool:
@@ -67,13 +69,14 @@ def _match(presented: str, tokens: Iterable[tuple[str, str]]) -> str | None:
 
 
 def caller_of_token(settings: Settings, presented: str) -> Caller | None:
-    """The caller a token identifies (leads first, then writers, collectors, exporters), or None for
-    an unknown token."""
+    """The caller a token identifies (leads first, then writers, collectors, exporters, reporters),
+    or None for an unknown token."""
     for role, credentials in (
         (Role.LEAD, settings.lead_credentials),
         (Role.WRITER, settings.writer_credentials),
         (Role.COLLECTOR, settings.collector_credentials),
         (Role.EXPORTER, settings.exporter_credentials),
+        (Role.REPORTER, settings.reporter_credentials),
     ):
         name = _match(presented, ((c.name, c.token) for c in credentials))
         if name is not None:

@@ -16,6 +16,7 @@ from dynaval.entrypoints.openapi import documented
 from dynaval.entrypoints.schemas import (
     CandidateBatch,
     CandidateCreate,
+    CaptureRequest,
     ExclusionChange,
     FreezeRequest,
     GoldUpload,
@@ -31,6 +32,7 @@ from dynaval.service_layer import (
     annotator_exclusion,
     annotators,
     candidates,
+    captures,
     dataset,
     gold,
     overrides,
@@ -46,9 +48,13 @@ M = TypeVar("M", bound=RequestModel)
 
 # Who may call what: a writer submits and reads their own candidates, a collector submits for the
 # writers it names and reads what it submitted, an exporter reads datasets and agreement reports, a
-# lead does everything; every role may list rounds and read their summaries.
-EVERY_ROLE = (Role.WRITER, Role.COLLECTOR, Role.EXPORTER, Role.LEAD)
+# reporter reports failure captures to capture rounds and reads its own, a lead does everything;
+# every role may list rounds and read their summaries.
+EVERY_ROLE = (Role.WRITER, Role.COLLECTOR, Role.EXPORTER, Role.REPORTER, Role.LEAD)
 SUBMITTERS = (Role.WRITER, Role.COLLECTOR, Role.LEAD)
+REPORTERS = (Role.REPORTER, Role.LEAD)
+# Who reads a candidate back: its submitter (a writer, collector or reporter: their own only) or a lead.
+CANDIDATE_READERS = (Role.WRITER, Role.COLLECTOR, Role.REPORTER, Role.LEAD)
 READERS = (Role.EXPORTER, Role.LEAD)
 # Who writes examples as themselves: a writer, or a lead (a collector submits for others).
 WRITERS = (Role.WRITER, Role.LEAD)
@@ -95,7 +101,13 @@ def health() -> Any:
 @documented(
     summary="Create a round: a Label Studio project, its webhook and the pinned model",
     body=RoundCreate,
-    responses={201: "Created", 401: "No token", 403: "Not a lead", 422: "Invalid field", 503: "Unavailable"},
+    responses={
+        201: "Created",
+        401: "No token",
+        403: "Not a lead",
+        422: "Invalid field (a model for a capture round among them)",
+        503: "Unavailable",
+    },
 )
 @requires(Role.LEAD)
 def create_round() -> Any:
@@ -107,6 +119,7 @@ def create_round() -> Any:
         task=body.task,
         model=body.model,
         policy=body.policy.given() if body.policy is not None else None,
+        kind=body.round_kind(),
     )
     return jsonify(rounds.round_public(services, row, with_model_folder=True)), 201
 
@@ -239,6 +252,31 @@ def submit_candidate_batch(round_id: int) -> Any:
     return jsonify({"candidates": candidates.candidates_public(services, [r.id for r in rows])}), 201
 
 
+@api.post("/api/rounds/<int:round_id>/captures")
+@documented(
+    summary="Report failures found in production to a capture round (one, or a batch all or none); "
+    "each is validated blind in Label Studio like a fooled candidate",
+    body=CaptureRequest,
+    responses={
+        201: "Created: the capture's id and status (a batch: the ids, in the order given)",
+        403: "Not a reporter or lead",
+        404: "No such round",
+        409: "Not an open capture round, or a reference reported already (the earlier capture named)",
+        413: "More captures than DYNAVAL_MAX_BATCH_SIZE, or a text too long",
+        422: "Invalid field, named captures[i].field in a batch; nothing is stored",
+    },
+)
+@requires(*REPORTERS)
+def report_captures(round_id: int) -> Any:
+    given, batch = _body(CaptureRequest).new_captures()
+    made = captures.report_captures(
+        _services(), round_id=round_id, captures=given, reporter=g.caller.name, batch=batch
+    )
+    if batch:
+        return jsonify({"ids": [c.id for c in made], "status": made[0].status.value}), 201
+    return jsonify({"id": made[0].id, "status": made[0].status.value}), 201
+
+
 @api.post("/api/rounds/<int:round_id>/predict")
 @documented(
     summary="Ask the round's model about an example's inputs before submitting it; nothing is stored",
@@ -281,14 +319,15 @@ def my_candidates(round_id: int) -> Any:
 
 @api.get("/api/candidates/<candidate_id>")
 @documented(
-    summary="A candidate: status, votes, agreement, decision (a writer or collector reads only its own)",
+    summary="A candidate or capture: status, votes, agreement, decision, a capture's provenance (a "
+    "writer, collector or reporter reads only its own)",
     responses={
         200: "OK",
-        403: "Submitted with another token, or not a writer, collector or lead",
+        403: "Submitted with another token, or not a writer, collector, reporter or lead",
         404: "Not found",
     },
 )
-@requires(*SUBMITTERS)
+@requires(*CANDIDATE_READERS)
 def get_candidate(candidate_id: str) -> Any:
     return jsonify(candidates.get_candidate(_services(), candidate_id, only_submitted_by=g.caller.owner))
 

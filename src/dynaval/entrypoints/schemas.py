@@ -20,19 +20,23 @@ import functools
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar, cast
+from typing import Annotated, Any, ClassVar, TypeVar, cast
 
 from pydantic import (
     AfterValidator,
+    AwareDatetime,
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
+    RootModel,
     Strict,
     StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
+    Tag,
     ValidationError,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
@@ -44,6 +48,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 
 from dynaval.adapters.label_studio import WEBHOOK_ACTIONS
 from dynaval.domain.candidate import OverrideOutcome
+from dynaval.domain.capture import CaptureSource, CaptureSourceName
 from dynaval.domain.errors import DomainError, InvalidInput, TooLarge
 from dynaval.domain.policy import (
     ACCEPT_SHARE_ABOVE,
@@ -52,8 +57,10 @@ from dynaval.domain.policy import (
     MAX_VOTES_LIMIT,
     DecisionPolicy,
 )
+from dynaval.domain.round import RoundKind, RoundKindName
 from dynaval.domain.text import has_visible_character, normalised
 from dynaval.service_layer.candidates import GivenInputs, NewCandidate
+from dynaval.service_layer.captures import NewCapture
 from dynaval.service_layer.gold import NewGoldItem
 from dynaval.service_layer.webhooks import AnnotationChanged, AnnotationsDeleted, OtherAction, WebhookHint
 from dynaval.settings import Settings
@@ -156,6 +163,12 @@ class RequestModel(BaseModel):
         """The field an error at ``loc`` names, as the API writes it: ``candidates[2].text``."""
         return _path(loc)
 
+    @classmethod
+    def error_at(cls, loc: tuple[int | str, ...]) -> tuple[type[RequestModel], tuple[int | str, ...]]:
+        """The model whose field an error at ``loc`` is, and the location in it (a body of several
+        forms names the field of the form it was read as)."""
+        return cls, loc
+
 
 def _path(loc: tuple[int | str, ...]) -> str:
     out = ""
@@ -227,10 +240,29 @@ class RoundCreate(RequestModel):
         "see it as the Label Studio project's title)."
     )
     task: str = Field(description="A task type: the name of a file label_config/<task>.xml, e.g. sentiment.")
+    kind: RoundKindName = Field(
+        default="adversarial",
+        description='"adversarial": writers try to fool the pinned model. "capture": failures found in '
+        "production are reported to it (POST /api/rounds/<id>/captures); no model is in the loop, so "
+        "model must not be given.",
+    )
     model: str = Field(
-        default="default", description='"default" or the absolute path of a local model folder.'
+        default="default",
+        description='"default" or the absolute path of a local model folder (adversarial rounds only).',
     )
     policy: PolicyOverrides | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _no_model_for_a_capture_round(cls, value: str, info: ValidationInfo) -> str:
+        if info.data.get("kind") == "capture":
+            raise PydanticCustomError(
+                "capture_round_model", "must not be given for a capture round: it has no model in the loop"
+            )
+        return value
+
+    def round_kind(self) -> RoundKind:
+        return RoundKind(self.kind)
 
 
 # --------------------------------------------------------------------------------- candidates
@@ -336,6 +368,114 @@ def _inputs(text: str | None, inputs: Mapping[str, str] | None) -> GivenInputs:
     if inputs is not None:
         return GivenInputs(dict(inputs), in_object=True)
     return GivenInputs({} if text is None else {"text": text}, in_object=False)
+
+
+# ---------------------------------------------------------------------------------- captures
+
+MAX_MODEL_FIELD_CHARS = 200
+MAX_REFERENCE_CHARS = 200
+ModelField = Annotated[
+    str,
+    AfterValidator(_readable_text(max_chars=MAX_MODEL_FIELD_CHARS, strip=True)),
+    _text_schema(MAX_MODEL_FIELD_CHARS),
+]
+CaptureReference = Annotated[
+    str,
+    AfterValidator(_readable_text(max_chars=MAX_REFERENCE_CHARS, strip=True)),
+    _text_schema(MAX_REFERENCE_CHARS),
+]
+
+
+def _iso_text(value: Any) -> Any:
+    # A time as ISO-8601 text only (pydantic would also read a number as seconds since 1970).
+    if not isinstance(value, str):
+        raise PydanticCustomError("iso_datetime", "must be an ISO-8601 date and time with its time zone")
+    return value
+
+
+ObservedAt = Annotated[
+    AwareDatetime,
+    BeforeValidator(_iso_text),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+
+CAPTURE_NOTE = (
+    "Validators in Label Studio see the inputs only: never the reported label, the observed output "
+    "or the model's name. The reporter is the token's name (no body field says who reports)."
+)
+
+
+class CaptureCreate(RequestModel):
+    """A failure found in production: the inputs, what the model answered, and the right label."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    inputs: dict[str, str] = Field(description="The task type's input fields.")
+    observed_output: str = Field(description="What the model in production answered.")
+    reported_label: str = Field(
+        description="The label the reporter says is right; one of the round's labels."
+    )
+    source: CaptureSourceName = Field(description="Where the failure was found.")
+    model_name: ModelField = Field(description="The production model's name.")
+    model_version: ModelField = Field(description="The production model's version.")
+    observed_at: ObservedAt = Field(description="When the output was observed: ISO-8601 with a time zone.")
+    reference: CaptureReference | None = Field(
+        default=None,
+        description="The reporter's own id for it (ticket, alert); a second capture with the same "
+        "reference in the round is refused (409, naming the first).",
+    )
+
+    def new_capture(self) -> NewCapture:
+        return NewCapture(
+            inputs=GivenInputs(dict(self.inputs), in_object=True),
+            observed_output=self.observed_output,
+            reported_label=self.reported_label,
+            source=CaptureSource(self.source),
+            model_name=self.model_name,
+            model_version=self.model_version,
+            observed_at=self.observed_at,
+            reference=self.reference,
+        )
+
+
+class CaptureBatch(RequestModel):
+    """Several captures for one round, stored all or none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    captures: list[CaptureCreate] = Field(min_length=1)
+
+
+def _capture_form(value: Any) -> str:
+    return "batch" if isinstance(value, dict) and "captures" in value else "single"
+
+
+class CaptureRequest(
+    RootModel[
+        Annotated[
+            Annotated[CaptureCreate, Tag("single")] | Annotated[CaptureBatch, Tag("batch")],
+            Discriminator(_capture_form),
+        ]
+    ],
+    RequestModel,
+):
+    """One capture, or ``{"captures": [...]}`` (a body with ``captures`` is read as a batch)."""
+
+    single: ClassVar[type[RequestModel]] = CaptureCreate
+    batch: ClassVar[type[RequestModel]] = CaptureBatch
+
+    @classmethod
+    def error_at(cls, loc: tuple[int | str, ...]) -> tuple[type[RequestModel], tuple[int | str, ...]]:
+        # The form's tag leads every error's location: the error is the form's own.
+        form = cls.batch if loc[:1] == ("batch",) else cls.single
+        return form, loc[1:]
+
+    def new_captures(self) -> tuple[list[NewCapture], bool]:
+        """The captures given, and whether they came as a batch."""
+        given = self.root
+        if isinstance(given, CaptureBatch):
+            return [c.new_capture() for c in given.captures], True
+        return [given.new_capture()], False
 
 
 # ------------------------------------------------------------------------------ a lead's changes
@@ -615,10 +755,33 @@ def _request_models(max_text_chars: int, max_batch_size: int) -> RequestModels:
             Field(min_length=1, max_length=MAX_GOLD_ITEMS, description=f"1 to {MAX_GOLD_ITEMS} items."),
         ),
     )
+    capture = create_model(
+        "CaptureCreate",
+        __base__=CaptureCreate,
+        __doc__=f"{CaptureCreate.__doc__} {CAPTURE_NOTE}",
+        inputs=(texts_by_name, Field(description=f"The task type's fields, as a candidate's. {description}")),
+        observed_output=(text, Field(description=f"What the model in production answered. {description}")),
+    )
+    capture_batch = create_model(
+        "CaptureBatch",
+        __base__=CaptureBatch,
+        captures=(
+            Annotated[list[capture], BeforeValidator(_at_most(max_batch_size))],
+            Field(
+                min_length=1,
+                description=f"1 to {max_batch_size} captures (DYNAVAL_MAX_BATCH_SIZE, 413 past it).",
+                json_schema_extra={"maxItems": max_batch_size},
+            ),
+        ),
+    )
+    capture_request = _capture_request(capture, capture_batch)
     return RequestModels(
         max_text_chars=max_text_chars,
         max_batch_size=max_batch_size,
         limited={
+            CaptureCreate: capture,
+            CaptureBatch: capture_batch,
+            CaptureRequest: capture_request,
             CandidateCreate: candidate,
             CandidateBatch: batch,
             PredictRequest: predict,
@@ -626,6 +789,18 @@ def _request_models(max_text_chars: int, max_batch_size: int) -> RequestModels:
             GoldUpload: gold_upload,
         },
     )
+
+
+def _capture_request(single: Any, batch: Any) -> type[CaptureRequest]:
+    """:class:`CaptureRequest` over these (limited) forms."""
+    form: Any = Annotated[
+        Annotated[single, Tag("single")] | Annotated[batch, Tag("batch")], Discriminator(_capture_form)
+    ]
+    limited = create_model(
+        "CaptureRequest", __base__=CaptureRequest, __doc__=CaptureRequest.__doc__, root=(form, ...)
+    )
+    limited.single, limited.batch = single, batch
+    return limited
 
 
 def _validate(model: type[M], payload: object) -> M:
@@ -654,6 +829,10 @@ _SAYS: Mapping[str, str] = {
     "less_than_equal": "must be at most {le}",
     "finite_number": "must be a finite number",
     "literal_error": "must be {expected}",
+    "timezone_aware": "must give its time zone (ISO-8601, e.g. 2026-03-01T09:30:00+00:00)",
+    "datetime_from_date_parsing": "must be an ISO-8601 date and time with its time zone",
+    "datetime_parsing": "must be an ISO-8601 date and time with its time zone",
+    "datetime_type": "must be an ISO-8601 date and time with its time zone",
 }
 
 
@@ -661,9 +840,9 @@ def request_error(model: type[RequestModel], error: ValidationError) -> DomainEr
     """The API's error for the first thing wrong in a body: 413 for a size limit of its content, 422
     for the rest, naming the field (``body`` for the body itself)."""
     first: ErrorDetails = error.errors(include_url=False, include_input=False)[0]
-    loc = tuple(first["loc"])
+    model, loc = model.error_at(tuple(first["loc"]))
     field = model.error_field(loc)
-    message = f"{_name(loc)} {_says(model, first)}"
+    message = f"{_name(loc)} {_says(model, first, loc)}"
     if first["type"] == TOO_LARGE:
         return TooLarge(message, field=field)
     return InvalidInput(message, field=field)
@@ -677,9 +856,9 @@ def _name(loc: tuple[int | str, ...]) -> str:
     return loc[-1] if isinstance(loc[-1], str) else _path(loc)
 
 
-def _says(model: type[RequestModel], error: ErrorDetails) -> str:
+def _says(model: type[RequestModel], error: ErrorDetails, loc: tuple[int | str, ...]) -> str:
     if error["type"] == "extra_forbidden":
-        allowed = _fields_at(model, tuple(error["loc"])[:-1])
+        allowed = _fields_at(model, loc[:-1])
         return "is not a known field; allowed: " + ", ".join(allowed)
     template = _SAYS.get(error["type"])
     if template is None:  # our own errors (readable text, size limits) say it as we wrote it

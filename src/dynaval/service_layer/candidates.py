@@ -354,7 +354,17 @@ def candidate_public(services: Services, uow: UnitOfWork, candidate: Candidate) 
         "decision": decision,
         "override": override,
         "history": history,
+        # A failure capture's provenance (null for a writer's candidate); its reported label is
+        # ``writer_label`` and its reporter ``writer``, as the decision rule reads them.
+        "capture": _capture_public(uow, candidate),
     }
+
+
+def _capture_public(uow: UnitOfWork, candidate: Candidate) -> dict[str, Any] | None:
+    capture = uow.captures.get(candidate.id)
+    if capture is None:
+        return None
+    return {**capture.to_dict(), "reported_label": candidate.writer_label}
 
 
 def candidates_public(services: Services, candidate_ids: list[str]) -> list[dict[str, Any]]:
@@ -375,8 +385,8 @@ def get_candidate(
             raise NotFound(f"candidate {candidate_id} does not exist", field="candidate_id")
         if only_submitted_by is not None and candidate.submitted_by != only_submitted_by:
             raise Forbidden(
-                f"candidate {candidate_id} is another writer's candidate; a writer or collector reads "
-                "only the candidates submitted with its own token",
+                f"candidate {candidate_id} is another writer's candidate; a writer, collector or "
+                "reporter reads only the candidates submitted with its own token",
                 field="Authorization",
             )
         return candidate_public(services, uow, candidate)

@@ -158,57 +158,74 @@ class _RecordBuilder:
             override_reason,
             override_by,
             override_at,
+            capture_source,
+            capture_reference,
+            observed_output,
+            capture_model_name,
+            capture_model_version,
+            observed_at,
             _page_key,
         ) in page.candidates:
             # The stored decision also holds the ballots and excluded annotators: not in the record.
             rule = decision or {}
-            records.append(
-                {
-                    "example_id": candidate_id,
-                    "round": round_info,
-                    "task_type": task_type,
-                    "inputs": inputs,
-                    "writer_label": writer_label,
-                    # Why the writer thinks the model is wrong, or None; never sent to validators.
-                    "rationale": rationale,
-                    "writer": writer(writer_id, collected_by),
-                    # The collector that submitted it for that writer (the writer's identity is its
-                    # word), or None when the writer's own token did.
-                    "collected_by": collected_by,
-                    "submitted_at": submitted_at,
-                    "model": {
-                        "name": model_name,
-                        "hash": model_hash,
-                        "prediction": prediction,
-                        "probabilities": probabilities,
-                        "signature": signature,
-                        "fooled": fooled,
+            record: dict[str, Any] = {
+                "example_id": candidate_id,
+                "round": round_info,
+                "task_type": task_type,
+                "inputs": inputs,
+                "writer_label": writer_label,
+                # Why the writer thinks the model is wrong, or None; never sent to validators.
+                "rationale": rationale,
+                "writer": writer(writer_id, collected_by),
+                # The collector that submitted it for that writer (the writer's identity is its
+                # word), or None when the writer's own token did.
+                "collected_by": collected_by,
+                "submitted_at": submitted_at,
+                "model": {
+                    "name": model_name,
+                    "hash": model_hash,
+                    "prediction": prediction,
+                    "probabilities": probabilities,
+                    "signature": signature,
+                    "fooled": fooled,
+                },
+                "label_studio": {"project_id": project_id, "task_id": task_id},
+                "votes": votes.get(candidate_id, no_votes),
+                "agreement": {
+                    "item_agreement": rule.get("item_agreement"),
+                    "majority_label": rule.get("majority_label"),
+                    "majority_share": rule.get("majority_share"),
+                    "writer_label_share": rule.get("writer_label_share"),
+                    "label_counts": rule.get("label_counts"),
+                },
+                "decision": {
+                    # The rule's; a lead's override, which decides the status, is recorded beside it.
+                    "outcome": rule.get("outcome"),
+                    "reason": rule.get("reason"),
+                    "rule_version": rule.get("rule_version"),
+                    "policy": policy,
+                    "decided_at": decided_at,
+                    "override": None
+                    if override_outcome is None
+                    else {
+                        "outcome": override_outcome,
+                        "reason": override_reason,
+                        "by": override_by,
+                        "at": override_at,
                     },
-                    "label_studio": {"project_id": project_id, "task_id": task_id},
-                    "votes": votes.get(candidate_id, no_votes),
-                    "agreement": {
-                        "item_agreement": rule.get("item_agreement"),
-                        "majority_label": rule.get("majority_label"),
-                        "majority_share": rule.get("majority_share"),
-                        "writer_label_share": rule.get("writer_label_share"),
-                        "label_counts": rule.get("label_counts"),
-                    },
-                    "decision": {
-                        # The rule's; a lead's override, which decides the status, is recorded beside it.
-                        "outcome": rule.get("outcome"),
-                        "reason": rule.get("reason"),
-                        "rule_version": rule.get("rule_version"),
-                        "policy": policy,
-                        "decided_at": decided_at,
-                        "override": None
-                        if override_outcome is None
-                        else {
-                            "outcome": override_outcome,
-                            "reason": override_reason,
-                            "by": override_by,
-                            "at": override_at,
-                        },
-                    },
+                },
+            }
+            if capture_source is not None:
+                # A failure capture: where it was found and what the production model said. Its
+                # reported label is ``writer_label``, its reporter ``writer`` (only captures carry
+                # this key, so writers' records keep their shape).
+                record["capture"] = {
+                    "source": capture_source,
+                    "reference": capture_reference,
+                    "observed_output": observed_output,
+                    "model_name": capture_model_name,
+                    "model_version": capture_model_version,
+                    "observed_at": observed_at,
                 }
-            )
+            records.append(record)
         return records

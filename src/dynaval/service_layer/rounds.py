@@ -19,7 +19,7 @@ from dynaval.domain.errors import Conflict, InvalidInput
 from dynaval.domain.labels import LabelMapping
 from dynaval.domain.metrics import round_counts
 from dynaval.domain.policy import RULE_VERSION, DecisionPolicy
-from dynaval.domain.round import Round
+from dynaval.domain.round import Round, RoundKind
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import UnitOfWork
 
@@ -54,23 +54,34 @@ def resolve_model_folder(services: Services, model: str, *, task: str) -> Path:
 
 
 def create_round(
-    services: Services, *, name: str, task: str, model: str, policy: Mapping[str, Any] | None
+    services: Services,
+    *,
+    name: str,
+    task: str,
+    model: str,
+    policy: Mapping[str, Any] | None,
+    kind: RoundKind = RoundKind.ADVERSARIAL,
 ) -> Round:
     """Check what the request model cannot (the task type, the model, the policy's values against
     one another) before anything is made, then create the Label Studio project and webhook, then
     store. ``name`` comes checked by the request model: readable text, NFC, stripped (annotators see
-    it as the project's title, and every dataset record carries it)."""
+    it as the project's title, and every dataset record carries it). A capture round has no model
+    (the request model refuses one): nothing is loaded for it, and its model fields stay empty."""
     task_type = services.catalog.get(task)
-    if len(task_type.data_fields) > 2:
-        raise InvalidInput(
-            f"task {task} shows {len(task_type.data_fields)} input fields "
-            f"({', '.join(task_type.data_fields)}); a sequence classifier reads one text or a pair of texts",
-            field="task",
-        )
     decision_policy = DecisionPolicy.from_overrides(policy)
-    folder = resolve_model_folder(services, model, task=task)
-    predictor = services.models.get(folder).predictor
-    LabelMapping.between(predictor.labels, task_type.labels, task=task)
+    model_dir = model_name = model_hash = ""
+    if kind is RoundKind.ADVERSARIAL:
+        if len(task_type.data_fields) > 2:
+            raise InvalidInput(
+                f"task {task} shows {len(task_type.data_fields)} input fields "
+                f"({', '.join(task_type.data_fields)}); "
+                "a sequence classifier reads one text or a pair of texts",
+                field="task",
+            )
+        folder = resolve_model_folder(services, model, task=task)
+        predictor = services.models.get(folder).predictor
+        LabelMapping.between(predictor.labels, task_type.labels, task=task)
+        model_dir, model_name, model_hash = str(folder), predictor.name, predictor.model_hash
     project_id = services.label_studio.create_project(
         title=f"dynaval: {name}"[:50], label_config=task_type.label_config, overlap=decision_policy.min_votes
     )
@@ -84,13 +95,14 @@ def create_round(
             Round(
                 name=name,
                 task_type=task,
-                model_dir=str(folder),
-                model_name=predictor.name,
-                model_hash=predictor.model_hash,
+                model_dir=model_dir,
+                model_name=model_name,
+                model_hash=model_hash,
                 labels=list(task_type.labels),
                 policy=decision_policy.to_dict(),
                 label_studio_project_id=project_id,
                 label_studio_webhook_id=webhook_id,
+                kind=kind,
             )
         )
         uow.commit()
@@ -222,19 +234,22 @@ def round_public(services: Services, round_: Round, *, with_model_folder: bool) 
     the task type's data fields in order (``text``; ``premise``, ``hypothesis``): the keys of a
     candidate's ``inputs``, which a front end such as the writers' page builds its form from;
     ``fields`` describes them, and the optional ``rationale``, as ``GET /api/task-types`` does."""
-    model: dict[str, Any] = {"name": round_.model_name, "hash": round_.model_hash}
-    if with_model_folder:
-        model["folder"] = round_.model_dir
+    model: dict[str, Any] | None = None
+    if round_.has_model:  # a capture round has none
+        model = {"name": round_.model_name, "hash": round_.model_hash}
+        if with_model_folder:
+            model["folder"] = round_.model_dir
     return {
         "id": round_.id,
         "name": round_.name,
+        "kind": round_.kind.value,
         "task": round_.task_type,
         "state": round_.state.value,
         "inputs": list(services.catalog.get(round_.task_type).data_fields),
         "labels": list(round_.labels),
         "fields": services.catalog.get(round_.task_type).fields(),
         "model": model,
-        "model_hash": round_.model_hash,
+        "model_hash": round_.model_hash if round_.has_model else None,
         "policy": dict(round_.policy),
         "rule_version": RULE_VERSION,
         "label_studio_project_id": round_.label_studio_project_id,

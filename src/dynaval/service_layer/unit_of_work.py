@@ -17,6 +17,7 @@ from typing import Any, Protocol, Self
 
 from dynaval.domain.audit import AuditEvent
 from dynaval.domain.candidate import Candidate, CandidateStatus, DecisionEntry
+from dynaval.domain.capture import AcceptedCapture, Capture
 from dynaval.domain.gold import AnnotatorStatus, ExclusionEvent, GoldAnswer, GoldItem
 from dynaval.domain.lead_session import LeadSessionRecord
 from dynaval.domain.release import Release, SplitKind
@@ -366,6 +367,25 @@ class ReleaseRepository(Protocol):
         ...
 
 
+class CaptureRepository(Protocol):
+    """Failure captures' provenance, beside the candidates they are validated as."""
+
+    def add_many(self, captures: Sequence[Capture]) -> None:
+        """Store them (their candidates first); a reference taken in the round meanwhile raises
+        :class:`~dynaval.domain.errors.Conflict` naming ``reference``."""
+        ...
+
+    def get(self, candidate_id: str) -> Capture | None: ...
+
+    def by_references(self, round_id: int, references: Collection[str]) -> dict[str, str]:
+        """The ids of the round's captures with these references, by reference."""
+        ...
+
+    def accepted_captures(self, round_id: int | None = None) -> list[AcceptedCapture]:
+        """Every accepted capture (of one round, or all): regression cases from production."""
+        ...
+
+
 class UnitOfWork(Protocol):
     """One transaction and its repositories; rolled back on leaving the block unless committed."""
 
@@ -401,6 +421,9 @@ class UnitOfWork(Protocol):
 
     @property
     def releases(self) -> ReleaseRepository: ...
+
+    @property
+    def captures(self) -> CaptureRepository: ...
 
     def __enter__(self) -> Self: ...
 
