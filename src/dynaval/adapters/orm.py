@@ -338,3 +338,84 @@ class WriterSplitRow(SQLModel, table=True):
     kind: str = Field(max_length=8)
     release_id: int = Field(foreign_key="release.id")
     assigned_at: datetime = Field(default_factory=utcnow)
+
+
+class RegisteredModelRow(SQLModel, table=True):
+    """A model known by the content hash of its folder; a lead may mark it shipped (once, logged)."""
+
+    __tablename__ = "registered_model"
+
+    hash: str = Field(primary_key=True, max_length=80)
+    name: str = Field(max_length=200)
+    folder: str = Field(sa_column=Column(Text, nullable=False))
+    registered_at: datetime = Field(default_factory=utcnow)
+    shipped: bool = Field(default=False, sa_column_kwargs={"server_default": sa_false()})
+    shipped_at: datetime | None = None
+    shipped_by: str | None = Field(default=None, max_length=64)
+    shipped_reason: str | None = Field(default=None, sa_column=Column(Text))
+
+
+class RegressionCaseRow(SQLModel, table=True):
+    """A case of the regression suite; its id is the candidate's (or capture's) it came from. The
+    suite only grows: a case leaves it only when a lead retires it (who, when, why stay here)."""
+
+    __tablename__ = "regression_case"
+
+    id: str = Field(primary_key=True, max_length=36)
+    round_id: int = Field(foreign_key="round.id", index=True)
+    split: str = Field(max_length=40)
+    task_type: str = Field(max_length=40)
+    inputs: dict[str, str] = Field(sa_column=Column(JSON, nullable=False))
+    label: str = Field(max_length=100)
+    source: str = Field(max_length=200)
+    round_model_prediction: str | None = Field(default=None, max_length=100)
+    added_at: datetime = Field(default_factory=utcnow)
+    retired_at: datetime | None = None
+    retired_by: str | None = Field(default=None, max_length=64)
+    retired_reason: str | None = Field(default=None, sa_column=Column(Text))
+    suspect: bool = Field(default=False, sa_column_kwargs={"server_default": sa_false()})
+    confirmed: bool = Field(default=False, sa_column_kwargs={"server_default": sa_false()})
+
+
+class EvaluationRunRow(SQLModel, table=True):
+    """One model run over (part of) the suite."""
+
+    __tablename__ = "evaluation_run"
+
+    id: int | None = Field(default=None, primary_key=True)
+    model_hash: str = Field(foreign_key="registered_model.hash", index=True, max_length=80)
+    started_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime | None = None
+    case_count: int = 0
+
+
+class CaseResultRow(SQLModel, table=True):
+    """One model's answer on one case in one evaluation run."""
+
+    __tablename__ = "case_result"
+    __table_args__ = (Index("ix_case_result_model_case", "model_hash", "case_id", "run_id"),)
+
+    run_id: int = Field(foreign_key="evaluation_run.id", primary_key=True)
+    case_id: str = Field(foreign_key="regression_case.id", primary_key=True, max_length=36, index=True)
+    model_hash: str = Field(max_length=80)
+    prediction: str = Field(max_length=100)
+    probabilities: dict[str, float] = Field(sa_column=Column(JSON, nullable=False))
+    correct: bool
+
+
+class GateRunRow(SQLModel, table=True):
+    """A recorded gate decision with its flips and the figures beside it."""
+
+    __tablename__ = "gate_run"
+
+    id: int | None = Field(default=None, primary_key=True)
+    candidate_hash: str = Field(max_length=80)
+    baseline: str = Field(sa_column=Column(Text, nullable=False))
+    max_flips: int
+    passed: bool
+    negative_flips: list[dict[str, Any]] = Field(sa_column=Column(JSON, nullable=False))
+    positive_flips: int
+    per_round: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    mcnemar: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
+    created_by: str = Field(max_length=64)

@@ -16,6 +16,7 @@ from sqlmodel import Session
 from dynaval.adapters.capture_repository import SqlCaptureRepository
 from dynaval.adapters.database import READ_ONLY_OPTION, Database
 from dynaval.adapters.queries import SqlDashboardQueries, SqlDashboardSessions, SqlRoundQueries
+from dynaval.adapters.regression_repository import SqlRegressionRepository
 from dynaval.adapters.release_repository import SqlReleaseRepository
 from dynaval.adapters.repositories import (
     SqlAnnotatorRepository,
@@ -44,6 +45,7 @@ class SqlUnitOfWork:
     dashboard_sessions: SqlDashboardSessions
     releases: SqlReleaseRepository
     captures: SqlCaptureRepository
+    regression: SqlRegressionRepository
 
     def __init__(self, database: Database, *, read_only: bool = False) -> None:
         self._database = database
@@ -65,6 +67,7 @@ class SqlUnitOfWork:
         self.dashboard_sessions = SqlDashboardSessions(self.session)
         self.releases = SqlReleaseRepository(self.session)
         self.captures = SqlCaptureRepository(self.session)
+        self.regression = SqlRegressionRepository(self.session)
         return self
 
     def __exit__(

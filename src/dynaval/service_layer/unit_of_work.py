@@ -18,8 +18,10 @@ from typing import Any, Protocol, Self
 from dynaval.domain.audit import AuditEvent
 from dynaval.domain.candidate import Candidate, CandidateStatus, DecisionEntry
 from dynaval.domain.capture import AcceptedCapture, Capture
+from dynaval.domain.gate import GateResult
 from dynaval.domain.gold import AnnotatorStatus, ExclusionEvent, GoldAnswer, GoldItem
 from dynaval.domain.lead_session import LeadSessionRecord
+from dynaval.domain.regression import CaseResult, RegisteredModel, RegressionCase
 from dynaval.domain.release import Release, SplitKind
 from dynaval.domain.release_splits import FixedPlace
 from dynaval.domain.round import Round
@@ -385,6 +387,60 @@ class CaptureRepository(Protocol):
         """Every accepted capture (of one round, or all): regression cases from production."""
         ...
 
+class RegressionRepository(Protocol):
+    """The regression suite: registered models, cases (only ever added; retired, never deleted),
+    evaluation runs with each case's result, and gate runs."""
+
+    def register(self, model: RegisteredModel) -> RegisteredModel:
+        """Store the model unless its hash is known; the stored one either way."""
+        ...
+
+    def model(self, model_hash: str) -> RegisteredModel:
+        """The model; :class:`NotFound` naming ``model``."""
+        ...
+
+    def models(self) -> list[RegisteredModel]:
+        """Oldest first."""
+        ...
+
+    def save_model(self, model: RegisteredModel) -> None: ...
+
+    def released_examples(self, release_id: int | None = None) -> Iterable[RegressionCase]:
+        """Every dev and test example of every release (or of one), as a case not yet stored."""
+        ...
+
+    def add_cases(self, cases: Iterable[RegressionCase], *, at: datetime) -> int:
+        """Add the cases the suite lacks; how many were added."""
+        ...
+
+    def case(self, case_id: str) -> RegressionCase:
+        """The case; :class:`NotFound` naming ``case``."""
+        ...
+
+    def cases(
+        self, *, retired: bool = False, suspect_only: bool = False, ids: Collection[str] | None = None
+    ) -> list[RegressionCase]: ...
+
+    def save_case(self, case: RegressionCase) -> None: ...
+
+    def mark_suspect(self, case_ids: Collection[str]) -> int: ...
+
+    def start_run(self, model_hash: str, *, at: datetime) -> int: ...
+
+    def add_results(self, run_id: int, results: Sequence[CaseResult]) -> None: ...
+
+    def finish_run(self, run_id: int, *, at: datetime, case_count: int) -> None: ...
+
+    def results(self, *, model_hash: str | None = None, case_id: str | None = None) -> list[CaseResult]:
+        """Results of finished runs, in evaluation order."""
+        ...
+
+    def add_gate_run(
+        self, *, candidate_hash: str, baseline: str, result: GateResult, by: str, at: datetime
+    ) -> int: ...
+
+    def gate_runs(self, limit: int = 100) -> list[dict[str, Any]]: ...
+
 
 class UnitOfWork(Protocol):
     """One transaction and its repositories; rolled back on leaving the block unless committed."""
@@ -424,6 +480,7 @@ class UnitOfWork(Protocol):
 
     @property
     def captures(self) -> CaptureRepository: ...
+    def regression(self) -> RegressionRepository: ...
 
     def __enter__(self) -> Self: ...
 
