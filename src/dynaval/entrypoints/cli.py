@@ -513,6 +513,10 @@ def build_parser() -> argparse.ArgumentParser:
     from dynaval.entrypoints.release_commands import add_release_commands
 
     add_release_commands(commands)
+
+    from dynaval.entrypoints.regression_commands import add_regression_commands
+
+    add_regression_commands(commands)
     return parser
 
 

@@ -19,6 +19,7 @@ from dynaval.entrypoints.schemas import (
     CaptureRequest,
     ExclusionChange,
     FreezeRequest,
+    GateRequest,
     GoldUpload,
     OverrideCreate,
     PredictRequest,
@@ -34,7 +35,9 @@ from dynaval.service_layer import (
     candidates,
     captures,
     dataset,
+    gate,
     gold,
+    model_catalog,
     overrides,
     releases,
     rounds,
@@ -504,6 +507,41 @@ def create_release() -> Any:
         ),
     )
     return jsonify(made.to_dict()), 201
+
+
+@api.post("/api/gate")
+@documented(
+    summary="A lead gates a candidate model against the baseline on the regression suite (recorded)",
+    body=GateRequest,
+    responses={
+        200: "The gate run: passed, negative_flips, positive_flips, per_round, mcnemar, gate_run_id",
+        403: "Not a lead",
+        422: "Invalid field (a candidate that is no model folder, no shipped model and no baseline)",
+    },
+)
+@requires(Role.LEAD)
+def run_gate() -> Any:
+    body = _body(GateRequest)
+    outcome = gate.run_gate(
+        _services(), body.candidate, baseline=body.baseline, max_flips=body.max_flips, by=g.caller.name
+    )
+    return jsonify(outcome.to_dict())
+
+
+@api.get("/api/gate-runs")
+@documented(summary="The latest recorded gate runs, newest first", responses={200: "OK"})
+@requires(Role.LEAD)
+def list_gate_runs() -> Any:
+    return jsonify({"gate_runs": gate.gate_runs(_services())})
+
+
+@api.get("/api/models")
+@documented(summary="Registered models (by content hash) with their shipped state", responses={200: "OK"})
+@requires(*READERS)
+def list_models() -> Any:
+    hide = () if _sees_model_folder() else ("folder",)
+    models = [m.to_dict() for m in model_catalog.list_models(_services())]
+    return jsonify({"models": [{k: v for k, v in m.items() if k not in hide} for m in models]})
 
 
 @api.get("/api/releases")

@@ -539,6 +539,28 @@ class ReleaseCreate(RequestModel):
     )
 
 
+class GateRequest(RequestModel):
+    """A lead asks whether a candidate model may ship: does it keep every case the baseline got right?"""
+
+    model_config = ConfigDict(extra="forbid")
+
+    candidate: StrictStr = Field(
+        min_length=1,
+        max_length=4096,
+        description="The absolute path of a local model folder (the candidate).",
+    )
+    baseline: StrictStr | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="A registered model's hash (sha256:...) or the absolute path of a model folder; "
+        "default: every shipped model (a case counts as passed if any of them got it right).",
+    )
+    max_flips: StrictInt = Field(
+        default=0, ge=0, le=2**31 - 1, description="Negative flips allowed (default 0: none)."
+    )
+
+
 class FreezeRequest(RequestModel):
     """A lead freezes a closed round. While candidates still wait for votes it is refused (409),
     unless ``force`` is true, which needs a ``reason`` (422 naming ``reason`` without one): those

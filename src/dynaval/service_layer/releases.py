@@ -57,6 +57,7 @@ from dynaval.domain.release_rows import release_row
 from dynaval.domain.release_splits import SplitInput, SplitPlan, plan_splits
 from dynaval.domain.round import Round, RoundState
 from dynaval.service_layer.dataset import iter_round_dataset_pages
+from dynaval.service_layer.regression_suite import take_cases
 from dynaval.service_layer.services import Services
 
 log = logging.getLogger(__name__)
@@ -339,6 +340,10 @@ def _store(
             assert release.id is not None
             uow.releases.add_places(release.id, placed.splits, placed.withheld)
             uow.releases.assign_writers(plan.task_type, placed.new_writers, release_id=release.id, at=now)
+            # The release's dev and test examples join the regression suite with it.
+            uow.flush()
+            release_id = release.id
+            take_cases(uow, at=now, sources=(lambda u: u.regression.released_examples(release_id),))
             uow.commit()
     except IntegrityError:
         raise Conflict(

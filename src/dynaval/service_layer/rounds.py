@@ -20,6 +20,7 @@ from dynaval.domain.labels import LabelMapping
 from dynaval.domain.metrics import round_counts
 from dynaval.domain.policy import RULE_VERSION, DecisionPolicy
 from dynaval.domain.round import Round, RoundKind
+from dynaval.service_layer.model_catalog import register_in
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import UnitOfWork
 
@@ -105,6 +106,8 @@ def create_round(
                 kind=kind,
             )
         )
+        if model_dir:  # the pinned model joins the model catalog (by its content hash) with the round
+            register_in(uow, folder=Path(model_dir), model_hash=model_hash, name=model_name)
         uow.commit()
         return round_
 
