@@ -15,7 +15,7 @@ from dynaval.domain.regression import (
     RegressionCase,
     accuracy_with_ci,
     case_history,
-    latest_by_model,
+    latest_outcomes,
     suspect_cases,
 )
 
@@ -124,7 +124,7 @@ def test_a_case_every_model_fails_is_suspect_once_three_models_tried_it() -> Non
         result("fine", "C", False, 2), result("fixed", "A", False), result("fixed", "B", False, 1),
         result("fixed", "C", False, 2), result("fixed", "C", True, 3),  # C's latest result is right
     ]  # fmt: skip
-    latest = latest_by_model(results)
+    latest = latest_outcomes((r.case_id, r.model_hash, r.correct) for r in results)
     assert suspect_cases(latest) == {"wrong-label"}
     assert suspect_cases(latest, min_models=2) == {"wrong-label", "hard"}
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import insert, or_, update
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from dynaval.adapters.orm import (
@@ -23,7 +24,7 @@ from dynaval.adapters.orm import (
 )
 from dynaval.domain.errors import NotFound
 from dynaval.domain.gate import GateResult
-from dynaval.domain.regression import CaseResult, RegisteredModel, RegressionCase
+from dynaval.domain.regression import CaseResult, RegisteredModel, RegressionCase, latest_outcomes
 
 INSERT_CHUNK = 5_000
 SUITE_SPLITS = ("dev_", "test_")
@@ -40,6 +41,25 @@ def _model(row: RegisteredModelRow) -> RegisteredModel:
         shipped_at=as_utc(row.shipped_at) if row.shipped_at else None,
         shipped_by=row.shipped_by,
         shipped_reason=row.shipped_reason,
+    )
+
+
+CASE_COLUMNS = (
+    "id", "round_id", "split", "task_type", "inputs", "label", "source", "added_at",
+    "round_model_prediction", "retired_at", "retired_by", "retired_reason", "suspect", "confirmed",
+)  # fmt: skip
+
+
+def _case_of(values: dict[str, Any]) -> RegressionCase:
+    return RegressionCase(
+        **{
+            **values,
+            "inputs": dict(values["inputs"]),
+            "added_at": as_utc(values["added_at"]),
+            "retired_at": as_utc(values["retired_at"]) if values["retired_at"] else None,
+            "suspect": bool(values["suspect"]),
+            "confirmed": bool(values["confirmed"]),
+        }
     )
 
 
@@ -104,29 +124,53 @@ class SqlRegressionRepository:
     # ------------------------------------------------------------------------------- cases
 
     def released_examples(self, release_id: int | None = None) -> Iterator[RegressionCase]:
-        """Every dev and test example of every release (or of one), as a case (its source the
-        first release that held it); the candidate row gives its inputs, label and the round
-        model's answer."""
+        """Every dev and test example of every release (or of one) that the suite lacks, as a case
+        (its source the first release that held it); the candidate row gives its inputs, label and
+        the round model's answer. Plain columns, and the known cases left out by the database: the
+        sync before every evaluation is a cheap query when nothing is new."""
+        known = select(RegressionCaseRow.id).where(
+            col(RegressionCaseRow.id) == col(ReleaseExampleRow.example_id)
+        )
         query = (
-            select(ReleaseExampleRow, ReleaseRow, CandidateRow)
+            sa_select(
+                col(ReleaseExampleRow.example_id),
+                col(ReleaseExampleRow.split),
+                col(ReleaseRow.name),
+                col(ReleaseRow.version),
+                col(ReleaseRow.task_type),
+                col(CandidateRow.round_id),
+                col(CandidateRow.inputs),
+                col(CandidateRow.writer_label),
+                col(CandidateRow.model_prediction),
+            )
             .join(ReleaseRow, col(ReleaseRow.id) == col(ReleaseExampleRow.release_id))
             .join(CandidateRow, col(CandidateRow.id) == col(ReleaseExampleRow.example_id))
             .where(or_(*(col(ReleaseExampleRow.split).startswith(p) for p in SUITE_SPLITS)))
+            .where(~known.exists())
             .order_by(col(ReleaseExampleRow.release_id), col(ReleaseExampleRow.example_id))
         )
         if release_id is not None:
             query = query.where(col(ReleaseExampleRow.release_id) == release_id)
-        for place, release, candidate in self._session.exec(query):
-            assert place.split is not None
+        for (
+            example_id,
+            split,
+            name,
+            version,
+            task_type,
+            round_id,
+            inputs,
+            label,
+            prediction,
+        ) in self._session.execute(query):
             yield RegressionCase(
-                id=candidate.id,
-                round_id=candidate.round_id,
-                split=place.split,
-                task_type=release.task_type,
-                inputs=dict(candidate.inputs),
-                label=candidate.writer_label,
-                source=f"release:{release.name}@{release.version}",
-                round_model_prediction=candidate.model_prediction,
+                id=example_id,
+                round_id=round_id,
+                split=split,
+                task_type=task_type,
+                inputs=dict(inputs),
+                label=label,
+                source=f"release:{name}@{version}",
+                round_model_prediction=prediction,
             )
 
     def case_ids(self) -> set[str]:
@@ -169,7 +213,9 @@ class SqlRegressionRepository:
         self, *, retired: bool = False, suspect_only: bool = False, ids: Collection[str] | None = None
     ) -> list[RegressionCase]:
         """The suite's cases (``retired``: the retired ones instead), by split then id."""
-        query = select(RegressionCaseRow).order_by(col(RegressionCaseRow.split), col(RegressionCaseRow.id))
+        # Plain columns, not ORM rows: every evaluation reads the whole suite.
+        columns = [col(getattr(RegressionCaseRow, name)) for name in CASE_COLUMNS]
+        query = sa_select(*columns).order_by(col(RegressionCaseRow.split), col(RegressionCaseRow.id))
         query = query.where(
             col(RegressionCaseRow.retired_at).is_not(None)
             if retired
@@ -177,7 +223,9 @@ class SqlRegressionRepository:
         )
         if suspect_only:
             query = query.where(col(RegressionCaseRow.suspect).is_(True))
-        found = [_case(row) for row in self._session.exec(query).all()]
+        found = [
+            _case_of(dict(zip(CASE_COLUMNS, values, strict=True))) for values in self._session.execute(query)
+        ]
         if ids is not None:
             wanted = set(ids)
             found = [c for c in found if c.id in wanted]
@@ -247,7 +295,15 @@ class SqlRegressionRepository:
     def results(self, *, model_hash: str | None = None, case_id: str | None = None) -> list[CaseResult]:
         """Results of finished runs in evaluation order (run start, then run id)."""
         query = (
-            select(CaseResultRow, EvaluationRunRow.started_at)
+            sa_select(
+                col(CaseResultRow.case_id),
+                col(CaseResultRow.model_hash),
+                col(CaseResultRow.prediction),
+                col(CaseResultRow.probabilities),
+                col(CaseResultRow.correct),
+                col(CaseResultRow.run_id),
+                col(EvaluationRunRow.started_at),
+            )
             .join(EvaluationRunRow, col(EvaluationRunRow.id) == col(CaseResultRow.run_id))
             .where(col(EvaluationRunRow.finished_at).is_not(None))
             .order_by(col(EvaluationRunRow.started_at), col(EvaluationRunRow.id))
@@ -258,16 +314,28 @@ class SqlRegressionRepository:
             query = query.where(col(CaseResultRow.case_id) == case_id)
         return [
             CaseResult(
-                case_id=row.case_id,
-                model_hash=row.model_hash,
-                prediction=row.prediction,
-                probabilities=dict(row.probabilities),
-                correct=row.correct,
-                run_id=row.run_id,
+                case_id=case,
+                model_hash=model,
+                prediction=prediction,
+                probabilities=probabilities,
+                correct=bool(correct),
+                run_id=run_id,
                 evaluated_at=as_utc(started),
             )
-            for row, started in self._session.exec(query).all()
+            for case, model, prediction, probabilities, correct, run_id, started in self._session.execute(
+                query
+            )
         ]
+
+    def latest_outcomes(self) -> dict[str, dict[str, bool]]:
+        """Case id -> model hash -> whether the model's latest finished result on it was right."""
+        query = (
+            sa_select(col(CaseResultRow.case_id), col(CaseResultRow.model_hash), col(CaseResultRow.correct))
+            .join(EvaluationRunRow, col(EvaluationRunRow.id) == col(CaseResultRow.run_id))
+            .where(col(EvaluationRunRow.finished_at).is_not(None))
+            .order_by(col(EvaluationRunRow.started_at), col(EvaluationRunRow.id))
+        )
+        return latest_outcomes((c, m, bool(ok)) for c, m, ok in self._session.execute(query))
 
     # ------------------------------------------------------------------------------- gates
 

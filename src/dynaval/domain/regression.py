@@ -180,23 +180,24 @@ def case_history(case_id: str, results: Iterable[CaseResult]) -> CaseHistory:
     return CaseHistory(case_id, count, first, last, flipped)
 
 
-def latest_by_model(results: Iterable[CaseResult]) -> dict[str, dict[str, CaseResult]]:
-    """Case id -> model hash -> that model's latest result (``results`` in evaluation order)."""
-    latest: dict[str, dict[str, CaseResult]] = defaultdict(dict)
-    for result in results:
-        latest[result.case_id][result.model_hash] = result
+def latest_outcomes(results: Iterable[tuple[str, str, bool]]) -> dict[str, dict[str, bool]]:
+    """Case id -> model hash -> whether that model's latest result was right, from
+    ``(case_id, model_hash, correct)`` in evaluation order."""
+    latest: dict[str, dict[str, bool]] = defaultdict(dict)
+    for case_id, model_hash, correct in results:
+        latest[case_id][model_hash] = correct
     return dict(latest)
 
 
 def suspect_cases(
-    latest: Mapping[str, Mapping[str, CaseResult]], *, min_models: int = SUSPECT_MIN_MODELS
+    latest: Mapping[str, Mapping[str, bool]], *, min_models: int = SUSPECT_MIN_MODELS
 ) -> set[str]:
-    """Cases that every model evaluated on them fails, once at least ``min_models`` were: perhaps a
-    wrong label rather than a hard case."""
+    """Cases that every model evaluated on them fails (each model's latest result), once at least
+    ``min_models`` were: perhaps a wrong label rather than a hard case."""
     return {
         case_id
         for case_id, by_model in latest.items()
-        if len(by_model) >= min_models and not any(r.correct for r in by_model.values())
+        if len(by_model) >= min_models and not any(by_model.values())
     }
 
 

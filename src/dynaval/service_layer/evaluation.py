@@ -26,7 +26,6 @@ from dynaval.domain.regression import (
     RegressionCase,
     accuracy_groups,
     accuracy_with_ci,
-    latest_by_model,
     suspect_cases,
 )
 from dynaval.service_layer.candidates import model_input
@@ -185,8 +184,7 @@ def evaluate(
 def mark_suspects(services: Services) -> int:
     """Mark suspect the cases every model evaluated on them fails, once at least three were."""
     with services.uow() as uow:
-        latest = latest_by_model(uow.regression.results())
-        marked = uow.regression.mark_suspect(suspect_cases(latest))
+        marked = uow.regression.mark_suspect(suspect_cases(uow.regression.latest_outcomes()))
         uow.commit()
     return marked
 

@@ -28,9 +28,13 @@ def model_folder(path: str | Path, *, field: str = "model") -> Path:
     folder = Path(path).expanduser()
     if not folder.is_absolute():
         raise InvalidInput("must be the absolute path of a local model folder", field=field)
-    if not folder.is_dir():
+    try:
+        is_dir, has_config = folder.is_dir(), (folder / "config.json").is_file()
+    except (OSError, ValueError):  # a NUL byte, a name too long for the file system
+        is_dir = has_config = False
+    if not is_dir:
         raise InvalidInput(f"{path} is not a model folder (no such directory)", field=field)
-    if not (folder / "config.json").is_file():
+    if not has_config:
         raise InvalidInput(f"no transformers model in {folder} (config.json missing)", field=field)
     return folder.resolve()
 

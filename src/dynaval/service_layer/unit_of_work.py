@@ -435,6 +435,10 @@ class RegressionRepository(Protocol):
         """Results of finished runs, in evaluation order."""
         ...
 
+    def latest_outcomes(self) -> dict[str, dict[str, bool]]:
+        """Case id -> model hash -> whether the model's latest result on it was right."""
+        ...
+
     def add_gate_run(
         self, *, candidate_hash: str, baseline: str, result: GateResult, by: str, at: datetime
     ) -> int: ...

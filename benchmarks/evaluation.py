@@ -1,0 +1,157 @@
+"""Evaluation throughput: ``dynaval evaluate`` against the predictor's own micro-batched throughput.
+
+A frozen round of ``--examples`` accepted examples is seeded into a fresh database and released;
+its dev and test examples become the regression suite. Then, ``--repeats`` times, interleaved:
+
+* the predictor alone: the suite's inputs through ``MicroBatcher.predict_many`` (the service's
+  micro-batcher, ``DYNAVAL_BATCH_MAX_SIZE`` texts per forward pass), nothing stored;
+* the evaluation: ``evaluation.evaluate`` end to end (register the model, sync the suite, read the
+  cases, predict in chunks, store every case's result, the suspect pass).
+
+Medians of cases/s are printed next to the goal: evaluation at >= 90% of the predictor's throughput.
+
+    .venv/bin/python benchmarks/evaluation.py                 # the built default model, else a tiny one
+    .venv/bin/python benchmarks/evaluation.py --model DIR     # any transformers sentiment classifier
+    .venv/bin/python benchmarks/evaluation.py --tiny --database-url postgresql://postgres@127.0.0.1:5432
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_MODEL = REPO_ROOT / ".dynaval" / "models" / "sentiment-default"
+if str(REPO_ROOT) not in sys.path:  # for tests.support and benchmarks.harness
+    sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks.harness import add_database_argument, backend_name, service_database  # noqa: E402
+
+SENTIMENT = ["positive", "negative", "neutral"]
+GOAL = 0.90
+
+
+def build_services(database_url: str, scratch: Path, max_batch: int) -> object:
+    from dynaval.bootstrap import bootstrap
+    from dynaval.settings import Settings
+
+    settings = Settings(
+        development=True,
+        database_url=database_url,
+        data_dir=scratch / "data",
+        default_model_dir=scratch,
+        batch_max_size=max_batch,
+        label_studio_url="http://127.0.0.1:9",  # never called
+        label_studio_api_key="unused-label-studio-key",
+    )
+    return bootstrap(settings)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", type=Path, default=None, help=f"model folder (default: {DEFAULT_MODEL})")
+    parser.add_argument("--tiny", action="store_true", help="use the tiny test model")
+    parser.add_argument("--examples", type=int, default=10_000, help="accepted examples to release")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-batch", type=int, default=32, help="DYNAVAL_BATCH_MAX_SIZE")
+    add_database_argument(parser)
+    args = parser.parse_args(argv)
+
+    from tests.support.release_seed import seed_frozen_round
+
+    from dynaval.adapters.predictor import MicroBatcher
+    from dynaval.domain.release import SplitRule
+    from dynaval.service_layer import evaluation
+    from dynaval.service_layer.candidates import model_input
+    from dynaval.service_layer.regression_suite import list_cases
+    from dynaval.service_layer.releases import ReleaseRequest, create_release
+
+    with (
+        tempfile.TemporaryDirectory(prefix="dynaval-bench-") as tmp,
+        service_database(args.database_url, Path(tmp)) as database_url,
+    ):
+        scratch = Path(tmp)
+        if args.tiny or (args.model is None and not DEFAULT_MODEL.is_dir()):
+            from tests.support.tiny_model import build_tiny_model
+
+            if not args.tiny:
+                print(f"no default model at {DEFAULT_MODEL} (build it with `dynaval model build-default`);")
+            print("using a tiny test model (2 layers, hidden 32), built in a temporary folder")
+            folder = build_tiny_model(scratch / "tiny-model")
+        else:
+            folder = (args.model or DEFAULT_MODEL).resolve()
+        services = build_services(database_url, scratch, args.max_batch)
+        try:
+            started = time.perf_counter()
+            round_id = seed_frozen_round(
+                services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"],  # type: ignore[attr-defined]
+                accepted=args.examples, writers=max(10, args.examples // 20), rng=random.Random(0),
+                weak_share=0.0,
+            ).round_id  # fmt: skip
+            create_release(
+                services,  # type: ignore[arg-type]
+                ReleaseRequest(
+                    round_ids=[round_id], version="1.0.0", created_by="benchmark", rule=SplitRule()
+                ),
+            )
+            cases = list_cases(services)  # type: ignore[arg-type]
+            print(
+                f"suite: {len(cases)} dev and test cases of a release of {args.examples} examples "
+                f"({time.perf_counter() - started:.1f} s to seed and release); {backend_name(database_url)}"
+            )
+            task_type = services.catalog.get("sentiment")  # type: ignore[attr-defined]
+            inputs = [model_input(task_type, c.inputs) for c in cases]
+            predictor = services.models.get(folder).predictor  # type: ignore[attr-defined]
+            import torch
+
+            print(
+                f"model {folder.name}, max batch {args.max_batch}, {args.repeats} repeats, "
+                f"torch threads {torch.get_num_threads()}, {os.cpu_count()} CPUs"
+            )
+            predictor.predict(inputs[:8])  # warm-up
+
+            alone: list[float] = []
+            evaluated: list[float] = []
+            for _ in range(args.repeats):  # interleaved, so drift in machine load hits both alike
+                batcher = MicroBatcher(predictor, max_batch=args.max_batch, max_wait_s=0.005)
+                try:
+                    clock = time.perf_counter()
+                    batcher.predict_many(inputs, timeout_s=3600)
+                    alone.append(len(inputs) / (time.perf_counter() - clock))
+                finally:
+                    batcher.close()
+                clock = time.perf_counter()
+                done = evaluation.evaluate(services, folder)  # type: ignore[arg-type]
+                evaluated.append(len(done.results) / (time.perf_counter() - clock))
+        finally:
+            services.close()  # type: ignore[attr-defined]
+
+    predictor_rate, evaluation_rate = statistics.median(alone), statistics.median(evaluated)
+    ratio = evaluation_rate / predictor_rate
+    print(
+        f"predictor micro-batched: {predictor_rate:9.1f} cases/s   runs: "
+        + ", ".join(f"{r:.1f}" for r in alone)
+    )
+    print(
+        f"evaluation (stored):     {evaluation_rate:9.1f} cases/s   runs: "
+        + ", ".join(f"{r:.1f}" for r in evaluated)
+    )
+    verdict = "met" if ratio >= GOAL else "NOT met"
+    print(f"evaluation / predictor: {ratio:.0%} (goal >= {GOAL:.0%}: {verdict})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
