@@ -29,7 +29,7 @@ from dynaval.domain.regression import (
     suspect_cases,
 )
 from dynaval.service_layer.candidates import model_input
-from dynaval.service_layer.model_catalog import model_folder, register_model
+from dynaval.service_layer.model_catalog import model_folder, register_in
 from dynaval.service_layer.regression_suite import sync_suite
 from dynaval.service_layer.release_verification import verify_release
 from dynaval.service_layer.services import Services
@@ -146,11 +146,14 @@ def evaluate(
 
     path = model_folder(folder)
     wanted = release_case_ids(releases) if releases else None
-    model = register_model(services, path, name=name)
+    # The loaded predictor knows its folder's hash: the folder is not read again for it.
+    predictor = services.models.get(path).predictor
+    with services.uow() as uow:
+        model = register_in(uow, folder=path, model_hash=predictor.model_hash, name=name)
+        uow.commit()
     sync_suite(services)
     with services.uow(read_only=True) as uow:
         cases = uow.regression.cases(ids=wanted)
-    predictor = services.models.get(path).predictor
     mappings, skipped = _mappings(services, predictor, {c.task_type for c in cases})
     cases = [c for c in cases if c.task_type in mappings]
     if not cases:
