@@ -387,6 +387,7 @@ class CaptureRepository(Protocol):
         """Every accepted capture (of one round, or all): regression cases from production."""
         ...
 
+
 class RegressionRepository(Protocol):
     """The regression suite: registered models, cases (only ever added; retired, never deleted),
     evaluation runs with each case's result, and gate runs."""
@@ -484,6 +485,8 @@ class UnitOfWork(Protocol):
 
     @property
     def captures(self) -> CaptureRepository: ...
+
+    @property
     def regression(self) -> RegressionRepository: ...
 
     def __enter__(self) -> Self: ...
