@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from flask import Flask
+from sqlalchemy import select
 
 from dynaval.adapters.predictor import hash_model_folder
 from dynaval.domain.release import SplitRule
@@ -80,6 +82,47 @@ def test_a_release_puts_its_dev_and_test_examples_in_the_suite(services: Service
         assert c.source == "release:dynaval-sentiment@1.0.0"
         assert c.round_model_prediction == by_id[c.id]["model_prediction"] != c.label
     assert regression_suite.sync_suite(services) == 0  # idempotent: nothing more to take
+
+
+def test_accepted_captures_of_frozen_rounds_join_the_suite(services: Services) -> None:
+    from sqlalchemy import insert, update
+
+    from dynaval.adapters.orm import CandidateRow, CaptureRow, RoundRow
+
+    assert services.database is not None
+    frozen = seed_frozen_round(
+        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=3,
+        rejected=1, writers=2, rng=random.Random(11), name="captures",
+    )  # fmt: skip
+    open_ = seed_frozen_round(
+        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=2,
+        writers=2, rng=random.Random(12), name="captures, not frozen", annotation_base=10**6,
+    )  # fmt: skip
+    at = datetime(2026, 11, 30, tzinfo=UTC)
+    with services.database.engine.begin() as connection:
+        connection.execute(update(RoundRow).where(RoundRow.id == open_.round_id).values(state="closed"))
+        # Every candidate of both rounds is a capture: the frozen round's rejected one too.
+        candidates = connection.execute(
+            select(CandidateRow.id, CandidateRow.round_id, CandidateRow.writer_label)
+        ).all()
+        assert len(candidates) == 6
+        connection.execute(
+            insert(CaptureRow),
+            [
+                {"candidate_id": c, "round_id": r, "source": "monitoring", "observed_output": "positive",
+                 "model_name": "prod", "model_version": "7", "observed_at": at, "reference": None,
+                 "reporter": "monitor", "reported_at": at}
+                for c, r, _label in candidates
+            ],
+        )  # fmt: skip
+    labels = {c: label for c, _r, label in candidates}
+    assert regression_suite.sync_suite(services) == 3  # the frozen round's accepted ones
+    cases = regression_suite.list_cases(services)
+    assert {c.id for c in cases} == set(frozen.candidate_ids)  # the accepted ones
+    for c in cases:
+        assert c.split == "capture" and c.source == "capture:monitoring" and c.round_id == frozen.round_id
+        assert c.label == labels[c.id]
+    assert regression_suite.sync_suite(services) == 0
 
 
 def test_gate_fails_with_the_flips_listed_for_a_model_that_loses_cases(

@@ -1,9 +1,10 @@
 """The regression suite's use cases: take cases from their sources, list them, retire one, and show a
 case with its history.
 
-The suite only grows. Its sources are functions of a unit of work that yield cases not yet stored:
-the dev and test examples of every release today; accepted failure captures can be another source
-(:data:`CASE_SOURCES`). Taking cases is idempotent: a case already in the suite is left as it is.
+The suite only grows. Its sources are functions of a unit of work that yield cases
+(:data:`CASE_SOURCES`): the dev and test examples of every release, and the accepted failure
+captures of every frozen capture round. Taking cases is idempotent: a case already in the suite is
+left as it is.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from dynaval.domain.audit import AuditEvent
 from dynaval.domain.clock import utcnow
 from dynaval.domain.regression import RegressionCase, case_history
+from dynaval.domain.round import RoundState
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import UnitOfWork
 
@@ -26,7 +28,29 @@ def released_cases(uow: UnitOfWork) -> Iterable[RegressionCase]:
     return uow.regression.released_examples()
 
 
-CASE_SOURCES: tuple[CaseSource, ...] = (released_cases,)
+CAPTURE_SPLIT = "capture"
+"""The split a failure capture's case is reported under (captures belong to no release split)."""
+
+
+def captured_cases(uow: UnitOfWork) -> Iterable[RegressionCase]:
+    """Every accepted failure capture of a frozen round (its decision is final then, as a released
+    example's is), tagged with where it was found."""
+    for round_ in uow.rounds.all():
+        if round_.state is not RoundState.FROZEN or round_.id is None:
+            continue
+        for capture in uow.captures.accepted_captures(round_.id):
+            yield RegressionCase(
+                id=capture.candidate_id,
+                round_id=round_.id,
+                split=CAPTURE_SPLIT,
+                task_type=round_.task_type,
+                inputs=dict(capture.inputs),
+                label=capture.reported_label,
+                source=f"capture:{capture.source.value}",
+            )
+
+
+CASE_SOURCES: tuple[CaseSource, ...] = (released_cases, captured_cases)
 """Where the suite takes its cases from, in order (a case is taken once, from its first source)."""
 
 RETIRE_ACTION = "retire_case"
