@@ -22,8 +22,9 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -359,19 +360,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label-studio-port", type=int, default=8080)
     args = parser.parse_args(argv)
     demo_dir = REPO_ROOT / ".dynaval" / "demo"
-    # A user sees one line, never a traceback: what failed, and where the details are.
+    return guarded("demo", demo_dir, lambda: run_demo(args, demo_dir))
+
+
+def guarded(prefix: str, demo_dir: Path, run: Callable[[], int]) -> int:
+    """Run a demo; a user sees one line, never a traceback: what failed, and where the details are."""
     try:
-        return run_demo(args, demo_dir)
+        return run()
     except (DemoError, LabelStudioServerError) as exc:  # their messages say what to do
-        print(f"demo: {exc}", file=sys.stderr)
+        print(f"{prefix}: {exc}", file=sys.stderr)
     except httpx.RequestError as exc:
-        print(f"demo: {_describe(exc)}", file=sys.stderr)
+        print(f"{prefix}: {_describe(exc)}", file=sys.stderr)
     except KeyboardInterrupt:  # a second Ctrl-C while the servers stop
-        print("demo: interrupted", file=sys.stderr)
+        print(f"{prefix}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
         where = _write_traceback(demo_dir)
-        print(f"demo: {_describe(exc)}{where}", file=sys.stderr)
+        print(f"{prefix}: {_describe(exc)}{where}", file=sys.stderr)
     return 1
 
 
@@ -392,13 +397,45 @@ def _write_traceback(demo_dir: Path) -> str:
 
 
 def run_demo(args: argparse.Namespace, demo_dir: Path) -> int:
+    try:
+        with servers_up(demo_dir, REPO_ROOT / ".dynaval", args.port, args.label_studio_port) as up:
+            summaries, annotators = run_rounds(up.service.url, up.lead, up.writers, up.collector, up.server)
+            for summary in summaries:
+                print_summary(summary, export_round(up.env, summary["id"], demo_dir))
+            for summary in summaries:
+                freeze_round(up.service.url, up.lead, summary["id"])
+                print_release(release_round(up.env, summary, demo_dir))
+            print_access(up.service.url, up.server, annotators, up.lead, up.writers, up.collector)
+            if not args.exit:
+                keep_running()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+@dataclass(frozen=True)
+class Running:
+    """The demo's servers, up, and the environment and tokens they were started with."""
+
+    env: dict[str, str]
+    server: LabelStudioServer
+    service: Service
+    lead: str
+    collector: str
+    writers: dict[str, str]
+
+
+@contextmanager
+def servers_up(demo_dir: Path, data_dir: Path, port: int, label_studio_port: int) -> Iterator[Running]:
+    """Empty ``demo_dir``, make fresh tokens, start Label Studio and the service (on the preferred
+    ports, else free ones); both are stopped on the way out, whatever happened."""
     shutil.rmtree(demo_dir, ignore_errors=True)  # every demo starts from a clean round
     demo_dir.mkdir(parents=True)
     lead, collector = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
     writers = {name: secrets.token_urlsafe(24) for name in WRITERS}
-    service_port = _pick_port(args.port)
-    env = demo_env(demo_dir, REPO_ROOT / ".dynaval", service_port, lead, collector, writers)
-    server = LabelStudioServer(data_dir=demo_dir / "label-studio", port=_pick_port(args.label_studio_port))
+    service_port = _pick_port(port)
+    env = demo_env(demo_dir, data_dir, service_port, lead, collector, writers)
+    server = LabelStudioServer(data_dir=demo_dir / "label-studio", port=_pick_port(label_studio_port))
     service: Service | None = None
     try:
         print("starting Label Studio ...", flush=True)
@@ -408,21 +445,10 @@ def run_demo(args: argparse.Namespace, demo_dir: Path) -> int:
         print("starting the dynaval service ...", flush=True)
         service = Service(env, service_port, demo_dir / "service.log")
         service.wait_healthy()
-        summaries, annotators = run_rounds(service.url, lead, writers, collector, server)
-        for summary in summaries:
-            print_summary(summary, export_round(env, summary["id"], demo_dir))
-        for summary in summaries:
-            freeze_round(service.url, lead, summary["id"])
-            print_release(release_round(env, summary, demo_dir))
-        print_access(service.url, server, annotators, lead, writers, collector)
-        if not args.exit:
-            keep_running()
-    except KeyboardInterrupt:
-        pass
+        yield Running(env, server, service, lead, collector, writers)
     finally:
         _stop("the dynaval service", service.stop if service is not None else None)
         _stop("Label Studio", server.stop)
-    return 0
 
 
 def demo_env(

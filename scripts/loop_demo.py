@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import secrets
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,25 +25,20 @@ import httpx
 from demo import (  # the same folder: the demo's servers, simulated writers and annotators
     CLIENT_KEEPALIVE_S,
     REPO_ROOT,
-    WRITERS,
     DemoError,
     Item,
-    Service,
+    Running,
     _cli,
-    _describe,
-    _pick_port,
-    _stop,
-    _write_traceback,
-    demo_env,
     export_round,
     freeze_round,
+    guarded,
     keep_running,
     print_access,
     print_summary,
     run_round,
     sentiment_items,
+    servers_up,
 )
-from tests.support.label_studio_server import LabelStudioServer, LabelStudioServerError
 
 MODEL_A = REPO_ROOT / ".dynaval" / "models" / "sentiment-default"
 """Model A, round 1's model, unless ``--model-a`` names another: the default sentiment model
@@ -95,89 +88,63 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     args = parser.parse_args(argv)
     demo_dir = args.work_dir.resolve()
-    try:
-        return run_loop(args, demo_dir)
-    except (DemoError, LabelStudioServerError) as exc:  # their messages say what to do
-        print(f"loop demo: {exc}", file=sys.stderr)
-    except httpx.RequestError as exc:
-        print(f"loop demo: {_describe(exc)}", file=sys.stderr)
-    except KeyboardInterrupt:
-        print("loop demo: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        where = _write_traceback(demo_dir)
-        print(f"loop demo: {_describe(exc)}{where}", file=sys.stderr)
-    return 1
+    return guarded("loop demo", demo_dir, lambda: run_loop(args, demo_dir))
 
 
 def run_loop(args: argparse.Namespace, demo_dir: Path) -> int:
     model_a = args.model_a.resolve()
     if not (model_a / "config.json").is_file():
-        raise DemoError(
-            f"no model in {model_a}: run scripts/loop_demo (it builds the default one) or pass --model-a"
-        )
-    shutil.rmtree(demo_dir, ignore_errors=True)  # every loop starts from a clean database
-    demo_dir.mkdir(parents=True)
-    lead, collector = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
-    writers = {name: secrets.token_urlsafe(24) for name in WRITERS}
-    service_port = _pick_port(args.port)
-    env = demo_env(demo_dir, demo_dir, service_port, lead, collector, writers)
-    server = LabelStudioServer(data_dir=demo_dir / "label-studio", port=_pick_port(args.label_studio_port))
-    service: Service | None = None
+        raise DemoError(f"no model in {model_a}: run scripts/loop_demo (it builds one) or pass --model-a")
     try:
-        print("starting Label Studio ...", flush=True)
-        server.start()
-        env["DYNAVAL_LABEL_STUDIO_URL"] = server.url
-        env["DYNAVAL_LABEL_STUDIO_API_KEY"] = server.api_key
-        print("starting the dynaval service ...", flush=True)
-        service = Service(env, service_port, demo_dir / "service.log")
-        service.wait_healthy()
-        service_url = service.url
-        annotators = server.create_annotators(4)
-        rng = random.Random(SEED)
-        api = httpx.Client(
-            base_url=service.url, timeout=60, limits=httpx.Limits(keepalive_expiry=CLIENT_KEEPALIVE_S)
-        )
-
-        def round_with(model: Path, name: str, items: list[Item]) -> dict[str, Any]:
-            print(f"running {name} ...", flush=True)
-            summary = run_round(api, task="sentiment", name=name, items=items, lead=lead, writers=writers,
-                                collector=collector, server=server, annotators=annotators, rng=rng,
-                                model=str(model))  # fmt: skip
-            print_summary(summary, export_round(env, summary["id"], demo_dir))
-            freeze_round(service_url, lead, summary["id"])
-            return summary
-
-        round_1 = round_with(model_a, "loop round 1 (model A)", sentiment_items())
-        release_1 = release(env, demo_dir, [round_1["id"]], "1.0.0")
-
-        model_b = demo_dir / "model-B"
-        step("train model B on train_r1", cli(env, "model", "train", "--release", str(release_1),
-             "--splits", "train_r1", "--base", str(model_a), "--out", str(model_b),
-             "--epochs", str(TRAIN_EPOCHS), "--seed", str(SEED)))  # fmt: skip
-        hash_a = registered_hash(env, model_a, "model-A")
-        hash_b = registered_hash(env, model_b, "model-B")
-        gated = _cli(env, "gate", "--candidate", str(model_b), "--baseline", hash_a)
-        if gated.returncode not in (0, 1):  # 0 passed, 1 failed with the flips listed, 2 bad input
-            raise DemoError(f"gate failed to run: {gated.stderr.strip()}")
-        step("gate B against A (" + ("passed" if gated.returncode == 0 else "failed") + ")", gated.stdout)
-        step("ship B", cli(env, "models", "ship", "--model", hash_b, "--reason", "trained on round 1"))
-
-        round_2 = round_with(model_b, "loop round 2 (model B)", round_2_items())
-        release_2 = release(env, demo_dir, [round_1["id"], round_2["id"]], "1.1.0")
-        for name, folder in (("A", model_a), ("B", model_b)):
-            step(f"evaluate model {name} on every round", cli(env, "evaluate", "--model", str(folder)))
-        print(f"\nrelease: {release_1}\nrelease: {release_2}\nmodel B: {model_b}")
-        print_access(service_url, server, [{"email": a.email, "id": a.id} for a in annotators], lead,
-                     writers, collector)  # fmt: skip
-        if not args.exit:
-            keep_running()
+        with servers_up(demo_dir, demo_dir, args.port, args.label_studio_port) as up:
+            run_steps(up, model_a, demo_dir)
+            if not args.exit:
+                keep_running()
     except KeyboardInterrupt:
         pass
-    finally:
-        _stop("the dynaval service", service.stop if service is not None else None)
-        _stop("Label Studio", server.stop)
     return 0
+
+
+def run_steps(up: Running, model_a: Path, demo_dir: Path) -> None:
+    """The loop's steps, each printed as it ends."""
+    env = up.env
+    annotators = up.server.create_annotators(4)
+    rng = random.Random(SEED)
+    api = httpx.Client(
+        base_url=up.service.url, timeout=60, limits=httpx.Limits(keepalive_expiry=CLIENT_KEEPALIVE_S)
+    )
+
+    def round_with(model: Path, name: str, items: list[Item]) -> dict[str, Any]:
+        print(f"running {name} ...", flush=True)
+        summary = run_round(api, task="sentiment", name=name, items=items, lead=up.lead, writers=up.writers,
+                            collector=up.collector, server=up.server, annotators=annotators, rng=rng,
+                            model=str(model))  # fmt: skip
+        print_summary(summary, export_round(env, summary["id"], demo_dir))
+        freeze_round(up.service.url, up.lead, summary["id"])
+        return summary
+
+    round_1 = round_with(model_a, "loop round 1 (model A)", sentiment_items())
+    release_1 = release(env, demo_dir, [round_1["id"]], "1.0.0")
+
+    model_b = demo_dir / "model-B"
+    step("train model B on train_r1", cli(env, "model", "train", "--release", str(release_1),
+         "--splits", "train_r1", "--base", str(model_a), "--out", str(model_b),
+         "--epochs", str(TRAIN_EPOCHS), "--seed", str(SEED)))  # fmt: skip
+    hash_a = registered_hash(env, model_a, "model-A")
+    hash_b = registered_hash(env, model_b, "model-B")
+    gated = _cli(env, "gate", "--candidate", str(model_b), "--baseline", hash_a)
+    if gated.returncode not in (0, 1):  # 0 passed, 1 failed with the flips listed, 2 bad input
+        raise DemoError(f"gate failed to run: {gated.stderr.strip()}")
+    step("gate B against A (" + ("passed" if gated.returncode == 0 else "failed") + ")", gated.stdout)
+    step("ship B", cli(env, "models", "ship", "--model", hash_b, "--reason", "trained on round 1"))
+
+    round_2 = round_with(model_b, "loop round 2 (model B)", round_2_items())
+    release_2 = release(env, demo_dir, [round_1["id"], round_2["id"]], "1.1.0")
+    for name, folder in (("A", model_a), ("B", model_b)):
+        step(f"evaluate model {name} on every round", cli(env, "evaluate", "--model", str(folder)))
+    print(f"\nrelease: {release_1}\nrelease: {release_2}\nmodel B: {model_b}")
+    print_access(up.service.url, up.server, [{"email": a.email, "id": a.id} for a in annotators], up.lead,
+                 up.writers, up.collector)  # fmt: skip
 
 
 def cli(env: dict[str, str], *command: str) -> str:
