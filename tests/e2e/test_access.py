@@ -122,6 +122,7 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("GET", "/dashboard/releases"): PAGE,
     ("GET", "/dashboard/releases/<int:release_id>"): PAGE,
     ("GET", "/dashboard/releases/<int:release_id>/download"): PAGE,
+    ("GET", "/dashboard/models"): PAGE,
 }
 
 

@@ -336,6 +336,7 @@ def page_paths(seeded: Seeded) -> list[str]:
         f"/dashboard/rounds/{rid}/export/dataset.jsonl",
         f"/dashboard/rounds/{rid}/export/dataset.parquet",
         f"/dashboard/rounds/{rid}/export/agreement.json",
+        "/dashboard/models",
     ]
 
 

@@ -7,7 +7,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, or_, update
+from sqlalchemy import func, insert, or_, update
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
@@ -292,8 +292,15 @@ class SqlRegressionRepository:
             .values(finished_at=at, case_count=case_count)
         )
 
-    def results(self, *, model_hash: str | None = None, case_id: str | None = None) -> list[CaseResult]:
-        """Results of finished runs in evaluation order (run start, then run id)."""
+    def results(
+        self,
+        *,
+        model_hash: str | None = None,
+        case_id: str | None = None,
+        case_ids: Collection[str] | None = None,
+    ) -> list[CaseResult]:
+        """Results of finished runs in evaluation order (run start, then run id); ``case_ids``, a
+        page's worth of cases, keeps the results on those."""
         query = (
             sa_select(
                 col(CaseResultRow.case_id),
@@ -312,6 +319,8 @@ class SqlRegressionRepository:
             query = query.where(col(CaseResultRow.model_hash) == model_hash)
         if case_id is not None:
             query = query.where(col(CaseResultRow.case_id) == case_id)
+        if case_ids is not None:
+            query = query.where(col(CaseResultRow.case_id).in_(list(case_ids)))
         return [
             CaseResult(
                 case_id=case,
@@ -336,6 +345,18 @@ class SqlRegressionRepository:
             .order_by(col(EvaluationRunRow.started_at), col(EvaluationRunRow.id))
         )
         return latest_outcomes((c, m, bool(ok)) for c, m, ok in self._session.execute(query))
+
+    def results_fingerprint(self) -> tuple[int, int | None, int]:
+        """What every model's accuracy over the suite depends on: the finished evaluation runs (how
+        many, the latest id) and the retired cases (how many). Two counts and a max."""
+        finished = col(EvaluationRunRow.finished_at).is_not(None)
+        runs, latest = self._session.execute(
+            sa_select(func.count(), func.max(col(EvaluationRunRow.id))).where(finished)
+        ).one()
+        retired = self._session.execute(
+            sa_select(func.count()).where(col(RegressionCaseRow.retired_at).is_not(None))
+        ).scalar_one()
+        return (int(runs), latest, int(retired))
 
     # ------------------------------------------------------------------------------- gates
 

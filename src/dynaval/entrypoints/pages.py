@@ -53,6 +53,7 @@ from dynaval.service_layer import (
     annotator_exclusion,
     dashboard_sessions,
     dataset,
+    models_page,
     overrides,
     releases,
 )
@@ -485,3 +486,15 @@ def release_page(release_id: int) -> Any:
 @lead_page
 def release_page_download(release_id: int) -> Response:
     return release_download(_services(), release_id)
+
+
+# -------------------------------------------------------------------------------------- models
+
+
+@pages.get("/models")
+@lead_page
+def models() -> Any:
+    view = models_page.models_page(
+        _services(), _cache(), split=request.args.get("split") or None, page=query_int("page", 1) or 1
+    )
+    return render_template("models.html", view=view)

@@ -432,12 +432,22 @@ class RegressionRepository(Protocol):
 
     def finish_run(self, run_id: int, *, at: datetime, case_count: int) -> None: ...
 
-    def results(self, *, model_hash: str | None = None, case_id: str | None = None) -> list[CaseResult]:
-        """Results of finished runs, in evaluation order."""
+    def results(
+        self,
+        *,
+        model_hash: str | None = None,
+        case_id: str | None = None,
+        case_ids: Collection[str] | None = None,
+    ) -> list[CaseResult]:
+        """Results of finished runs, in evaluation order (of one model, one case, or a few cases)."""
         ...
 
     def latest_outcomes(self) -> dict[str, dict[str, bool]]:
         """Case id -> model hash -> whether the model's latest result on it was right."""
+        ...
+
+    def results_fingerprint(self) -> tuple[int, int | None, int]:
+        """Changes whenever an evaluation run finishes or a case is retired (cheap to read)."""
         ...
 
     def add_gate_run(

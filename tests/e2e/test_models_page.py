@@ -1,0 +1,252 @@
+"""The lead's models page without a browser, on SQLite and PostgreSQL: who may see it, the accuracy
+matrix (each cell the evaluation's figures: accuracy, bootstrap interval, cases), the per-case view
+and its pages, the gate runs with their flips, the suspect queue and the retired cases, all made by
+the real use cases with tiny real models (``tests/support/models_scenario.py``), and every user
+text shown as text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from dynaval.bootstrap import bootstrap
+from dynaval.domain.regression import accuracy_with_ci
+from dynaval.entrypoints.app import create_app, shutdown
+from dynaval.entrypoints.pages import CACHE
+from dynaval.service_layer import evaluation, gate, models_page, regression_suite
+from dynaval.service_layer.figures_cache import FiguresCache
+from dynaval.service_layer.services import Services
+from tests.e2e.test_dashboard_pages import NAMED_TOKEN, PageIds, fmt3, lead
+from tests.fixtures.service import EXPORTER_TOKEN, LEAD_TOKEN, WRITER_TOKEN, free_port, make_settings
+from tests.support.models_scenario import (
+    ANSWERS,
+    LEAD,
+    MARKUP,
+    RETIRE_REASON,
+    ModelsScenario,
+    build_models,
+    seed_models_scenario,
+)
+
+PATH = "/dashboard/models"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return build_models(tmp_path_factory.mktemp("models-page"))
+
+
+@pytest.fixture
+def app(database_url: str, tmp_path: Path) -> Iterator[Flask]:
+    """The app on a real database, Label Studio unreachable (no page needs it), no worker."""
+    settings = make_settings(
+        database_url=database_url,
+        data_dir=tmp_path / "data",
+        label_studio_url=f"http://127.0.0.1:{free_port()}",
+        label_studio_api_key="unused-in-these-tests",
+        public_url="http://127.0.0.1:8000",
+        model_dir=tmp_path / "no-model",
+        lead_tokens=[LEAD_TOKEN, f"{LEAD}={NAMED_TOKEN}"],
+    )
+    application = create_app(bootstrap(settings), start_background=False)
+    try:
+        yield application
+    finally:
+        shutdown(application)
+
+
+@pytest.fixture
+def services(app: Flask) -> Services:
+    services: Services = app.extensions["dynaval"]
+    return services
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+@pytest.fixture
+def scenario(services: Services, models: dict[str, Path]) -> ModelsScenario:
+    return seed_models_scenario(services, models)
+
+
+def page(client: FlaskClient, path: str = PATH) -> tuple[PageIds, str]:
+    response = lead(client, path)
+    assert response.status_code == 200, (path, response.status_code)
+    html = response.get_data(as_text=True)
+    return PageIds(html), html
+
+
+def expected_cell(scenario: ModelsScenario, model: str, split: str | None) -> str:
+    """What the matrix shows for a model that always answers ``ANSWERS[model]``, computed from the
+    cases' labels: accuracy, the evaluation's bootstrap interval, the number of cases."""
+    outcomes = [
+        label == ANSWERS[model]
+        for s, label, _text in scenario.current().values()
+        if split is None or s == split
+    ]
+    figures = accuracy_with_ci(outcomes, seed=0)
+    low, high = figures["ci95"]
+    return f"{fmt3(figures['accuracy'])} [{fmt3(low)}, {fmt3(high)}] · n={len(outcomes)}"
+
+
+def test_only_a_lead_sees_the_models_page_and_the_navigation_links_it(client: FlaskClient) -> None:
+    anonymous = client.get(PATH)
+    assert (anonymous.status_code, anonymous.headers["Location"]) == (302, "/dashboard/login")
+    for token in (WRITER_TOKEN, EXPORTER_TOKEN):
+        refused = lead(client, PATH, token=token)
+        assert refused.status_code == 403 and "leads only" in refused.get_data(as_text=True)
+    ids, _ = page(client)
+    assert ids.text("no-results") == "No model has been evaluated yet."
+    assert ids.text("no-gate-runs") and ids.text("no-suspects") and ids.text("no-retired")
+    rounds, _ = page(client, "/dashboard/rounds")
+    assert rounds.attr("nav-models", "href") == PATH
+
+
+def test_the_matrix_gate_runs_suspects_and_retired_cases_show_the_use_cases_results(
+    client: FlaskClient, services: Services, scenario: ModelsScenario
+) -> None:
+    ids, html = page(client)
+    hashes = scenario.hashes
+
+    # The matrix: one row per evaluated model, one column per split (round splits, then captures).
+    splits = sorted({s for s, _label, _text in scenario.current().values()})
+    assert {"dev_r1", "test_r1", "capture"} <= set(splits)
+    assert [t for t in ids.ids("matrix-split-")] == ["dev_r1", "test_r1", "capture"]
+    assert ids.all("matrix-name") == ["model A", "model-b", "model-a2"]
+    assert ids.all("matrix-shipped") == ["shipped"]  # A only
+    assert [h.rstrip("…") for h in ids.all("matrix-hash")] == [hashes[k][:19] for k in ("A", "B", "A2")]
+    for key in ("A", "B", "A2"):
+        for split in splits:
+            assert ids.text(f"cell-{hashes[key]}-{split}") == expected_cell(scenario, key, split), (
+                key,
+                split,
+            )
+        assert ids.text(f"cell-{hashes[key]}-all") == expected_cell(scenario, key, None)
+
+    # Per case underneath: the first split's cases by id, each model's latest answer.
+    assert ids.text("cases-split") == "dev_r1"
+    dev = scenario.split_cases("dev_r1")
+    assert ids.text("cases-total") == str(len(dev))
+    assert ids.ids("case-row-") == dev[: models_page.CASES_PER_PAGE]
+    for case_id in dev:
+        label = scenario.cases[case_id][1]
+        for key in ("A", "B"):
+            mark = "✓" if label == ANSWERS[key] else "✗"
+            assert ids.text(f"answer-{case_id}-{hashes[key]}") == f"{mark} {ANSWERS[key]}"
+    captures, _ = page(client, f"{PATH}?split=capture")
+    assert captures.ids("case-row-") == scenario.split_cases("capture")
+
+    # The gate runs, newest first: A2 passed, B failed with every positive case it lost listed.
+    runs = gate.gate_runs(services)
+    assert ids.all("gate-passed") == ["passed", "failed"]
+    positive = sorted(k for k, (_s, label, _t) in scenario.cases.items() if label == "positive")
+    failed = runs[1]
+    assert failed["id"] == scenario.failed_run and len(failed["negative_flips"]) == len(positive)
+    assert ids.all("gate-negative-count") == ["0", str(len(positive))]
+    assert ids.all("gate-positive-count") == ["0", str(failed["positive_flips"])]
+    assert failed["positive_flips"] > 0
+    assert all(when.endswith(f"by {LEAD}") for when in ids.all("gate-when"))
+    assert ids.all("gate-candidate")[1] == f"model-b {hashes['B']}"
+    assert ids.all("gate-baseline")[1] == f"shipped models {hashes['A']}"
+    mcnemar = failed["mcnemar"]
+    assert ids.all("gate-mcnemar")[1] == (
+        f"{mcnemar['method']}: statistic {fmt3(mcnemar['statistic'])}, p = {fmt3(mcnemar['p_value'])}"
+    )
+    assert sorted(ids.ids("flip-")) == positive
+    for flip in failed["negative_flips"]:
+        assert ids.text(f"flip-{flip['case_id']}") == (
+            f"{flip['case_id']} #{flip['round_id']} · {flip['split']} text: {flip['inputs']['text']} "
+            "positive positive negative"
+        )
+    links = {a.get("href") for t, a, _ in ids.found if t == "case-link"}
+    assert {f"/dashboard/candidates/{case_id}" for case_id in positive} <= links
+
+    # The suspect queue: every neutral case but the retired one, failed by all three models.
+    neutral = sorted(k for k, (_s, label, _t) in scenario.current().items() if label == "neutral")
+    assert sorted(i for i in ids.ids("suspect-") if i != "failed") == neutral
+    assert set(ids.all("suspect-failed")) == {"3 of 3 models"}
+
+    # The retired case, with who, when and why.
+    assert ids.ids("retired-") == [scenario.retired_id, "when", "by", "reason"]
+    assert ids.text("retired-by") == LEAD and ids.text("retired-reason") == RETIRE_REASON
+    assert ids.text("retired-when").endswith("UTC")
+
+    # Every user text is shown as text, never as markup.
+    assert "<script>alert" not in html and "<b>bold</b>" not in html and "<i>(the" not in html
+    assert "&lt;script&gt;alert(&#34;case&#34;)&lt;/script&gt;" in html and "&lt;i&gt;(the source" in html
+    assert MARKUP.strip() in ids.text(f"flip-{positive[0]}")
+
+    # A case's link leads to its candidate page.
+    candidate = lead(client, f"/dashboard/candidates/{positive[0]}")
+    assert candidate.status_code == 200
+    assert PageIds(candidate.get_data(as_text=True)).text("prov-example-id") == positive[0]
+
+
+def test_the_per_case_view_pages_and_long_lists_say_how_many_more(
+    client: FlaskClient, scenario: ModelsScenario, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(models_page, "CASES_PER_PAGE", 4)
+    monkeypatch.setattr(models_page, "FLIPS_SHOWN", 3)
+    monkeypatch.setattr(models_page, "CASES_SHOWN", 2)
+    test = scenario.split_cases("test_r1")
+    assert len(test) > 8
+    seen: list[str] = []
+    ids, _ = page(client, f"{PATH}?split=test_r1")
+    assert ids.attr("cases-next", "href") == f"{PATH}?split=test_r1&page=2#cases"
+    for number in range(1, len(test) // 4 + 2):
+        ids, _ = page(client, f"{PATH}?split=test_r1&page={number}")
+        seen += ids.ids("case-row-")
+    assert seen == test  # every case once, in order, across the pages
+    past, _ = page(client, f"{PATH}?split=test_r1&page=999")
+    assert past.ids("case-row-") == [] and past.text("cases-total") == str(len(test))
+
+    positive = sum(1 for _s, label, _t in scenario.cases.values() if label == "positive")
+    neutral = sum(1 for _s, label, _t in scenario.current().values() if label == "neutral")
+    assert len(ids.ids("flip-")) == 3
+    assert ids.text("gate-more-flips").startswith(f"{positive - 3} more negative flips")
+    assert ids.all("gate-negative-count")[1] == str(positive)  # the count covers them all
+    assert len([i for i in ids.ids("suspect-") if i != "failed"]) == 2
+    assert ids.text("more-suspects").startswith(f"{neutral - 2} more suspect cases")
+
+
+def test_bad_query_parameters_are_refused_naming_them(client: FlaskClient, scenario: ModelsScenario) -> None:
+    unknown = lead(client, f"{PATH}?split=train_r1")
+    assert unknown.status_code == 422
+    message = PageIds(unknown.get_data(as_text=True)).text("page-error")
+    assert "no split 'train_r1'" in message and "dev_r1" in message
+    assert "&lt;b&gt;" in lead(client, f"{PATH}?split=<b>x</b>").get_data(as_text=True)
+    assert lead(client, f"{PATH}?page=two").status_code == 422
+
+
+def test_the_matrix_is_counted_again_only_after_an_evaluation_or_a_retirement(
+    app: Flask, client: FlaskClient, services: Services, scenario: ModelsScenario, models: dict[str, Path]
+) -> None:
+    cache: FiguresCache = app.extensions[CACHE]
+    cell = f"cell-{scenario.hashes['A']}-test_r1"
+    ids, _ = page(client)
+    assert ids.text(cell) == expected_cell(scenario, "A", "test_r1")
+    misses = cache.misses
+    page(client, f"{PATH}?split=test_r1")
+    assert cache.misses == misses  # nothing changed: the figures come from the cache
+
+    # A retirement changes the matrix: the case leaves its column.
+    in_test = scenario.split_cases("test_r1")
+    regression_suite.retire_case(services, in_test[0], by=LEAD, reason="a duplicate of another case")
+    cache.settle()
+    ids, _ = page(client)
+    assert cache.misses == misses + 1
+    assert ids.text(cell).endswith(f"n={len(in_test) - 1}")
+    assert ids.ids("retired-").count("when") == 2
+
+    # So does an evaluation (a new run of A: its latest results are the same, counted again).
+    evaluation.evaluate(services, models["A"])
+    cache.settle()
+    page(client)
+    assert cache.misses == misses + 2
