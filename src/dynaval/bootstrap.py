@@ -10,7 +10,7 @@ from dynaval.adapters.label_studio import LabelStudioGateway, SdkLabelStudioGate
 from dynaval.adapters.predictor import Predictor, TransformersPredictor
 from dynaval.adapters.task_queue import BackgroundJobs, QueuedWork, make_huey
 from dynaval.adapters.unit_of_work import sql_units_of_work
-from dynaval.service_layer import pushing, verification
+from dynaval.service_layer import pushing, revalidation, verification
 from dynaval.service_layer.services import ModelRegistry, PredictorFactory, Services
 from dynaval.service_layer.writer_links import WriterAnnotatorLinks
 from dynaval.settings import Settings
@@ -66,6 +66,7 @@ def background_jobs(services: Services) -> BackgroundJobs:
     def sweep() -> None:
         pushing.background_pass(services)
         verification.verify_pending_rounds(services)
+        revalidation.settle_revalidations(services)  # the safety net: whatever decided a case
 
     return BackgroundJobs(
         push=lambda round_id: pushing.push_pending(services, round_id),

@@ -419,3 +419,29 @@ class GateRunRow(SQLModel, table=True):
     mcnemar: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
     created_by: str = Field(max_length=64)
+
+
+class RevalidationRow(SQLModel, table=True):
+    """A suspect case sent back to the validators as a candidate of a revalidation round (same id as
+    the candidate), until its outcome settles it. A case has at most one open re-validation: the
+    partial unique index decides, so two leads sending one case at once cannot both send it."""
+
+    __tablename__ = "revalidation"
+    __table_args__ = (
+        Index(
+            "uq_revalidation_open_case",
+            "case_id",
+            unique=True,
+            sqlite_where=text("settled_at IS NULL"),
+            postgresql_where=text("settled_at IS NULL"),
+        ),
+    )
+
+    candidate_id: str = Field(foreign_key="candidate.id", primary_key=True, max_length=36)
+    case_id: str = Field(foreign_key="regression_case.id", index=True, max_length=36)
+    round_id: int = Field(foreign_key="round.id", index=True)
+    sent_by: str = Field(max_length=64)
+    sent_at: datetime = Field(default_factory=utcnow)
+    settled_at: datetime | None = None
+    outcome: str | None = Field(default=None, max_length=16)
+    """``confirmed``, ``retired`` or ``unresolved`` once settled."""

@@ -245,7 +245,7 @@ class SqlRegressionRepository:
         )
 
     def mark_suspect(self, case_ids: Collection[str]) -> int:
-        """Mark these non-retired cases suspect; how many were not before."""
+        """Mark these non-retired, unconfirmed cases suspect; how many were not before."""
         ids = list(case_ids)
         changed = 0
         for start in range(0, len(ids), INSERT_CHUNK):
@@ -255,6 +255,8 @@ class SqlRegressionRepository:
                     col(RegressionCaseRow.id).in_(ids[start : start + INSERT_CHUNK]),
                     col(RegressionCaseRow.retired_at).is_(None),
                     col(RegressionCaseRow.suspect).is_(False),
+                    # A re-validation confirmed its label: every model failing it is the models' fault.
+                    col(RegressionCaseRow.confirmed).is_(False),
                 )
                 .values(suspect=True)
             )

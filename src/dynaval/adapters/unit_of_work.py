@@ -25,6 +25,7 @@ from dynaval.adapters.repositories import (
     SqlGoldRepository,
     SqlRoundRepository,
 )
+from dynaval.adapters.revalidation_repository import SqlRevalidationRepository
 from dynaval.adapters.task_checks import SqlTaskChecks
 from dynaval.adapters.vote_store import SqlVoteStore
 from dynaval.service_layer.services import UnitOfWorkFactory
@@ -46,6 +47,7 @@ class SqlUnitOfWork:
     releases: SqlReleaseRepository
     captures: SqlCaptureRepository
     regression: SqlRegressionRepository
+    revalidations: SqlRevalidationRepository
 
     def __init__(self, database: Database, *, read_only: bool = False) -> None:
         self._database = database
@@ -68,6 +70,7 @@ class SqlUnitOfWork:
         self.releases = SqlReleaseRepository(self.session)
         self.captures = SqlCaptureRepository(self.session)
         self.regression = SqlRegressionRepository(self.session)
+        self.revalidations = SqlRevalidationRepository(self.session)
         return self
 
     def __exit__(

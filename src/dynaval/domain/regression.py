@@ -67,6 +67,24 @@ class RegressionCase:
             )
         return replace(self, retired_at=at, retired_by=by, retired_reason=check_reason(reason))
 
+    def check_may_revalidate(self) -> None:
+        """Only a suspect case still in the suite goes back to the validators (a :class:`Conflict`
+        naming ``cases`` and the id otherwise)."""
+        if self.retired:
+            raise Conflict(
+                f"case {self.id} is retired ({self.retired_reason}); it is not re-validated", field="cases"
+            )
+        if not self.suspect:
+            state = "confirmed by a re-validation already" if self.confirmed else "not suspect"
+            raise Conflict(f"case {self.id} is {state}: only suspect cases are re-validated", field="cases")
+
+    def confirm(self) -> RegressionCase:
+        """The case, its label confirmed by a re-validation: it stays, no longer suspect (and is not
+        marked suspect again by later evaluations)."""
+        if self.retired:
+            raise Conflict(f"case {self.id} is retired; a retired case is not confirmed", field="case")
+        return replace(self, suspect=False, confirmed=True)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,

@@ -15,14 +15,23 @@ from dynaval.domain.policy import DecisionPolicy
 class RoundKind(StrEnum):
     """What a round collects: writers' attempts to fool its pinned model (``adversarial``), or
     failures found in production and reported with the output observed (``capture``: no model in
-    the loop, see docs/captures.md)."""
+    the loop, see docs/captures.md), or suspect regression cases sent back to the validators
+    (``revalidation``: made by ``dynaval suite revalidate`` only, never by ``POST /api/rounds``; see
+    docs/regression.md)."""
 
     ADVERSARIAL = "adversarial"
     CAPTURE = "capture"
+    REVALIDATION = "revalidation"
 
 
 RoundKindName = Literal["adversarial", "capture"]
-"""The kinds as the request model takes them: ``RoundKind``'s values."""
+"""The kinds a request may create (a revalidation round is made from the suite's suspects only)."""
+
+
+_REVALIDATION_TAKES_NOTHING = (
+    "is a revalidation round: it holds suspect regression cases sent back to the validators and "
+    "takes neither candidates nor captures"
+)
 
 
 class RoundState(StrEnum):
@@ -69,6 +78,8 @@ class Round:
 
     def check_takes_candidates(self) -> None:
         """Only an open adversarial round takes writers' candidates (and answers ``predict``)."""
+        if self.kind is RoundKind.REVALIDATION:
+            raise self._conflict(_REVALIDATION_TAKES_NOTHING)
         if self.kind is not RoundKind.ADVERSARIAL:
             raise self._conflict(
                 f"is a {self.kind.value} round: it has no model and takes no writers' candidates; "
@@ -79,6 +90,8 @@ class Round:
 
     def check_takes_captures(self) -> None:
         """Only an open capture round takes failure captures."""
+        if self.kind is RoundKind.REVALIDATION:
+            raise self._conflict(_REVALIDATION_TAKES_NOTHING)
         if self.kind is not RoundKind.CAPTURE:
             raise self._conflict(
                 f"is an {self.kind.value} round: it takes writers' candidates, not captures; "

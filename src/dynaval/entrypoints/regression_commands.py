@@ -142,6 +142,47 @@ def cmd_suite_case(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_suite_revalidate(args: argparse.Namespace) -> int:
+    from dynaval.entrypoints.cli import _operator, _services
+    from dynaval.entrypoints.schemas import RevalidateRequest, request_models
+    from dynaval.service_layer.revalidation import send_suspects_to_revalidation
+
+    services = _services()
+    try:
+        # The same checks as the API's body: case ids and a readable round name.
+        body = request_models(services.settings).validate(
+            RevalidateRequest, {"cases": args.case, "name": args.name}
+        )
+        sent = send_suspects_to_revalidation(services, case_ids=body.cases, by=_operator(), name=body.name)
+    finally:
+        services.close()
+    if args.json:
+        _print_json(sent.to_dict())
+        return 0
+    for round_id, cases in sent.rounds.items():
+        print(f"revalidation round {round_id}: {len(cases)} case{'s' if len(cases) != 1 else ''} sent")
+    if not sent.rounds:
+        print("no suspect case is waiting for re-validation: nothing sent")
+    print(f"{len(sent.cases)} cases sent")
+    return 0
+
+
+def cmd_suite_settle(args: argparse.Namespace) -> int:
+    from dynaval.entrypoints.cli import _services
+    from dynaval.service_layer.revalidation import settle_revalidations
+
+    services = _services()
+    try:
+        settled = settle_revalidations(services)
+    finally:
+        services.close()
+    print(
+        f"confirmed {settled.confirmed}, retired {settled.retired}, unresolved {settled.unresolved}; "
+        f"{settled.waiting} still waiting for their decision"
+    )
+    return 0
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from dynaval.entrypoints.cli import _services
     from dynaval.service_layer.evaluation import evaluate
@@ -236,7 +277,9 @@ def add_regression_commands(commands: Any) -> None:
     listing.add_argument("--json", action="store_true", help="print one JSON object")
     listing.set_defaults(run=cmd_models_list)
 
-    suite = commands.add_parser("suite", help="the regression suite: list, retire, a case's history")
+    suite = commands.add_parser(
+        "suite", help="the regression suite: list, retire, re-validate suspects, a case's history"
+    )
     suite_commands = suite.add_subparsers(dest="suite_command", required=True, metavar="SUITE_COMMAND")
     cases = suite_commands.add_parser("list", help="the suite's cases")
     cases.add_argument("--retired", action="store_true", help="the retired cases instead, with reasons")
@@ -247,6 +290,25 @@ def add_regression_commands(commands: Any) -> None:
     retire.add_argument("--case", required=True, help="the case id (its candidate's id)")
     retire.add_argument("--reason", required=True, help="why; recorded in the audit log")
     retire.set_defaults(run=cmd_suite_retire)
+    revalidate = suite_commands.add_parser(
+        "revalidate",
+        help="send suspect cases back to Label Studio, blind, in a new revalidation round (logged)",
+        description="Send suspect cases (by default every one not yet under re-validation) to Label "
+        "Studio in a new revalidation round per task type. A case the validators reject is retired "
+        "automatically; one they accept is confirmed. Exit 2 on bad input.",
+    )
+    revalidate.add_argument(
+        "--case", action="append", help="a suspect case's id (repeatable; default: every suspect case)"
+    )
+    revalidate.add_argument("--name", help="the rounds' name (Label Studio shows it as the project's title)")
+    revalidate.add_argument("--json", action="store_true", help="print one JSON object")
+    revalidate.set_defaults(run=cmd_suite_revalidate)
+    settle = suite_commands.add_parser(
+        "settle",
+        help="retire or confirm the cases whose re-validation is decided (idempotent; the service "
+        "does it too)",
+    )
+    settle.set_defaults(run=cmd_suite_settle)
     case = suite_commands.add_parser("case", help="a case and its history across models")
     case.add_argument("--case", required=True, help="the case id")
     case.add_argument("--json", action="store_true", help="print one JSON object")

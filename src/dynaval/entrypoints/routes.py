@@ -25,6 +25,7 @@ from dynaval.entrypoints.schemas import (
     PredictRequest,
     ReleaseCreate,
     RequestModel,
+    RevalidateRequest,
     RoundCreate,
     request_models,
 )
@@ -40,6 +41,7 @@ from dynaval.service_layer import (
     model_catalog,
     overrides,
     releases,
+    revalidation,
     rounds,
     task_types,
     verification,
@@ -526,6 +528,36 @@ def run_gate() -> Any:
         _services(), body.candidate, baseline=body.baseline, max_flips=body.max_flips, by=g.caller.name
     )
     return jsonify(outcome.to_dict())
+
+
+@api.post("/api/suite/revalidate")
+@documented(
+    summary="A lead sends suspect regression cases back to Label Studio for re-validation (logged)",
+    body=RevalidateRequest,
+    responses={
+        201: "rounds (each new revalidation round's id and the cases sent to it) and cases (every case sent)",
+        403: "Not a lead",
+        409: "A named case is retired, not suspect, confirmed, or under re-validation already",
+        422: "Invalid field (an unknown case)",
+    },
+)
+@requires(Role.LEAD)
+def revalidate_suspects() -> Any:
+    body = _body(RevalidateRequest)
+    sent = revalidation.send_suspects_to_revalidation(
+        _services(), case_ids=body.cases, by=g.caller.name, name=body.name
+    )
+    return jsonify(sent.to_dict()), 201
+
+
+@api.get("/api/suite/suspects")
+@documented(
+    summary="The suspect cases still in the suite, each with its re-validation state",
+    responses={200: "OK", 403: "Not a lead"},
+)
+@requires(Role.LEAD)
+def list_suspects() -> Any:
+    return jsonify({"cases": revalidation.suspect_queue(_services())})
 
 
 @api.get("/api/gate-runs")

@@ -62,6 +62,7 @@ from dynaval.domain.text import has_visible_character, normalised
 from dynaval.service_layer.candidates import GivenInputs, NewCandidate
 from dynaval.service_layer.captures import NewCapture
 from dynaval.service_layer.gold import NewGoldItem
+from dynaval.service_layer.revalidation import MAX_CASES as MAX_REVALIDATE_CASES
 from dynaval.service_layer.webhooks import AnnotationChanged, AnnotationsDeleted, OtherAction, WebhookHint
 from dynaval.settings import Settings
 
@@ -558,6 +559,27 @@ class GateRequest(RequestModel):
     )
     max_flips: StrictInt = Field(
         default=0, ge=0, le=2**31 - 1, description="Negative flips allowed (default 0: none)."
+    )
+
+
+class RevalidateRequest(RequestModel):
+    """A lead sends suspect regression cases back to Label Studio, blind, in a new revalidation round
+    per task type. Without ``cases``: every suspect case not yet under re-validation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cases: list[Annotated[StrictStr, Field(min_length=1, max_length=36)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_REVALIDATE_CASES,
+        description="Case ids (a case's id is its candidate's); each a suspect case still in the suite "
+        "and not under re-validation (422 naming cases for an unknown one, 409 otherwise). Left out: "
+        "every such suspect case.",
+    )
+    name: RoundName | None = Field(
+        default=None,
+        description="The revalidation rounds' name (annotators see it as the project's title); default: "
+        "re-validation of N suspect cases.",
     )
 
 

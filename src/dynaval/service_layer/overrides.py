@@ -15,6 +15,7 @@ from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import NotFound
 from dynaval.domain.votes import current_ballots
 from dynaval.service_layer.candidates import candidate_public
+from dynaval.service_layer.revalidation import settle_after_decisions
 from dynaval.service_layer.services import Services
 
 OVERRIDE = "override"
@@ -55,7 +56,9 @@ def override_decision(
             )
         )
         uow.commit()
-        return candidate_public(services, uow, candidate)
+        shown = candidate_public(services, uow, candidate)
+    settle_after_decisions(services, candidate.round_id)  # a re-validated case follows the override
+    return shown
 
 
 def round_audit_log(services: Services, round_id: int) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from typing import Any
 from dynaval.domain.audit import AuditEvent
 from dynaval.domain.clock import utcnow
 from dynaval.domain.regression import RegressionCase, case_history
-from dynaval.domain.round import RoundState
+from dynaval.domain.round import RoundKind, RoundState
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import UnitOfWork
 
@@ -36,7 +36,9 @@ def captured_cases(uow: UnitOfWork) -> Iterable[RegressionCase]:
     """Every accepted failure capture of a frozen round (its decision is final then, as a released
     example's is), tagged with where it was found."""
     for round_ in uow.rounds.all():
-        if round_.state is not RoundState.FROZEN or round_.id is None:
+        # Only capture rounds: a revalidation round's accepted candidates are suite cases already
+        # (confirmed), not new ones.
+        if round_.kind is not RoundKind.CAPTURE or round_.state is not RoundState.FROZEN or round_.id is None:
             continue
         for capture in uow.captures.accepted_captures(round_.id):
             yield RegressionCase(

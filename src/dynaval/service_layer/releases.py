@@ -55,7 +55,7 @@ from dynaval.domain.release_card import render_card
 from dynaval.domain.release_checks import ALPHA_RESAMPLES, ReleaseTally
 from dynaval.domain.release_rows import release_row
 from dynaval.domain.release_splits import SplitInput, SplitPlan, plan_splits
-from dynaval.domain.round import Round, RoundState
+from dynaval.domain.round import Round, RoundKind, RoundState
 from dynaval.service_layer.dataset import iter_round_dataset_pages
 from dynaval.service_layer.regression_suite import take_cases
 from dynaval.service_layer.services import Services
@@ -104,6 +104,13 @@ def _check_request(services: Services, request: ReleaseRequest) -> _Plan:
         if len(tasks) > 1:
             raise InvalidInput(
                 f"a release holds one task type; these rounds are {', '.join(tasks)}", field="rounds"
+            )
+        revalidating = [r for r in rounds if r.kind is RoundKind.REVALIDATION]
+        if revalidating:
+            raise InvalidInput(
+                f"round {revalidating[0].id} is a revalidation round: its examples are regression cases "
+                "re-checked, not new data, and are never released",
+                field="rounds",
             )
         not_frozen = [r for r in rounds if r.state is not RoundState.FROZEN]
         if not_frozen:

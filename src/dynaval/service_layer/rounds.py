@@ -159,11 +159,15 @@ def freeze_round(
             field="round_id",
         )
     try:
-        return _freeze_under_lease(services, round_id, by=by, force=force, reason=reason)
+        frozen = _freeze_under_lease(services, round_id, by=by, force=force, reason=reason)
     finally:
         with services.uow() as uow:
             uow.rounds.release_push_lease(round_id, lease)
             uow.commit()
+    from dynaval.service_layer.revalidation import settle_after_decisions  # it makes rounds
+
+    settle_after_decisions(services, round_id)  # a revalidation round's undecided cases: unresolved
+    return frozen
 
 
 def _freeze_under_lease(

@@ -24,6 +24,7 @@ from dynaval.domain.lead_session import LeadSessionRecord
 from dynaval.domain.regression import CaseResult, RegisteredModel, RegressionCase
 from dynaval.domain.release import Release, SplitKind
 from dynaval.domain.release_splits import FixedPlace
+from dynaval.domain.revalidation import Revalidation
 from dynaval.domain.round import Round
 from dynaval.domain.votes import AnnotationRecord
 
@@ -457,6 +458,22 @@ class RegressionRepository(Protocol):
     def gate_runs(self, limit: int = 100) -> list[dict[str, Any]]: ...
 
 
+class RevalidationRepository(Protocol):
+    """Which suite case each revalidation candidate stands for, until its outcome settles it."""
+
+    def add_many(self, revalidations: Sequence[Revalidation]) -> None:
+        """Store them; a case already under re-validation (another request, at the same moment):
+        :class:`~dynaval.domain.errors.Conflict` naming ``cases``."""
+
+    def open(self, *, round_id: int | None = None, for_update: bool = False) -> list[Revalidation]:
+        """The unsettled ones (of one round, or all), row-locked with ``for_update``."""
+
+    def of_cases(self, case_ids: Collection[str]) -> dict[str, Revalidation]:
+        """Each case's latest re-validation, open or settled."""
+
+    def save(self, revalidation: Revalidation) -> None: ...
+
+
 class UnitOfWork(Protocol):
     """One transaction and its repositories; rolled back on leaving the block unless committed."""
 
@@ -498,6 +515,9 @@ class UnitOfWork(Protocol):
 
     @property
     def regression(self) -> RegressionRepository: ...
+
+    @property
+    def revalidations(self) -> RevalidationRepository: ...
 
     def __enter__(self) -> Self: ...
 
