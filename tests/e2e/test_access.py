@@ -96,6 +96,8 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("GET", "/api/rounds/<int:round_id>/audit"): LEAD,
     ("POST", "/api/gate"): LEAD,
     ("GET", "/api/gate-runs"): LEAD,
+    ("POST", "/api/suite/revalidate"): LEAD,
+    ("GET", "/api/suite/suspects"): LEAD,
     ("GET", "/api/models"): READERS,
     ("POST", "/api/releases"): LEAD,
     ("GET", "/api/releases"): READERS,

@@ -36,9 +36,11 @@ def captured_cases(uow: UnitOfWork) -> Iterable[RegressionCase]:
     """Every accepted failure capture of a frozen round (its decision is final then, as a released
     example's is), tagged with where it was found."""
     for round_ in uow.rounds.all():
-        # Only capture rounds: a revalidation round's accepted candidates are suite cases already
-        # (confirmed), not new ones.
-        if round_.kind is not RoundKind.CAPTURE or round_.state is not RoundState.FROZEN or round_.id is None:
+        # A revalidation round's accepted candidates are suite cases already (confirmed), not new
+        # ones (they have no capture row either; this says so where the suite is made).
+        if round_.kind is RoundKind.REVALIDATION:
+            continue
+        if round_.state is not RoundState.FROZEN or round_.id is None:
             continue
         for capture in uow.captures.accepted_captures(round_.id):
             yield RegressionCase(

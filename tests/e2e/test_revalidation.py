@@ -1,0 +1,216 @@
+"""Suspect regression cases re-validated through a real Label Studio: three models fail two cases,
+which become suspect; a lead sends them back (POST /api/suite/revalidate); the validators see the
+inputs only; one is rejected (the case is retired by the system, logged) and one accepted (the case
+is confirmed), once through the webhooks and once through a reconcile after webhooks were lost.
+
+The service runs on PostgreSQL (the open re-validation of a case is unique by a partial index there)
+with a default model folder that does not exist: a revalidation round needs none.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from label_studio_sdk import LabelStudio
+
+from dynaval.domain.clock import utcnow
+from dynaval.domain.regression import RegressionCase
+from dynaval.entrypoints import cli
+from dynaval.service_layer import evaluation
+from tests.fixtures.service import (
+    EXPORTER_TOKEN,
+    POSTGRES_ADMIN_URL,
+    LiveService,
+    cli_environment,
+    running_service,
+)
+from tests.support.release_seed import seed_frozen_round
+from tests.support.tiny_model import build_tiny_model
+from tests.support.waiting import wait_for, wait_verified
+
+pytestmark = pytest.mark.labelstudio
+
+SENTIMENT = ["positive", "negative", "neutral"]
+
+
+@pytest.fixture
+def service(tmp_path: Path, label_studio_server: Any) -> Iterator[LiveService]:
+    name = f"dynaval_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        with running_service(
+            f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}",
+            tmp_path / "data",
+            label_studio_server,
+            tmp_path / "no-model-here",
+        ) as live:
+            yield live
+    finally:
+        with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def seed_suite(service: LiveService) -> dict[str, RegressionCase]:
+    """Six cases of a frozen round (two of each label), taken into the suite as a source would."""
+    services = service.services
+    assert services.database is not None
+    seeded = seed_frozen_round(
+        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=6,
+        writers=3, rng=random.Random(21), name="round one", annotation_base=10**9,
+    )  # fmt: skip
+    with services.uow() as uow:
+        candidates = uow.candidates.get_many(seeded.candidate_ids)
+        cases = [
+            RegressionCase(
+                id=c.id,
+                round_id=seeded.round_id,
+                split="dev_r1",
+                task_type="sentiment",
+                inputs=dict(c.inputs),
+                label=c.writer_label,
+                source="release:dynaval-sentiment@1.0.0",
+            )
+            for c in candidates.values()
+        ]
+        uow.regression.add_cases(cases, at=utcnow())
+        uow.commit()
+    return {c.id: c for c in cases}
+
+
+def test_suspects_are_revalidated_blind_and_settled_by_the_validators(
+    service: LiveService,
+    label_studio_server: Any,
+    label_studio_annotators: list[Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ls = LabelStudio(base_url=label_studio_server.url, api_key=label_studio_server.api_key)
+    annotators = dict(zip("AB", label_studio_annotators, strict=False))
+    cases = seed_suite(service)
+    neutral = sorted(c.id for c in cases.values() if c.label == "neutral")
+
+    # Three models, none of which ever answers "neutral": the two neutral cases become suspect.
+    models = [
+        build_tiny_model(tmp_path / "a", always="positive"),
+        build_tiny_model(tmp_path / "b", always="negative"),
+        build_tiny_model(tmp_path / "a2", always="positive", seed=1),
+    ]
+    marked = [evaluation.evaluate(service.services, m).suspects_marked for m in models]
+    assert marked == [0, 0, 2]
+    queue = service.call("GET", "/api/suite/suspects").json()["cases"]
+    assert sorted(c["id"] for c in queue) == neutral
+    assert {c["revalidation_state"] for c in queue} == {"not_sent"}
+
+    # Only a lead sends; a bad body is refused naming the field.
+    refused = service.call("POST", "/api/suite/revalidate", token=EXPORTER_TOKEN, json={})
+    assert refused.status_code == 403
+    unknown = service.call("POST", "/api/suite/revalidate", json={"cases": ["no-such-case"]})
+    assert unknown.status_code == 422 and unknown.json()["error"]["field"] == "cases"
+    not_suspect = next(c for c in cases if c not in neutral)
+    answer = service.call("POST", "/api/suite/revalidate", json={"cases": [not_suspect]})
+    assert answer.status_code == 409 and not_suspect in answer.json()["error"]["message"]
+
+    sent = service.call("POST", "/api/suite/revalidate", json={"name": "suspects, second look"})
+    assert sent.status_code == 201, sent.text
+    body = sent.json()
+    assert sorted(body["cases"]) == neutral and len(body["rounds"]) == 1
+    round_id = int(body["rounds"][0]["id"])
+    shown = service.call("GET", f"/api/rounds/{round_id}").json()
+    assert shown["kind"] == "revalidation" and shown["name"] == "suspects, second look"
+    assert shown["model"] is None
+
+    # The CLI: a case under re-validation is refused (exit 2, one line); none left to send is fine.
+    cli_environment(service.services, monkeypatch)
+    monkeypatch.setenv("DYNAVAL_LABEL_STUDIO_URL", label_studio_server.url)
+    monkeypatch.setenv("DYNAVAL_LABEL_STUDIO_API_KEY", label_studio_server.api_key)
+    capsys.readouterr()  # what building the models printed
+    assert cli.main(["suite", "revalidate", "--case", neutral[0]]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "under re-validation already" in err and "Traceback" not in err
+    assert cli.main(["suite", "revalidate", "--case", "no-such-case"]) == 2
+    assert "no case" in capsys.readouterr().err
+    assert cli.main(["suite", "revalidate"]) == 0
+    assert "0 cases sent" in capsys.readouterr().out
+
+    # The background worker pushes them into the round's Label Studio project.
+    queue = {c["id"]: c for c in service.call("GET", "/api/suite/suspects").json()["cases"]}
+    candidate_of = {case_id: queue[case_id]["revalidation"]["candidate_id"] for case_id in neutral}
+
+    def candidate(case_id: str) -> dict[str, Any]:
+        wait_verified(service.call, round_id)
+        response = service.call("GET", f"/api/candidates/{candidate_of[case_id]}")
+        assert response.status_code == 200, response.text
+        found: dict[str, Any] = response.json()
+        return found
+
+    wait_for(
+        "both cases in Label Studio",
+        lambda: all(candidate(c)["status"] == "in_validation" for c in neutral),
+        timeout_s=60.0,
+    )
+    task_of = {c: int(candidate(c)["label_studio_task_id"]) for c in neutral}
+    for case_id, task_id in task_of.items():
+        task = ls.tasks.get(id=task_id)
+        # Blind: the inputs and the candidate's own id only. Neither the old label nor anything of
+        # the case (its id, round, split, source) is in what Label Studio holds.
+        assert task.data == {"candidate_id": candidate_of[case_id], "text": cases[case_id].inputs["text"]}
+        whole = json.dumps(task.model_dump(mode="json"))
+        for hidden in ('"neutral"', case_id, "dev_r1", "release:", "suspect"):
+            assert hidden not in whole, hidden
+
+    rejected_case, confirmed_case = neutral
+
+    def vote(case_id: str, who: str, label: str) -> None:
+        label_studio_server.annotate(task_of[case_id], annotators[who].id, label)
+
+    # Both validators say "positive": the label does not hold; the webhooks settle it at once.
+    vote(rejected_case, "A", "positive")
+    vote(rejected_case, "B", "positive")
+    assert candidate(rejected_case)["status"] == "rejected"
+    retired = service.call("GET", "/api/suite/suspects").json()["cases"]
+    assert [c["id"] for c in retired] == [confirmed_case]
+    with service.services.uow(read_only=True) as uow:
+        case = uow.regression.case(rejected_case)
+        event = uow.audit.of_candidate(rejected_case)[-1]
+    assert case.retired and case.retired_by == "system"
+    assert f"round {round_id}" in (case.retired_reason or "")
+    assert candidate_of[rejected_case] in (case.retired_reason or "")
+    assert (event.action, event.by, event.reason) == ("retire_case", "system", case.retired_reason)
+    audit = service.call("GET", f"/api/rounds/{case.round_id}/audit").json()
+    assert [e["action"] for e in audit["events"] if e["candidate_id"] == rejected_case] == [
+        "send_to_revalidation",
+        "retire_case",
+    ]
+
+    # Both say "neutral" while the service hears no webhook: a reconcile decides and settles it.
+    service.stop_listening()
+    try:
+        vote(confirmed_case, "A", "neutral")
+        vote(confirmed_case, "B", "neutral")
+    finally:
+        service.start_listening()
+    synced = service.call("POST", f"/api/rounds/{round_id}/sync")
+    assert synced.status_code == 200, synced.text
+    assert candidate(confirmed_case)["status"] == "accepted"
+    with service.services.uow(read_only=True) as uow:
+        case = uow.regression.case(confirmed_case)
+        event = uow.audit.of_candidate(confirmed_case)[-1]
+    assert case.confirmed and not case.suspect and not case.retired
+    assert (event.action, event.by) == ("confirm_case", "system")
+    assert service.call("GET", "/api/suite/suspects").json()["cases"] == []
+
+    # Settling again changes nothing; a fourth model failing the confirmed case does not mark it again.
+    assert cli.main(["suite", "settle"]) == 0
+    assert "confirmed 0, retired 0, unresolved 0" in capsys.readouterr().out
+    assert evaluation.evaluate(service.services, models[0]).suspects_marked == 0
+    listed = service.call("GET", "/api/suite/suspects").json()["cases"]
+    assert listed == []
