@@ -169,6 +169,9 @@ def settle_revalidations(services: Services, *, round_id: int | None = None) -> 
     candidate, logged), a frozen round's undecided candidate leaves it suspect (unresolved).
     Idempotent: a settled one is never settled again (row locks keep concurrent passes apart)."""
     done = Settled()
+    with services.uow(read_only=True) as uow:  # the sweep's usual case, without a write transaction
+        if not uow.revalidations.open(round_id=round_id):
+            return done
     with services.uow() as uow:
         links = uow.revalidations.open(round_id=round_id, for_update=True)
         if not links:
