@@ -125,6 +125,7 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("GET", "/dashboard/releases/<int:release_id>"): PAGE,
     ("GET", "/dashboard/releases/<int:release_id>/download"): PAGE,
     ("GET", "/dashboard/models"): PAGE,
+    ("POST", "/dashboard/models/revalidate"): PAGE,
 }
 
 

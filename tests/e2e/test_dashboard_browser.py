@@ -817,6 +817,7 @@ def test_dashboard_pages_need_a_lead(live_service: LiveService) -> None:
         ("GET", f"/dashboard/rounds/{rid}/export/agreement.json", 200),
         ("GET", f"/dashboard/candidates/{cid}", 200),
         ("GET", "/dashboard/models", 200),
+        ("POST", "/dashboard/models/revalidate", None),
         ("POST", f"/dashboard/candidates/{cid}/override", None),
         ("POST", f"/dashboard/rounds/{rid}/annotators/{annotator}/exclusion", None),
     ]

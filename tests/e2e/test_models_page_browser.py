@@ -17,7 +17,16 @@ from playwright.sync_api import BrowserContext, Page
 from dynaval.bootstrap import bootstrap
 from dynaval.entrypoints.app import create_app
 from dynaval.service_layer import gate
-from tests.e2e.test_dashboard_browser import LOGIN_PATH, goto, login, path_of, shoot, text_of, watch_csp
+from tests.e2e.test_dashboard_browser import (
+    LOGIN_PATH,
+    goto,
+    login,
+    path_of,
+    shoot,
+    submit,
+    text_of,
+    watch_csp,
+)
 from tests.e2e.test_models_page import expected_cell
 from tests.fixtures.service import LEAD_TOKEN, LiveService, free_port, make_settings
 from tests.support.models_scenario import MARKUP, ModelsScenario, build_models, seed_models_scenario
@@ -96,4 +105,15 @@ def test_lead_reads_the_models_page_in_a_browser(
     page.get_by_test_id(f"flip-{case_id}").get_by_test_id("case-link").click()
     page.wait_for_url(base + f"/dashboard/candidates/{case_id}")
     assert text_of(page, "prov-example-id") == case_id
+
+    # The suspects come ticked, ready to go back to Label Studio; with none ticked the form is
+    # refused on the page, and nothing is sent.
+    assert goto(page, base + "/dashboard/models") == 200
+    ticks = page.locator('[data-testid="revalidate-form"] input[name="cases"]')
+    assert ticks.count() >= 1 and all(ticks.nth(i).is_checked() for i in range(ticks.count()))
+    for i in range(ticks.count()):
+        ticks.nth(i).uncheck()
+    assert submit(page, page.get_by_test_id("revalidate-submit")) == 422
+    assert "tick at least one suspect case" in text_of(page, "form-error")
+    assert set(page.get_by_test_id("revalidation-state").all_inner_texts()) == {"not sent"}
     assert script_errors == [] and csp_reports == [], (script_errors, csp_reports)

@@ -214,3 +214,55 @@ def test_suspects_are_revalidated_blind_and_settled_by_the_validators(
     assert evaluation.evaluate(service.services, models[0]).suspects_marked == 0
     listed = service.call("GET", "/api/suite/suspects").json()["cases"]
     assert listed == []
+
+
+def test_a_lead_sends_ticked_suspects_from_the_models_page(
+    service: LiveService, label_studio_server: Any, tmp_path: Path
+) -> None:
+    """The models page's form sends the ticked suspect cases, as the API does; a form with none
+    ticked, or a case already under re-validation, is refused on the page and sends nothing."""
+    ls = LabelStudio(base_url=label_studio_server.url, api_key=label_studio_server.api_key)
+    cases = seed_suite(service)
+    neutral = sorted(c.id for c in cases.values() if c.label == "neutral")
+    for folder, label, seed in (("a", "positive", 0), ("b", "negative", 0), ("c", "positive", 1)):
+        evaluation.evaluate(service.services, build_tiny_model(tmp_path / folder, always=label, seed=seed))
+
+    def page() -> str:
+        shown = service.call("GET", "/dashboard/models")
+        assert shown.status_code == 200, shown.text
+        return shown.text
+
+    def states() -> dict[str, str]:
+        queue = service.call("GET", "/api/suite/suspects").json()["cases"]
+        return {c["id"]: c["revalidation_state"] for c in queue}
+
+    html = page()
+    for case_id in neutral:  # each suspect is ticked, ready to send
+        assert f'name="cases" value="{case_id}" checked' in html
+    assert html.count(">not sent<") == 2
+
+    url = "/dashboard/models/revalidate"
+    nothing = service.call("POST", url, data={"name": "a second look"}, allow_redirects=False)
+    assert nothing.status_code == 422 and "tick at least one suspect case" in nothing.text
+    assert states() == dict.fromkeys(neutral, "not_sent")
+
+    first, second = neutral
+    sent = service.call("POST", url, data={"cases": [first], "name": "a second look"}, allow_redirects=False)
+    assert sent.status_code == 303 and sent.headers["Location"].endswith("/dashboard/models#suspects")
+    assert states() == {first: "under_revalidation", second: "not_sent"}
+    queue = {c["id"]: c for c in service.call("GET", "/api/suite/suspects").json()["cases"]}
+    round_id = int(queue[first]["revalidation"]["round_id"])
+    shown = service.call("GET", f"/api/rounds/{round_id}").json()
+    assert shown["kind"] == "revalidation" and shown["name"] == "a second look"
+    html = page()
+    assert f'value="{first}"' not in html and f'name="cases" value="{second}" checked' in html
+    assert f">round {round_id}</a>" in html
+
+    again = service.call("POST", url, data={"cases": [first]}, allow_redirects=False)
+    assert again.status_code == 409 and first in again.text
+    assert states() == {first: "under_revalidation", second: "not_sent"}
+    wait_for(
+        "the sent case in Label Studio",
+        lambda: len(list(ls.tasks.list(project=int(shown["label_studio_project_id"])))) == 1,
+        timeout_s=60.0,
+    )

@@ -41,13 +41,13 @@ from flask import (
 )
 from werkzeug.wrappers import Response as BaseResponse
 
-from dynaval.domain.errors import DomainError
+from dynaval.domain.errors import DomainError, InvalidInput
 from dynaval.entrypoints import charts
 from dynaval.entrypoints.auth import Caller, Role, Unauthorized, caller_of, caller_of_token
 from dynaval.entrypoints.errors import status_of
 from dynaval.entrypoints.guards import query_int
 from dynaval.entrypoints.routes import dataset_download, release_download
-from dynaval.entrypoints.schemas import ExclusionChange, OverrideCreate, request_models
+from dynaval.entrypoints.schemas import ExclusionChange, OverrideCreate, RevalidateRequest, request_models
 from dynaval.service_layer import (
     agreement,
     annotator_exclusion,
@@ -56,6 +56,7 @@ from dynaval.service_layer import (
     models_page,
     overrides,
     releases,
+    revalidation,
 )
 from dynaval.service_layer import dashboard as use_cases
 from dynaval.service_layer.figures_cache import FiguresCache
@@ -494,7 +495,31 @@ def release_page_download(release_id: int) -> Response:
 @pages.get("/models")
 @lead_page
 def models() -> Any:
+    return _models_page()
+
+
+def _models_page(*, error: str | None = None, status: int = 200) -> Any:
     view = models_page.models_page(
         _services(), _cache(), split=request.args.get("split") or None, page=query_int("page", 1) or 1
     )
-    return render_template("models.html", view=view)
+    return render_template("models.html", view=view, error=error), status
+
+
+@pages.post("/models/revalidate")
+@lead_page
+def revalidate_suspects() -> Any:
+    """The suspect cases ticked on the models page go back to Label Studio, as POST
+    /api/suite/revalidate sends them (the same request model checks the form)."""
+    try:
+        form: dict[str, Any] = {"cases": request.form.getlist("cases")}
+        if name := request.form.get("name", "").strip():
+            form["name"] = name
+        if not form["cases"]:
+            raise InvalidInput("tick at least one suspect case to send", field="cases")
+        body = request_models(_services().settings).validate(RevalidateRequest, form)
+        revalidation.send_suspects_to_revalidation(
+            _services(), case_ids=body.cases, by=g.caller.name, name=body.name
+        )
+    except DomainError as exc:
+        return _models_page(error=exc.message, status=status_of(exc))
+    return redirect(url_for("dashboard.models") + "#suspects", code=303)

@@ -30,6 +30,7 @@ from dynaval.domain.regression import (
     accuracy_groups,
     accuracy_with_ci,
 )
+from dynaval.domain.revalidation import Revalidation
 from dynaval.service_layer.figures_cache import FiguresCache
 from dynaval.service_layer.services import Services
 
@@ -105,6 +106,13 @@ class Suspect:
     case: RegressionCase
     failed: int
     evaluated: int
+    revalidation: Revalidation | None = None
+    """Its latest re-validation: open (the round it is in), settled undecided, or None (never sent)."""
+
+    @property
+    def may_be_sent(self) -> bool:
+        """Not confirmed, and not in an open re-validation: a lead may send it back to Label Studio."""
+        return not self.case.confirmed and (self.revalidation is None or not self.revalidation.is_open)
 
 
 @dataclass(frozen=True)
@@ -202,12 +210,14 @@ def models_page(
         retired = uow.regression.cases(retired=True)
         runs = uow.regression.gate_runs(GATE_RUNS_SHOWN)
         fingerprint = uow.regression.results_fingerprint()
+        revalidations = uow.revalidations.of_cases([c.id for c in all_suspects[:CASES_SHOWN]])
     matrix = cache.get(CACHE_KIND, SUITE_KEY, fingerprint, lambda: compute_matrix(services))
     by_hash = {m.hash: m for m in models}
     suspects = []
     for case in all_suspects[:CASES_SHOWN]:
         answers = latest.get(case.id, {}).values()
-        suspects.append(Suspect(case, failed=sum(not r.correct for r in answers), evaluated=len(answers)))
+        failed = sum(not r.correct for r in answers)
+        suspects.append(Suspect(case, failed, len(answers), revalidations.get(case.id)))
     retired.sort(key=lambda c: c.retired_at.isoformat() if c.retired_at else "", reverse=True)  # newest first
     return ModelsPage(
         splits=matrix.value.splits,
