@@ -25,7 +25,7 @@ from dynaval.domain.capture import Capture, CaptureSource, reported_candidate
 from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import Conflict
 from dynaval.domain.policy import DecisionPolicy
-from dynaval.service_layer import captures
+from dynaval.service_layer import captures, regression_suite
 from tests.fixtures.service import (
     EXPORTER_TOKEN,
     LEAD_TOKEN,
@@ -368,3 +368,19 @@ def test_captures_are_validated_blind_and_decided_by_the_rule(
     assert records[split]["writer_label"] == NEU
     counts = service.call("GET", f"/api/rounds/{round_id}").json()["counts"]
     assert counts["collected"] == 3 and counts["by_status"] == {"accepted": 2, "rejected": 1}
+
+    # Frozen, its decisions final, the round's accepted captures join the regression suite, tagged
+    # with where they were found; the rejected one does not.
+    assert regression_suite.sync_suite(service.services) == 0  # not before the freeze
+    assert service.call("POST", f"/api/rounds/{round_id}/close").status_code == 200
+    frozen = service.call("POST", f"/api/rounds/{round_id}/freeze", json={})
+    assert frozen.status_code == 200, frozen.text
+    assert regression_suite.sync_suite(service.services) == 2
+    suite = {c.id: c for c in regression_suite.list_cases(service.services)}
+    assert set(suite) == {confirmed, split}
+    assert (suite[confirmed].split, suite[confirmed].source, suite[confirmed].label) == (
+        "capture",
+        "capture:monitoring",
+        NEG,
+    )
+    assert suite[split].source == "capture:review" and suite[split].inputs == {"text": texts[split]}
