@@ -20,6 +20,7 @@ from flask import Flask
 from sqlalchemy import select
 
 from dynaval.adapters.predictor import hash_model_folder
+from dynaval.domain.errors import InvalidInput
 from dynaval.domain.release import SplitRule
 from dynaval.entrypoints import cli
 from dynaval.service_layer import evaluation, gate, model_catalog, regression_suite, rounds
@@ -267,6 +268,54 @@ def test_retiring_is_logged_and_suspects_are_marked_after_three_models(
     code, _, err = run(capsys, "suite", "retire", "--case", retired_id, "--reason", "twice")
     assert code == 2 and "retired already" in err
     assert run(capsys, "suite", "retire", "--case", "no-such-case", "--reason", "x")[0] == 2
+
+
+def test_a_suspect_mark_clears_when_a_later_model_gets_the_case_right(
+    services: Services, release_dir: Path, models: dict[str, Path], tmp_path: Path
+) -> None:
+    neutral = {r["example_id"] for r in suite_rows(release_dir) if r["label"] == "neutral"}
+    for key in ("A", "B", "A2"):
+        evaluation.evaluate(services, models[key])
+    assert {c.id for c in regression_suite.list_cases(services, suspect=True)} == neutral
+    evaluation.evaluate(services, build_tiny_model(tmp_path / "neutral", always="neutral"))
+    assert regression_suite.list_cases(services, suspect=True) == []  # a model got them right
+
+
+def test_the_gate_compares_the_folder_as_it_is_now_and_never_passes_on_nothing(
+    services: Services, release_dir: Path, models: dict[str, Path], tmp_path: Path
+) -> None:
+    rows = suite_rows(release_dir)
+    positive = {r["example_id"] for r in rows if r["label"] == "positive"}
+    a_hash = evaluation.evaluate(services, models["A"]).model.hash
+    # One process (as POST /api/gate is): a folder that passed, then replaced by a model that loses
+    # every positive case, is evaluated again as what it holds now, and fails.
+    folder = tmp_path / "candidate"
+    shutil.copytree(models["A2"], folder)
+    assert gate.run_gate(services, folder, baseline=a_hash, by="lead").result.passed
+    shutil.rmtree(folder)
+    build_tiny_model(folder, always="negative", seed=3)
+    replaced = gate.run_gate(services, folder, baseline=a_hash, by="lead").result
+    assert not replaced.passed and {f.case.id for f in replaced.negative_flips} == positive
+
+    # A folder that does not load is refused naming the candidate, and nothing is registered.
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}", encoding="utf-8")
+    before = {m.hash for m in model_catalog.list_models(services)}
+    with pytest.raises(InvalidInput) as refused:
+        gate.run_gate(services, broken, baseline=a_hash, by="lead")
+    assert refused.value.field == "candidate" and "\n" not in refused.value.message
+    assert {m.hash for m in model_catalog.list_models(services)} == before
+
+    # A baseline with no result and no folder left: nothing to compare, so no pass.
+    gone = tmp_path / "gone"
+    shutil.copytree(models["B"], gone)
+    (gone / "marker.txt").write_text("another hash", encoding="utf-8")
+    gone_hash = model_catalog.register_model(services, gone).hash
+    shutil.rmtree(gone)
+    with pytest.raises(InvalidInput) as nothing:
+        gate.run_gate(services, models["A2"], baseline=gone_hash, by="lead")
+    assert nothing.value.field == "baseline" and "nothing to compare" in nothing.value.message
 
 
 class ProjectMaker(LabelStudioCopy):

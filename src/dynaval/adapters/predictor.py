@@ -74,7 +74,8 @@ class TransformersPredictor:
                 str(folder), local_files_only=True
             )
         except Exception as exc:  # transformers and safetensors raise many kinds for a broken folder
-            raise InvalidInput(f"cannot load the model in {folder}: {exc}", field="model") from exc
+            detail = " ".join(str(exc).split())[:300]  # one line: their messages run over several
+            raise InvalidInput(f"cannot load the model in {folder}: {detail}", field="model") from exc
         self._model.eval()
         id2label = self._model.config.id2label
         self._labels = tuple(str(id2label[i]) for i in range(len(id2label)))

@@ -20,6 +20,7 @@ from dynaval.adapters.orm import (
     RegressionCaseRow,
     ReleaseExampleRow,
     ReleaseRow,
+    RevalidationRow,
     as_utc,
 )
 from dynaval.domain.errors import NotFound
@@ -262,6 +263,26 @@ class SqlRegressionRepository:
             )
             changed += int(getattr(result, "rowcount", 0) or 0)
         return changed
+
+    def clear_suspects(self, still_suspect: Collection[str]) -> int:
+        """Clear the mark of suspect cases no longer failed by every model (a later model got them
+        right), except a case under re-validation, which its outcome settles; how many were cleared."""
+        keep = set(still_suspect)
+        under_revalidation = select(RevalidationRow.case_id).where(col(RevalidationRow.settled_at).is_(None))
+        marked = self._session.exec(
+            select(RegressionCaseRow.id).where(
+                col(RegressionCaseRow.suspect).is_(True),
+                col(RegressionCaseRow.id).not_in(under_revalidation),
+            )
+        ).all()
+        ids = [case_id for case_id in marked if case_id not in keep]
+        for start in range(0, len(ids), INSERT_CHUNK):
+            self._session.execute(
+                update(RegressionCaseRow)
+                .where(col(RegressionCaseRow.id).in_(ids[start : start + INSERT_CHUNK]))
+                .values(suspect=False)
+            )
+        return len(ids)
 
     # ----------------------------------------------------------------------------- results
 

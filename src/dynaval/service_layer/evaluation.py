@@ -146,8 +146,11 @@ def evaluate(
 
     path = model_folder(folder)
     wanted = release_case_ids(releases) if releases else None
-    # The loaded predictor knows its folder's hash: the folder is not read again for it.
-    predictor = services.models.get(path).predictor
+    # Loaded for this evaluation only, from the folder as it is now: the service's cache of round
+    # models could hold an older model once loaded from the same path, and would keep every
+    # evaluated model in memory. The predictor hashes the folder it loaded; an unloadable folder is
+    # refused here, before anything is registered.
+    predictor = services.models.factory(path)
     with services.uow() as uow:
         model = register_in(uow, folder=path, model_hash=predictor.model_hash, name=name)
         uow.commit()
@@ -185,9 +188,12 @@ def evaluate(
 
 
 def mark_suspects(services: Services) -> int:
-    """Mark suspect the cases every model evaluated on them fails, once at least three were."""
+    """Mark suspect the cases every model evaluated on them fails, once at least three were, and
+    clear the mark of those a later model got right; how many were newly marked."""
     with services.uow() as uow:
-        marked = uow.regression.mark_suspect(suspect_cases(uow.regression.latest_outcomes()))
+        suspects = suspect_cases(uow.regression.latest_outcomes())
+        marked = uow.regression.mark_suspect(suspects)
+        uow.regression.clear_suspects(suspects)
         uow.commit()
     return marked
 

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dynaval.adapters.predictor import hash_model_folder
 from dynaval.domain.clock import utcnow
-from dynaval.domain.errors import InvalidInput, NotFound
+from dynaval.domain.errors import Conflict, InvalidInput, NotFound
 from dynaval.domain.gate import Answer, GateResult, check_max_flips, decide
 from dynaval.domain.regression import CaseResult, RegisteredModel, RegressionCase
 from dynaval.service_layer import evaluation
-from dynaval.service_layer.model_catalog import HASH_PREFIX, model_folder, register_model, shipped_models
+from dynaval.service_layer.model_catalog import HASH_PREFIX, model_folder, shipped_models
 from dynaval.service_layer.regression_suite import sync_suite
 from dynaval.service_layer.services import Services
 
@@ -52,12 +53,36 @@ def ensure_evaluated(
     folder is still there."""
     results = evaluation.latest_results(services, model.hash)
     if _missing(cases, results) and (Path(model.folder) / "config.json").is_file():
-        evaluation.evaluate(services, model.folder)
+        _evaluate(services, Path(model.folder), field="baseline")
         results = evaluation.latest_results(services, model.hash)
     return results
 
 
-def _baseline_models(services: Services, baseline: str | None) -> list[RegisteredModel]:
+def _evaluate(services: Services, folder: Path, *, field: str) -> RegisteredModel:
+    """Evaluate the folder (registering it once it loaded); its errors name ``field``."""
+    try:
+        return evaluation.evaluate(services, folder).model
+    except InvalidInput as exc:
+        raise InvalidInput(exc.message, field=field) from None
+
+
+def _evaluated_folder(
+    services: Services, folder: Path, cases: list[RegressionCase], *, field: str
+) -> tuple[RegisteredModel, dict[str, CaseResult]]:
+    """The model in ``folder`` (by the hash of its files now) and its latest result per case,
+    evaluated first when some are missing. Nothing is registered for a folder that does not load."""
+    model_hash = hash_model_folder(folder)
+    results = evaluation.latest_results(services, model_hash)
+    if _missing(cases, results):
+        model = _evaluate(services, folder, field=field)
+        return model, evaluation.latest_results(services, model.hash)
+    with services.uow(read_only=True) as uow:  # results exist only for a registered model
+        return uow.regression.model(model_hash), results
+
+
+def _baseline_models(
+    services: Services, baseline: str | None, cases: list[RegressionCase]
+) -> list[RegisteredModel]:
     if baseline is None:
         shipped = shipped_models(services)
         if not shipped:
@@ -73,7 +98,33 @@ def _baseline_models(services: Services, baseline: str | None) -> list[Registere
                 return [uow.regression.model(baseline)]
         except NotFound as exc:
             raise InvalidInput(exc.message, field="baseline") from None
-    return [register_model(services, model_folder(baseline, field="baseline"))]
+    folder = model_folder(baseline, field="baseline")
+    return [_evaluated_folder(services, folder, cases, field="baseline")[0]]
+
+
+def _check_compared(
+    cases: list[RegressionCase], candidate: dict[str, CaseResult], baseline: dict[str, Answer]
+) -> None:
+    """A gate passes only on cases it compared: the candidate must have a result on every case of
+    its task types that the baseline got right, and the two must share at least one case."""
+    answered = {c.task_type for c in cases if c.id in candidate}
+    missing = [
+        c.id
+        for c in cases
+        if c.task_type in answered and c.id not in candidate and (b := baseline.get(c.id)) and b.correct
+    ]
+    if missing:
+        raise Conflict(
+            f"the candidate has no result on {len(missing)} cases the baseline got right (e.g. "
+            f"{missing[0]}); was its folder changed while it was evaluated? run the gate again",
+            field="candidate",
+        )
+    if not any(c.id in candidate and c.id in baseline for c in cases):
+        raise InvalidInput(
+            "the baseline has no result on any case the candidate answered, and cannot be evaluated "
+            "(its folder is gone or holds another model): nothing to compare",
+            field="baseline",
+        )
 
 
 def _baseline_answers(per_model: dict[str, dict[str, CaseResult]]) -> dict[str, Answer]:
@@ -94,16 +145,16 @@ def run_gate(
     """Evaluate what is missing, compare, record the gate run."""
     check_max_flips(max_flips)
     folder = model_folder(candidate, field="candidate")
-    baselines = _baseline_models(services, baseline)
     sync_suite(services)
     with services.uow(read_only=True) as uow:
         cases = uow.regression.cases()
-    model = register_model(services, folder)
-    candidate_results = ensure_evaluated(services, model, cases)
-    base_results = {b.hash: ensure_evaluated(services, b, cases) for b in baselines}
+    baselines = _baseline_models(services, baseline, cases)
+    model, candidate_results = _evaluated_folder(services, folder, cases, field="candidate")
+    base_answers = _baseline_answers({b.hash: ensure_evaluated(services, b, cases) for b in baselines})
+    _check_compared(cases, candidate_results, base_answers)
     result = decide(
         cases,
-        baseline=_baseline_answers(base_results),
+        baseline=base_answers,
         candidate={k: Answer(r.prediction, r.correct, model.hash) for k, r in candidate_results.items()},
         max_flips=max_flips,
     )
