@@ -1,7 +1,8 @@
 """Suspect regression cases re-validated through a real Label Studio: three models fail two cases,
 which become suspect; a lead sends them back (POST /api/suite/revalidate); the validators see the
-inputs only; one is rejected (the case is retired by the system, logged) and one accepted (the case
-is confirmed), once through the webhooks and once through a reconcile after webhooks were lost.
+inputs only; one is rejected (through the webhooks) and one accepted (through a reconcile after
+webhooks were lost); once the lead freezes the round, its decisions final, the rejected case is
+retired by the system (logged) and the accepted one confirmed.
 
 The service runs on PostgreSQL (the open re-validation of a case is unique by a partial index there)
 with a default model folder that does not exist: a revalidation round needs none.
@@ -172,12 +173,31 @@ def test_suspects_are_revalidated_blind_and_settled_by_the_validators(
     def vote(case_id: str, who: str, label: str) -> None:
         label_studio_server.annotate(task_of[case_id], annotators[who].id, label)
 
-    # Both validators say "positive": the label does not hold; the webhooks settle it at once.
+    # Both validators say "positive": the label does not hold (read through the webhooks).
     vote(rejected_case, "A", "positive")
     vote(rejected_case, "B", "positive")
     assert candidate(rejected_case)["status"] == "rejected"
-    retired = service.call("GET", "/api/suite/suspects").json()["cases"]
-    assert [c["id"] for c in retired] == [confirmed_case]
+    # Both say "neutral" while the service hears no webhook: a reconcile decides it.
+    service.stop_listening()
+    try:
+        vote(confirmed_case, "A", "neutral")
+        vote(confirmed_case, "B", "neutral")
+    finally:
+        service.start_listening()
+    synced = service.call("POST", f"/api/rounds/{round_id}/sync")
+    assert synced.status_code == 200, synced.text
+    assert candidate(confirmed_case)["status"] == "accepted"
+    # While the round is open a decision may still change: both cases wait, still suspect.
+    waiting = {
+        c["id"]: c["revalidation_state"] for c in service.call("GET", "/api/suite/suspects").json()["cases"]
+    }
+    assert waiting == dict.fromkeys(neutral, "under_revalidation")
+
+    # The lead freezes the round: its decisions are final, and they settle the cases.
+    assert service.call("POST", f"/api/rounds/{round_id}/close").status_code == 200
+    frozen = service.call("POST", f"/api/rounds/{round_id}/freeze", json={})
+    assert frozen.status_code == 200, frozen.text
+    assert service.call("GET", "/api/suite/suspects").json()["cases"] == []
     with service.services.uow(read_only=True) as uow:
         case = uow.regression.case(rejected_case)
         event = uow.audit.of_candidate(rejected_case)[-1]
@@ -190,23 +210,11 @@ def test_suspects_are_revalidated_blind_and_settled_by_the_validators(
         "send_to_revalidation",
         "retire_case",
     ]
-
-    # Both say "neutral" while the service hears no webhook: a reconcile decides and settles it.
-    service.stop_listening()
-    try:
-        vote(confirmed_case, "A", "neutral")
-        vote(confirmed_case, "B", "neutral")
-    finally:
-        service.start_listening()
-    synced = service.call("POST", f"/api/rounds/{round_id}/sync")
-    assert synced.status_code == 200, synced.text
-    assert candidate(confirmed_case)["status"] == "accepted"
     with service.services.uow(read_only=True) as uow:
         case = uow.regression.case(confirmed_case)
         event = uow.audit.of_candidate(confirmed_case)[-1]
     assert case.confirmed and not case.suspect and not case.retired
     assert (event.action, event.by) == ("confirm_case", "system")
-    assert service.call("GET", "/api/suite/suspects").json()["cases"] == []
 
     # Settling again changes nothing; a fourth model failing the confirmed case does not mark it again.
     assert cli.main(["suite", "settle"]) == 0

@@ -115,14 +115,20 @@ def test_suspects_are_sent_once_blind_and_settled_by_their_outcome(
     assert {c["revalidation_state"] for c in queue.values()} == {"under_revalidation"}
     assert queue[rejected_case]["revalidation"]["status"] == "queued"
 
-    # Undecided: nothing settles. Then the validators reject one and accept the other.
+    # Undecided: nothing settles. Decided while the round is open: nothing settles either, since a
+    # later vote or an override may still change the decision.
     assert revalidation.settle_revalidations(services).waiting == 2
     set_status(services, links[rejected_case].candidate_id, CandidateStatus.REJECTED)
     set_status(services, links[confirmed_case].candidate_id, CandidateStatus.FLAGGED)
     settled = revalidation.settle_revalidations(services)
-    assert (settled.retired, settled.confirmed, settled.waiting) == (1, 0, 1)  # flagged: a lead decides
+    assert (settled.retired, settled.confirmed, settled.waiting) == (0, 0, 2)
     set_status(services, links[confirmed_case].candidate_id, CandidateStatus.ACCEPTED)
-    assert revalidation.settle_revalidations(services).confirmed == 1
+    # Frozen, its decisions are final: the rejected case is retired, the accepted one confirmed.
+    assert services.database is not None
+    with services.database.engine.begin() as connection:
+        connection.execute(update(RoundRow).where(RoundRow.id == round_id).values(state="frozen"))
+    settled = revalidation.settle_revalidations(services)
+    assert (settled.retired, settled.confirmed, settled.waiting) == (1, 1, 0)
     assert revalidation.settle_revalidations(services) == revalidation.Settled()  # idempotent
 
     (retired,) = regression_suite.list_cases(services, retired=True)
@@ -143,9 +149,6 @@ def test_suspects_are_sent_once_blind_and_settled_by_their_outcome(
         uow.commit()
 
     # The round's accepted candidate is no new suite case, and the round is never released.
-    assert services.database is not None
-    with services.database.engine.begin() as connection:
-        connection.execute(update(RoundRow).where(RoundRow.id == round_id).values(state="frozen"))
     assert regression_suite.sync_suite(services) == 0
     with pytest.raises(InvalidInput) as refused:
         create_release(

@@ -75,9 +75,11 @@ def test_the_candidate_carries_the_inputs_with_the_gold_label_in_the_writers_pla
 @pytest.mark.parametrize(
     ("status", "frozen", "outcome"),
     [
-        (CandidateStatus.ACCEPTED, False, RevalidationOutcome.CONFIRMED),
-        (CandidateStatus.REJECTED, False, RevalidationOutcome.RETIRED),
+        # Until the round is frozen a decision may still change: nothing settles.
+        (CandidateStatus.ACCEPTED, False, None),
+        (CandidateStatus.REJECTED, False, None),
         (CandidateStatus.ACCEPTED, True, RevalidationOutcome.CONFIRMED),
+        (CandidateStatus.REJECTED, True, RevalidationOutcome.RETIRED),
         (CandidateStatus.UNVALIDATED, True, RevalidationOutcome.UNRESOLVED),
         (CandidateStatus.FLAGGED, True, RevalidationOutcome.UNRESOLVED),
         (CandidateStatus.FLAGGED, False, None),  # a lead decides it (override) first

@@ -40,18 +40,22 @@ class RevalidationOutcome(StrEnum):
 def outcome_of(status: CandidateStatus, *, round_frozen: bool) -> RevalidationOutcome | None:
     """What a re-validation candidate's status means for its case; None while it is not settled.
 
-    >>> outcome_of(CandidateStatus.REJECTED, round_frozen=False)
+    Only a frozen round's decisions are final: until then a later vote, an escalation or a lead's
+    override may still change a decision, and a case retired on a passing one could not come back.
+    So a case settles when its revalidation round is frozen, as an accepted capture joins the suite.
+
+    >>> outcome_of(CandidateStatus.REJECTED, round_frozen=True)
     <RevalidationOutcome.RETIRED: 'retired'>
-    >>> outcome_of(CandidateStatus.FLAGGED, round_frozen=False) is None
+    >>> outcome_of(CandidateStatus.REJECTED, round_frozen=False) is None
     True
     """
+    if not round_frozen:
+        return None
     if status is CandidateStatus.ACCEPTED:
         return RevalidationOutcome.CONFIRMED
     if status is CandidateStatus.REJECTED:
         return RevalidationOutcome.RETIRED
-    if round_frozen:
-        return RevalidationOutcome.UNRESOLVED
-    return None
+    return RevalidationOutcome.UNRESOLVED
 
 
 @dataclass(frozen=True)

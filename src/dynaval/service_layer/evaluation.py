@@ -139,9 +139,11 @@ def evaluate(
     *,
     releases: Sequence[Path] = (),
     name: str | None = None,
+    predictor: Predictor | None = None,
 ) -> Evaluation:
     """Run the model in ``folder`` over the suite (or the dev and test cases of ``releases``) and
-    record every case's result."""
+    record every case's result. ``predictor``: the model already loaded from ``folder`` (a caller
+    that evaluates it repeatedly, as the benchmark does); by default it is loaded here."""
     import time
 
     path = model_folder(folder)
@@ -150,7 +152,7 @@ def evaluate(
     # models could hold an older model once loaded from the same path, and would keep every
     # evaluated model in memory. The predictor hashes the folder it loaded; an unloadable folder is
     # refused here, before anything is registered.
-    predictor = services.models.factory(path)
+    predictor = predictor or services.models.factory(path)
     with services.uow() as uow:
         model = register_in(uow, folder=path, model_hash=predictor.model_hash, name=name)
         uow.commit()

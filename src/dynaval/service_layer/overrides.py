@@ -15,7 +15,6 @@ from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import NotFound
 from dynaval.domain.votes import current_ballots
 from dynaval.service_layer.candidates import candidate_public
-from dynaval.service_layer.revalidation import settle_after_decisions
 from dynaval.service_layer.services import Services
 
 OVERRIDE = "override"
@@ -57,7 +56,6 @@ def override_decision(
         )
         uow.commit()
         shown = candidate_public(services, uow, candidate)
-    settle_after_decisions(services, candidate.round_id)  # a re-validated case follows the override
     return shown
 
 

@@ -164,9 +164,9 @@ class Settled:
 
 
 def settle_revalidations(services: Services, *, round_id: int | None = None) -> Settled:
-    """Settle every re-validation (of one round, or all) whose candidate is decided: accepted
-    confirms the case, rejected retires it (by the system, the reason naming the round and the
-    candidate, logged), a frozen round's undecided candidate leaves it suspect (unresolved).
+    """Settle every re-validation (of one round, or all) whose round is frozen, its decisions final:
+    accepted confirms the case, rejected retires it (by the system, the reason naming the round and
+    the candidate, logged), an undecided candidate leaves it suspect (unresolved).
     Idempotent: a settled one is never settled again (row locks keep concurrent passes apart)."""
     done = Settled()
     with services.uow(read_only=True) as uow:  # the sweep's usual case, without a write transaction
@@ -219,7 +219,7 @@ def _settle_event(case: RegressionCase, link: Revalidation, outcome: Revalidatio
 
 
 def settle_after_decisions(services: Services, round_id: int) -> None:
-    """Settle a round's re-validations if it is a revalidation round (after its decisions changed)."""
+    """Settle a round's re-validations if it is a revalidation round (once it is frozen)."""
     with services.uow(read_only=True) as uow:
         kind = uow.rounds.get(round_id).kind
     if kind is RoundKind.REVALIDATION:

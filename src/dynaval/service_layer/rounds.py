@@ -166,7 +166,7 @@ def freeze_round(
             uow.commit()
     from dynaval.service_layer.revalidation import settle_after_decisions  # it makes rounds
 
-    settle_after_decisions(services, round_id)  # a revalidation round's undecided cases: unresolved
+    settle_after_decisions(services, round_id)  # a revalidation round's decisions are final now
     return frozen
 
 

@@ -37,11 +37,9 @@ from dynaval.adapters.label_studio import READ_BATCH_SIZE, ExportedTask, ParsedA
 from dynaval.domain.candidate import Candidate, CandidateStatus
 from dynaval.domain.clock import utcnow
 from dynaval.domain.gold import GoldAnswer
-from dynaval.domain.round import RoundKind
 from dynaval.domain.task_type import TaskType
 from dynaval.domain.votes import AnnotationRecord
 from dynaval.service_layer.annotator_exclusion import apply_gold_rule
-from dynaval.service_layer.revalidation import settle_revalidations
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import ANNOTATION_FIELDS, UnitOfWork, VoteWrites
 
@@ -83,8 +81,6 @@ class _Round:
     policy: dict[str, Any]
     frozen: bool
     """Its decisions are final: what is read is stored late and decides nothing."""
-    revalidation: bool = False
-    """A revalidation round: a changed decision settles its suite case."""
 
 
 def _round(services: Services, round_id: int) -> _Round:
@@ -96,7 +92,6 @@ def _round(services: Services, round_id: int) -> _Round:
         task_type=services.catalog.get(round_.task_type),
         policy=dict(round_.policy),
         frozen=not round_.is_live,
-        revalidation=round_.kind is RoundKind.REVALIDATION,
     )
 
 
@@ -256,8 +251,6 @@ def _apply_read(
         wants_more_votes |= changed > 0
     if wants_more_votes and not target.frozen:
         services.work.escalate_soon(target.id)
-    if report.decisions_changed and target.revalidation and not target.frozen:
-        settle_revalidations(services, round_id=target.id)
 
 
 def _log_own_vote(candidate: Candidate) -> None:
