@@ -125,6 +125,16 @@ def test_accepted_captures_of_frozen_rounds_join_the_suite(services: Services) -
         assert c.label == labels[c.id]
     assert regression_suite.sync_suite(services) == 0
 
+    # A capture round is never released: in a train split its cases would become training data.
+    with services.database.engine.begin() as connection:
+        connection.execute(update(RoundRow).where(RoundRow.id == frozen.round_id).values(kind="capture"))
+    with pytest.raises(InvalidInput) as refused:
+        create_release(
+            services,
+            ReleaseRequest(round_ids=[frozen.round_id], version="1.0.0", created_by="lead", rule=SplitRule()),
+        )
+    assert refused.value.field == "rounds" and "capture round" in refused.value.message
+
 
 def test_gate_fails_with_the_flips_listed_for_a_model_that_loses_cases(
     services: Services,

@@ -105,11 +105,14 @@ def _check_request(services: Services, request: ReleaseRequest) -> _Plan:
             raise InvalidInput(
                 f"a release holds one task type; these rounds are {', '.join(tasks)}", field="rounds"
             )
-        revalidating = [r for r in rounds if r.kind is RoundKind.REVALIDATION]
-        if revalidating:
+        # Only writers' rounds are released. A capture round's accepted captures are regression
+        # cases (the suite takes them at its freeze) and a revalidation round re-checks cases: in a
+        # release's train split they would become training data for the models the suite judges.
+        not_written = [r for r in rounds if r.kind is not RoundKind.ADVERSARIAL]
+        if not_written:
             raise InvalidInput(
-                f"round {revalidating[0].id} is a revalidation round: its examples are regression cases "
-                "re-checked, not new data, and are never released",
+                f"round {not_written[0].id} is a {not_written[0].kind.value} round: its examples are "
+                "regression cases, not new data, and are never released (a release holds writers' rounds)",
                 field="rounds",
             )
         not_frozen = [r for r in rounds if r.state is not RoundState.FROZEN]
