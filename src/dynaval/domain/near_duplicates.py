@@ -26,7 +26,7 @@ The thresholds, and why (see docs/releases.md):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,3 +118,25 @@ def similarity(a: FieldShingles, b: FieldShingles) -> float:
 
 def is_near_duplicate(a: FieldShingles, b: FieldShingles, rule: NearDuplicateRule | None = None) -> bool:
     return similarity(a, b) >= (rule or NearDuplicateRule()).threshold
+
+
+def clusters(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Connected components of the near-duplicate graph: each example in a pair -> its cluster's
+    name (the smallest key in it). Near-duplication is not transitive, but a chain of small edits
+    is one pattern, and splits must keep the whole chain together."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    edges = list(pairs)
+    keys = sorted({key for pair in edges for key in pair})
+    if not keys:
+        return {}
+    position = {key: i for i, key in enumerate(keys)}
+    rows = [position[a] for a, _b in edges]
+    cols = [position[b] for _a, b in edges]
+    graph = coo_matrix(([1] * len(edges), (rows, cols)), shape=(len(keys), len(keys)))
+    _count, labels = connected_components(graph, directed=False)
+    names: dict[int, str] = {}
+    for key, label in zip(keys, labels, strict=True):
+        names.setdefault(int(label), key)  # keys are sorted: the first seen is the smallest
+    return {key: names[int(label)] for key, label in zip(keys, labels, strict=True)}
