@@ -11,15 +11,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from sqlmodel import select
-
-from dynaval.adapters.orm import CandidateRow
 from dynaval.adapters.release_files import canonical_line, iter_jsonl
 from dynaval.domain.release_splits import NEAR_DUPLICATE
 from dynaval.service_layer.release_verification import verify_release
 from dynaval.service_layer.releases import ReleaseRequest, create_release
 from dynaval.service_layer.services import Services
-from tests.support.release_seed import seed_frozen_round
+from tests.support.release_seed import seed_frozen_round, set_inputs
 
 SENTIMENT = ["positive", "negative", "neutral"]
 TRICK = "honestly the plot was not bad at all even if the ending felt rushed and the music too loud"
@@ -27,11 +24,7 @@ TRICK = "honestly the plot was not bad at all even if the ending felt rushed and
 
 def set_text(services: Services, candidate_id: str, text: str) -> None:
     assert services.database is not None
-    with services.database.unit_of_work() as session:
-        row = session.exec(select(CandidateRow).where(CandidateRow.id == candidate_id)).one()
-        row.inputs = {"text": text}
-        session.add(row)
-        session.commit()
+    set_inputs(services.database, candidate_id, {"text": text})
 
 
 def build(services: Services, rounds: list[int], version: str, name: str | None = None) -> Path:
