@@ -54,7 +54,8 @@ def check_contamination(
         raise ValueError(f"--ngram must be at least 1, not {ngram}")
     manifest = read_manifest(release)
     check_corpus(corpus)
-    rule = rule or NearDuplicateRule.from_dict((manifest.get("near_duplicates") or {}).get("rule"))
+    section = manifest.get("near_duplicates")
+    rule = rule or NearDuplicateRule.from_dict(section.get("rule") if isinstance(section, dict) else None)
     fields = list(manifest["fields"])
     report = ContaminationReport(str(release), str(corpus), ngram, rule.to_dict())
 

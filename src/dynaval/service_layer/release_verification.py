@@ -41,7 +41,10 @@ def verify_release(root: Path) -> list[str]:
         manifest = read_manifest(root)
         fields, labels = list(manifest["fields"]), list(manifest["labels"])
         rule = SplitRule.from_dict(manifest["split_rule"])
-        near_rule = NearDuplicateRule.from_dict((manifest.get("near_duplicates") or {}).get("rule"))
+        near_section = manifest.get("near_duplicates")
+        near_rule = NearDuplicateRule.from_dict(
+            near_section.get("rule") if isinstance(near_section, Mapping) else None
+        )
     except ReleaseUnreadable as exc:
         return [f"manifest: {exc}"]
     except (KeyError, TypeError, ValueError) as exc:
