@@ -167,3 +167,14 @@ def seed_frozen_round(
         flush()
     flush(force=True)
     return seeded
+
+
+def set_inputs(database: Database, candidate_id: str, inputs: dict[str, str]) -> None:
+    """Give a seeded candidate other inputs (to plant a duplicate or a leak)."""
+    from sqlmodel import select
+
+    with database.unit_of_work() as session:
+        row = session.exec(select(CandidateRow).where(CandidateRow.id == candidate_id)).one()
+        row.inputs = inputs
+        session.add(row)
+        session.commit()

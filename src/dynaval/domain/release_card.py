@@ -77,6 +77,33 @@ def header(manifest: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _near_duplicates(section: Mapping[str, Any] | None) -> list[str]:
+    """The card's "Near-duplicates" section (none for a release built before the check)."""
+    if not section:
+        return []
+    rule = section["rule"]
+    across = section["across_splits"]
+    earlier = section["earlier_tests"]
+    checked = earlier["releases"]
+    names = ", ".join(f"{r['name']} {r['version']} ({r['test_rows']} test rows)" for r in checked)
+    return [
+        "## Near-duplicates",
+        "",
+        f"Two examples are near-duplicates when, for every input field, the Jaccard similarity of their "
+        f"{rule['shingle']}-word shingles (after NFKC, case folding and whitespace folding) is at least "
+        f"{_fmt(rule['threshold'], 2)} (MinHash LSH, {rule['num_perm']} permutations, each candidate "
+        "confirmed exactly). Near-duplicates are kept in one kind of split, like shared texts; one that "
+        "would cross, or that is near an earlier release's test example, is withheld.",
+        "",
+        f"- Pairs across splits: {across['pairs']} (`dynaval release verify` recomputes them from the "
+        "files, and fails on any).",
+        f"- Earlier releases' test splits checked: {names or 'none'}; train examples near one of their "
+        f"test examples: {earlier['pairs']}.",
+        f"- Withheld as near-duplicates: {section['withheld']}.",
+        "",
+    ]
+
+
 def render_card(manifest: Mapping[str, Any]) -> str:
     """The card's text."""
     meta = yaml.safe_dump(header(manifest), sort_keys=False, allow_unicode=True, width=1000)
@@ -217,6 +244,9 @@ def render_card(manifest: Mapping[str, Any]) -> str:
         )
         + "; their ids are in `manifest.json`.",
         "",
+    ]
+    lines += _near_duplicates(manifest.get("near_duplicates"))
+    lines += [
         "## Known limitations",
         "",
         "- Examples were chosen to fool one model; they are not a sample of natural text, and their "

@@ -17,6 +17,13 @@ The rules, in the order they apply:
 4. A dev or test writer's examples that are not strongly validated are withheld (not in train,
    which would put the writer in two splits). So is an example whose text already sits in a split
    of another kind (only possible between writers placed by earlier releases).
+
+Near-duplicates (:mod:`dynaval.domain.near_duplicates`) follow the shared-text rules: a cluster of
+near-duplicates is a key like a text, so new writers who share one are grouped (rule 3), and an
+example whose cluster already sits in a split of another kind is withheld (rule 4), never moved:
+a writer stays in one kind, so near-duplicates never break writer-disjointness. An earlier
+release's test split places its clusters as test: a new example near one of them goes to test
+with its group, or, when its writer is already a train or dev writer, is withheld.
 5. With ``balance_dev_test``, each dev and test split keeps, per (label, model prediction) cell,
    as many examples as its smallest cell (a seeded choice); the rest are withheld.
 """
@@ -45,6 +52,13 @@ class SplitInput:
     prediction: str | None
     agreeing_validators: int
     text_keys: tuple[str, ...]
+    near_keys: tuple[str, ...] = ()
+    """The example's near-duplicate cluster (:func:`~dynaval.domain.near_duplicates.clusters`):
+    kept together as a shared text is, but withheld for its own reason."""
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self.text_keys + self.near_keys
 
 
 @dataclass(frozen=True)
@@ -57,6 +71,9 @@ class FixedPlace:
 
 WEAK = "not strongly validated, and its writer is a dev or test writer"
 TEXT_IN_OTHER_SPLIT = "its text is already in a split of another kind"
+NEAR_DUPLICATE = (
+    "a near-duplicate of an example in a split of another kind (or an earlier release's test split)"
+)
 BALANCE = "left out to balance dev and test by label x model prediction"
 
 
@@ -157,15 +174,18 @@ def plan_splits(
     writer_kinds: Mapping[str, SplitKind],
     fixed: Mapping[str, FixedPlace],
     rule: SplitRule,
+    placed_near: Mapping[str, SplitKind] | None = None,
 ) -> SplitPlan:
     """Place every example (see the module's rules). ``writer_kinds`` are the writers earlier
-    releases placed; ``fixed`` the examples the parent release placed."""
+    releases placed; ``fixed`` the examples the parent release placed; ``placed_near`` the
+    near-duplicate clusters that already hold an example of a kind elsewhere (an earlier release's
+    test split: a train example near one is withheld, never trained on)."""
     plan = SplitPlan()
     kinds: dict[str, SplitKind] = dict(writer_kinds)
     ordered = sorted(examples, key=lambda e: (e.round_index, e.example_id))
     new = [e for e in ordered if e.example_id not in fixed]
     # Texts already placed, by kind: the parent's examples.
-    placed_keys: dict[str, SplitKind] = {}
+    placed_keys: dict[str, SplitKind] = dict(placed_near or {})
     for e in ordered:
         place = fixed.get(e.example_id)
         if place is None:
@@ -174,7 +194,7 @@ def plan_splits(
             plan.withheld[e.example_id] = place.withheld_reason or "withheld by the parent release"
         else:
             plan.splits[e.example_id] = place.split
-            for key in e.text_keys:
+            for key in e.keys:
                 placed_keys.setdefault(key, SplitKind(place.split.split("_r", 1)[0]))
 
     # 3. Group new writers with the writers and texts they share.
@@ -183,7 +203,7 @@ def plan_splits(
     first_writer: dict[str, str] = {}
     for e in new:
         groups.find(e.writer)
-        for key in e.text_keys:
+        for key in e.keys:
             groups.union(e.writer, first_writer.setdefault(key, e.writer))
     del first_writer
     members: dict[str, list[SplitInput]] = defaultdict(list)
@@ -193,7 +213,7 @@ def plan_splits(
         members[root].append(e)
         if e.writer in kinds:
             known[root][kinds[e.writer]] += 1
-        for key in e.text_keys:
+        for key in e.keys:
             if key in placed_keys:
                 known[root][placed_keys[key]] += 1
     to_assign = {root: group for root, group in members.items() if not known[root]}
@@ -215,7 +235,10 @@ def plan_splits(
         if any(placed_keys.get(key, kind) is not kind for key in e.text_keys):
             plan.withheld[e.example_id] = TEXT_IN_OTHER_SPLIT
             continue
-        for key in e.text_keys:
+        if any(placed_keys.get(key, kind) is not kind for key in e.near_keys):
+            plan.withheld[e.example_id] = NEAR_DUPLICATE
+            continue
+        for key in e.keys:
             placed_keys.setdefault(key, kind)
         chosen.append(e)
 

@@ -517,6 +517,10 @@ def build_parser() -> argparse.ArgumentParser:
     from dynaval.entrypoints.regression_commands import add_regression_commands
 
     add_regression_commands(commands)
+
+    from dynaval.entrypoints.health_commands import add_health_commands
+
+    add_health_commands(commands)
     return parser
 
 

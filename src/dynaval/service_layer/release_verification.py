@@ -4,7 +4,9 @@
 Each failed check is one line naming what failed: a file's hash or row count against the manifest,
 the content hash, duplicate ids, a writer or a text in two kinds of split, a writer among their own
 example's validators, a dev or test row below the recorded rule, a figure of the manifest the rows
-do not give, or a card that is not the one the manifest gives.
+do not give, a card that is not the one the manifest gives, or a pair of near-duplicates in two kinds
+of split (one line per pair, under the threshold the manifest records; the default one for a
+release built before the check existed).
 """
 
 from __future__ import annotations
@@ -23,9 +25,14 @@ from dynaval.adapters.release_files import (
     parquet_rows,
     read_manifest,
 )
+from dynaval.domain.near_duplicates import NearDuplicateRule
 from dynaval.domain.release import SplitRule
 from dynaval.domain.release_card import render_card
 from dynaval.domain.release_checks import ReleaseTally
+from dynaval.service_layer.release_leaks import cross_split_pairs
+
+MAX_PAIR_LINES = 200
+"""Pairs named one per line; beyond this, one line counts the rest."""
 
 
 def verify_release(root: Path) -> list[str]:
@@ -34,12 +41,17 @@ def verify_release(root: Path) -> list[str]:
         manifest = read_manifest(root)
         fields, labels = list(manifest["fields"]), list(manifest["labels"])
         rule = SplitRule.from_dict(manifest["split_rule"])
+        near_section = manifest.get("near_duplicates")
+        near_rule = NearDuplicateRule.from_dict(
+            near_section.get("rule") if isinstance(near_section, Mapping) else None
+        )
     except ReleaseUnreadable as exc:
         return [f"manifest: {exc}"]
     except (KeyError, TypeError, ValueError) as exc:
         return [f"manifest: missing or malformed entry ({exc})"]
     findings = list(_file_findings(root, manifest))
     tally = ReleaseTally(fields=fields, labels=labels, rule=rule)
+    texts: list[tuple[str, str, dict[str, Any]]] = []
     for split, jsonl, shards in _split_files(manifest):
         path = root / jsonl
         if not path.is_file():
@@ -49,6 +61,7 @@ def verify_release(root: Path) -> list[str]:
             for line, row in iter_jsonl(path):
                 tally.add(split, line, row)
                 ids.append(row["example_id"])
+                texts.append((row["example_id"], split, {name: row.get(name) for name in fields}))
         except (ValueError, KeyError, TypeError) as exc:
             findings.append(f"rows: {jsonl} has a malformed row ({exc})")
             continue
@@ -73,7 +86,36 @@ def verify_release(root: Path) -> list[str]:
     released = {str(i): f for i, f in tally.round_figures(rule.seed).items()}
     stated = {str(r.get("index")): r.get("released") for r in manifest.get("rounds", [])}
     findings += _figure_findings("rounds.released", stated, released)
+    findings += _near_duplicate_findings(manifest, texts, fields, near_rule)
     findings += _card_findings(root, manifest)
+    return findings
+
+
+def _near_duplicate_findings(
+    manifest: Mapping[str, Any],
+    texts: list[tuple[str, str, dict[str, Any]]],
+    fields: list[str],
+    rule: NearDuplicateRule,
+) -> list[str]:
+    pairs = cross_split_pairs(texts, fields, rule)
+    findings = [f"{p.line()}, at or above the threshold {rule.threshold:g}" for p in pairs[:MAX_PAIR_LINES]]
+    if len(pairs) > MAX_PAIR_LINES:
+        findings.append(f"near-duplicates: {len(pairs) - MAX_PAIR_LINES} more pairs across splits")
+    stated = manifest.get("near_duplicates")
+    if isinstance(stated, Mapping):
+        said = (stated.get("across_splits") or {}).get("pairs")
+        if said != len(pairs):
+            findings.append(
+                f"manifest: near_duplicates.across_splits.pairs says {_short(said)}, "
+                f"the rows give {len(pairs)}"
+            )
+        train = {example_id for example_id, split, _row in texts if split.startswith("train_")}
+        for entry in (stated.get("earlier_tests") or {}).get("listed", []):
+            if entry.get("example_id") not in train:
+                findings.append(
+                    f"manifest: near_duplicates.earlier_tests lists {_short(entry.get('example_id'))}, "
+                    "which is in no train split"
+                )
     return findings
 
 

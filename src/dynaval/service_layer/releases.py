@@ -19,7 +19,7 @@ import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from dynaval.domain.agreement_engine.report import round_alpha
 from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import Conflict, InvalidInput
 from dynaval.domain.metrics import round_counts
+from dynaval.domain.near_duplicates import NearDuplicateRule
 from dynaval.domain.policy import RULE_VERSION
 from dynaval.domain.provenance import pseudonym, writer_pseudonym
 from dynaval.domain.release import (
@@ -54,10 +55,11 @@ from dynaval.domain.release import (
 from dynaval.domain.release_card import render_card
 from dynaval.domain.release_checks import ALPHA_RESAMPLES, ReleaseTally
 from dynaval.domain.release_rows import release_row
-from dynaval.domain.release_splits import SplitInput, SplitPlan, plan_splits
+from dynaval.domain.release_splits import NEAR_DUPLICATE, SplitInput, SplitPlan, plan_splits
 from dynaval.domain.round import Round, RoundKind, RoundState
 from dynaval.service_layer.dataset import iter_round_dataset_pages
 from dynaval.service_layer.regression_suite import take_cases
+from dynaval.service_layer.release_leaks import LeakScan
 from dynaval.service_layer.services import Services
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,7 @@ class ReleaseRequest:
     name: str | None = None
     license: str = DEFAULT_LICENSE
     rule: SplitRule = field(default_factory=SplitRule)
+    near_duplicates: NearDuplicateRule = field(default_factory=NearDuplicateRule)
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,8 @@ class _Plan:
     parent: Release | None
     fixed: dict[str, Any]
     writer_kinds: dict[str, Any]
+    earlier: list[Release]
+    """The task type's other releases, whose test splits this release must not train on."""
 
 
 def releases_folder(services: Services) -> Path:
@@ -132,9 +137,13 @@ def _check_request(services: Services, request: ReleaseRequest) -> _Plan:
             )
         wanted = set(ids)
         parent = None
+        earlier = []
         for release in uow.releases.all(task):
             if release.name == name and set(release.round_ids) <= wanted:
                 parent = release  # the newest such release (oldest first)
+            else:
+                earlier.append(release)
+        # The parent's ancestors' test splits are in the parent's, unchanged: they need no scan.
         fixed = uow.releases.places(parent.id) if parent is not None and parent.id is not None else {}
         writer_kinds = uow.releases.writer_kinds(task)
     indices: dict[int, int] = {}
@@ -144,7 +153,7 @@ def _check_request(services: Services, request: ReleaseRequest) -> _Plan:
         assert r.id is not None
         if r.id not in indices:
             indices[r.id] = max(indices.values(), default=0) + 1
-    return _Plan(task, name, rounds, indices, parent, fixed, writer_kinds)
+    return _Plan(task, name, rounds, indices, parent, fixed, writer_kinds, earlier)
 
 
 def _round_figures(services: Services, round_: Round, seed: int) -> dict[str, Any]:
@@ -221,13 +230,32 @@ def create_release(services: Services, request: ReleaseRequest) -> Release:
         service_figures = {r.id: _round_figures(services, r, request.rule.seed) for r in plan.rounds}
         rows_file = scratch / "rows.jsonl"
         inputs: list[SplitInput] = []
+        leaks = LeakScan(fields=fields, rule=request.near_duplicates)
         with rows_file.open("wb") as handle:
             for row in _rows(services, plan):
                 line = canonical_line(row)
                 handle.write(line + b"\n")
                 inputs.append(_split_input(row, fields))
-        placed = plan_splits(inputs, writer_kinds=plan.writer_kinds, fixed=plan.fixed, rule=request.rule)
+                leaks.add(row["example_id"], row)
+        leaks.add_earlier(plan.earlier)
+        near_keys, placed_near = leaks.clusters()
+        if near_keys:
+            inputs = [
+                replace(e, near_keys=near_keys[e.example_id]) if e.example_id in near_keys else e
+                for e in inputs
+            ]
+        placed = plan_splits(
+            inputs,
+            writer_kinds=plan.writer_kinds,
+            fixed=plan.fixed,
+            rule=request.rule,
+            placed_near=placed_near,
+        )
         del inputs
+        near_duplicates = leaks.report(
+            placed.splits, withheld=sum(1 for r in placed.withheld.values() if r == NEAR_DUPLICATE)
+        )
+        del leaks
         if not placed.splits:
             raise Conflict(
                 "these rounds hold no accepted example that can go into a split: nothing to release",
@@ -285,6 +313,7 @@ def create_release(services: Services, request: ReleaseRequest) -> Release:
                 "by_reason": dict(Counter(placed.withheld.values())),
                 "examples": [{"example_id": e, "reason": r} for e, r in sorted(placed.withheld.items())],
             },
+            "near_duplicates": near_duplicates,
             "features": features_yaml(fields, labels),
             "content_hash": tally.content_hash(),
             "content_hash_rule": (

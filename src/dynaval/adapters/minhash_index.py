@@ -1,0 +1,85 @@
+"""A near-duplicate index over datasketch's MinHash and MinHashLSH.
+
+The rule (shingles, the similarity, the thresholds) is :mod:`dynaval.domain.near_duplicates`; this
+adapter only finds candidates quickly and confirms each with the rule's exact similarity. It holds
+its examples in memory: built for one release's rows or one check, not kept between processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from datasketch import MinHash, MinHashLSH
+
+from dynaval.domain.near_duplicates import (
+    MINHASH_SEED,
+    NUM_PERM,
+    FieldShingles,
+    NearDuplicateRule,
+    similarity,
+    tagged,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    key: str
+    similarity: float
+
+
+class MinHashIndex:
+    """Examples by key; ``matches`` and ``pairs`` give the confirmed near-duplicates."""
+
+    def __init__(self, rule: NearDuplicateRule | None = None) -> None:
+        self.rule = rule or NearDuplicateRule()
+        self._lsh = MinHashLSH(threshold=self.rule.lsh_threshold, num_perm=NUM_PERM)
+        # The permutations are drawn once and shared: drawing them per example would cost more
+        # than hashing the example.
+        template = MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED)
+        self._permutations, self._scheme = template.permutations, template.scheme
+        self._examples: dict[str, FieldShingles] = {}
+
+    def __len__(self) -> int:
+        return len(self._examples)
+
+    def _minhash(self, example: FieldShingles) -> MinHash | None:
+        values = tagged(example)
+        if not values:
+            return None  # nothing to compare: an example with no words
+        minhash = MinHash(
+            num_perm=NUM_PERM, seed=MINHASH_SEED, permutations=self._permutations, scheme=self._scheme
+        )
+        minhash.update_batch(values)
+        return minhash
+
+    def add(self, key: str, example: FieldShingles) -> None:
+        """Index ``example`` under ``key`` (a key is added once)."""
+        if key in self._examples:
+            raise ValueError(f"{key} is in the index already")
+        minhash = self._minhash(example)
+        self._examples[key] = example
+        if minhash is not None:
+            self._lsh.insert(key, minhash, check_duplication=False)
+
+    def matches(self, example: FieldShingles) -> list[Match]:
+        """The indexed examples that are near-duplicates of ``example``, most similar first."""
+        minhash = self._minhash(example)
+        if minhash is None:
+            return []
+        found = []
+        for key in self._lsh.query(minhash):
+            value = similarity(example, self._examples[key])
+            if value >= self.rule.threshold:
+                found.append(Match(str(key), round(value, 4)))
+        return sorted(found, key=lambda m: (-m.similarity, m.key))
+
+    def pairs(
+        self, keep: Callable[[str, str], bool] = lambda _a, _b: True
+    ) -> Iterator[tuple[str, str, float]]:
+        """Each confirmed pair of indexed examples once (keys in sorted order), where ``keep``
+        allows it."""
+        for key in sorted(self._examples):
+            for match in self.matches(self._examples[key]):
+                if key < match.key and keep(key, match.key):
+                    yield key, match.key, match.similarity

@@ -1,0 +1,61 @@
+"""``dynaval health contamination``: checks of a benchmark's health that run offline, on files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_CONTAMINATED = 1
+
+
+def cmd_health_contamination(args: argparse.Namespace) -> int:
+    from dynaval.adapters.corpus_files import CorpusUnreadable
+    from dynaval.adapters.release_files import ReleaseUnreadable
+    from dynaval.entrypoints.cli import CommandError
+    from dynaval.service_layer.contamination import check_contamination
+
+    try:
+        report = check_contamination(Path(args.release), Path(args.corpus), ngram=args.ngram)
+    except ReleaseUnreadable as exc:
+        raise CommandError(f"--release: {exc}") from None
+    except (CorpusUnreadable, ValueError) as exc:
+        raise CommandError(str(exc)) from None
+    except (KeyError, TypeError) as exc:
+        raise CommandError(f"--release: a malformed manifest or row ({exc})") from None
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        for finding in report.contaminated:
+            print(finding.line())
+    examples = len({c.example_id for c in report.contaminated})
+    summary = (
+        f"contamination: {examples} of {report.examples} examples found in "
+        f"{report.documents} corpus documents "
+        f"({report.ngram}-gram overlap or near-duplicate)"
+    )
+    print(summary, file=sys.stderr)
+    return EXIT_CONTAMINATED if report.contaminated else 0
+
+
+def add_health_commands(commands: Any) -> None:
+    health = commands.add_parser("health", help="a benchmark's health: leaks and contamination")
+    health_commands = health.add_subparsers(dest="health_command", required=True, metavar="HEALTH_COMMAND")
+    contamination = health_commands.add_parser(
+        "contamination",
+        help="is a release's text in a training corpus? (exit 1 when it is, listing the examples)",
+        description="Check a release against a training corpus: word n-gram overlap as lm-evaluation-harness "
+        "does it (an example is contaminated when any of its 13-grams is in the corpus), and near-duplicates "
+        "(MinHash, the release's threshold). Exit 0 when clean, 1 when contaminated, 2 on bad input.",
+    )
+    contamination.add_argument("--release", required=True, help="the release directory (with manifest.json)")
+    contamination.add_argument(
+        "--corpus",
+        required=True,
+        help='the training corpus: .txt (one document per line) or .jsonl (one {"text": ...} per line)',
+    )
+    contamination.add_argument("--ngram", type=int, default=13, help="n of the word n-grams (default 13)")
+    contamination.add_argument("--json", action="store_true", help="print the report as JSON")
+    contamination.set_defaults(run=cmd_health_contamination)

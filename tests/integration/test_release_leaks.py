@@ -1,0 +1,139 @@
+"""Leaks at release, on releases built from seeded frozen rounds (SQLite and PostgreSQL): a planted
+near-duplicate pair stays in one kind of split, ``verify`` names a pair planted across splits, and a
+train example near an earlier release's test example is withheld.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+from dynaval.adapters.release_files import canonical_line, iter_jsonl
+from dynaval.domain.release_splits import NEAR_DUPLICATE
+from dynaval.service_layer.release_verification import verify_release
+from dynaval.service_layer.releases import ReleaseRequest, create_release
+from dynaval.service_layer.services import Services
+from tests.support.release_seed import seed_frozen_round, set_inputs
+
+SENTIMENT = ["positive", "negative", "neutral"]
+TRICK = "honestly the plot was not bad at all even if the ending felt rushed and the music too loud"
+
+
+def set_text(services: Services, candidate_id: str, text: str) -> None:
+    assert services.database is not None
+    set_inputs(services.database, candidate_id, {"text": text})
+
+
+def build(services: Services, rounds: list[int], version: str, name: str | None = None) -> Path:
+    made = create_release(
+        services, ReleaseRequest(round_ids=rounds, version=version, created_by="test lead", name=name)
+    )
+    return Path(made.folder)
+
+
+def placed(root: Path) -> dict[str, tuple[str, dict[str, Any]]]:
+    return {
+        row["example_id"]: (path.stem, row)
+        for path in sorted((root / "jsonl").glob("*.jsonl"))
+        for _line, row in iter_jsonl(path)
+    }
+
+
+def test_a_planted_near_duplicate_pair_stays_in_one_kind_of_split(services: Services) -> None:
+    assert services.database is not None
+    seeded = seed_frozen_round(
+        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=120,
+        writers=30, rng=random.Random(1), name="round one",
+    )  # fmt: skip
+    first = seeded.candidate_ids[0]
+    second = next(c for c in seeded.candidate_ids if seeded.writers[c] != seeded.writers[first])
+    set_text(services, first, TRICK)
+    set_text(services, second, TRICK.replace("rushed", "hurried"))  # a one-word edit, another writer
+
+    root = build(services, [seeded.round_id], "1.0.0")
+    assert verify_release(root) == []
+    manifest = json.loads((root / "manifest.json").read_text())
+    rows = placed(root)
+    withheld = {e["example_id"]: e["reason"] for e in manifest["withheld"]["examples"]}
+    kinds = {rows[c][0].split("_r")[0] for c in (first, second) if c in rows}
+    assert len(kinds) == 1 or NEAR_DUPLICATE in {withheld.get(first), withheld.get(second)}
+    near = manifest["near_duplicates"]
+    assert near["rule"]["method"] == "minhash-jaccard" and near["rule"]["threshold"] == 0.6
+    assert near["across_splits"]["pairs"] == 0
+    card = (root / "README.md").read_text()
+    assert "## Near-duplicates" in card and "Pairs across splits: 0" in card
+
+
+def test_verify_names_a_near_duplicate_planted_across_splits(services: Services, tmp_path: Path) -> None:
+    assert services.database is not None
+    seeded = seed_frozen_round(
+        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=120,
+        writers=30, rng=random.Random(1), name="round one",
+    )  # fmt: skip
+    root = build(services, [seeded.round_id], "1.0.0")
+    tampered = tmp_path / "tampered"
+    shutil.copytree(root, tampered)
+    test_path, train_path = tampered / "jsonl" / "test_r1.jsonl", tampered / "jsonl" / "train_r1.jsonl"
+    test_rows = [row for _line, row in iter_jsonl(test_path)]
+    train_rows = [row for _line, row in iter_jsonl(train_path)]
+    # A test example's text, with one word changed, under a train example's id.
+    test_rows[0]["text"] = TRICK
+    train_rows[0]["text"] = TRICK.replace("loud", "quiet")
+    for path, rows in ((test_path, test_rows), (train_path, train_rows)):
+        path.write_bytes(b"".join(canonical_line(r) + b"\n" for r in rows))
+
+    findings = verify_release(tampered)
+    pairs = [f for f in findings if f.startswith("near-duplicates: ")]
+    assert len(pairs) == 1, findings
+    a, b = sorted([(test_rows[0]["example_id"], "test_r1"), (train_rows[0]["example_id"], "train_r1")])
+    assert pairs[0].startswith(f"near-duplicates: {a[0]} ({a[1]}) and {b[0]} ({b[1]}) have similarity 0.8")
+    assert pairs[0].endswith("at or above the threshold 0.6")
+    assert "manifest: near_duplicates.across_splits.pairs says 0, the rows give 1" in findings
+
+    # A release built before the check (no near_duplicates in its manifest) is held to the default.
+    manifest = json.loads((tampered / "manifest.json").read_text())
+    del manifest["near_duplicates"]
+    (tampered / "manifest.json").write_text(json.dumps(manifest))
+    assert [f for f in verify_release(tampered) if f.startswith("near-duplicates: ")] == pairs
+
+
+def test_a_train_example_near_an_earlier_releases_test_example_is_withheld(services: Services) -> None:
+    assert services.database is not None
+    one = seed_frozen_round(
+        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=120,
+        writers=30, rng=random.Random(1), name="round one",
+    )  # fmt: skip
+    earlier = build(services, [one.round_id], "1.0.0", name="earlier")
+    earlier_rows = placed(earlier)
+    test_id = next(i for i, (split, _row) in earlier_rows.items() if split.startswith("test_"))
+    train_writer = next(
+        one.writers[i] for i, (split, _r) in earlier_rows.items() if split.startswith("train_")
+    )
+    # The scan reads the earlier release's files (kept by the service): plant the text there.
+    (earlier / "jsonl" / "test_r1.jsonl").write_bytes(
+        b"".join(
+            canonical_line({**row, "text": TRICK} if row["example_id"] == test_id else row) + b"\n"
+            for _line, row in iter_jsonl(earlier / "jsonl" / "test_r1.jsonl")
+        )
+    )
+
+    # Round two: the same writers; a train writer copies the earlier test example, one word changed.
+    two = seed_frozen_round(
+        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=60,
+        writers=30, rng=random.Random(2), name="round two", annotation_base=10**6,
+    )  # fmt: skip
+    copier = next(c for c in two.candidate_ids if two.writers[c] == train_writer)
+    set_text(services, copier, TRICK.replace("music", "sound"))
+
+    root = build(services, [two.round_id], "1.0.0")  # another name: "earlier" is no parent
+    manifest = json.loads((root / "manifest.json").read_text())
+    withheld = {e["example_id"]: e["reason"] for e in manifest["withheld"]["examples"]}
+    assert withheld.get(copier) == NEAR_DUPLICATE
+    near = manifest["near_duplicates"]
+    assert near["withheld"] >= 1
+    assert [(r["name"], r["version"]) for r in near["earlier_tests"]["releases"]] == [("earlier", "1.0.0")]
+    assert near["earlier_tests"]["pairs"] == 0  # withheld, so not in train
+    assert verify_release(root) == []

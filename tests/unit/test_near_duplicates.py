@@ -1,0 +1,100 @@
+"""The near-duplicate rule on hand-made pairs, and the MinHash index that finds them."""
+
+from __future__ import annotations
+
+import pytest
+
+from dynaval.adapters.minhash_index import MinHashIndex
+from dynaval.domain.near_duplicates import NearDuplicateRule, field_shingles, is_near_duplicate, similarity
+
+TEXT = ["text"]
+NLI = ["premise", "hypothesis"]
+REVIEW = "the movie was not bad at all and the actors were great in every scene"
+
+
+def one(text: str) -> tuple[frozenset[str], ...]:
+    return field_shingles({"text": text}, TEXT)
+
+
+def nli(premise: str, hypothesis: str) -> tuple[frozenset[str], ...]:
+    return field_shingles({"premise": premise, "hypothesis": hypothesis}, NLI)
+
+
+def test_a_one_word_edit_is_a_near_duplicate() -> None:
+    edited = REVIEW.replace("movie", "film")
+    assert 0.6 <= similarity(one(REVIEW), one(edited)) < 1
+    assert is_near_duplicate(one(REVIEW), one(edited))
+
+
+def test_a_light_paraphrase_is_a_near_duplicate_and_a_rewording_is_not() -> None:
+    light = "The movie was NOT bad at all, and the actors were great in every single scene"
+    assert is_near_duplicate(one(REVIEW), one(light))
+    # A rewording shares meaning, not words: beyond a lexical rule (the semantic check's job).
+    reworded = "every scene had great acting and i quite liked the film overall"
+    assert similarity(one(REVIEW), one(reworded)) < 0.2
+    assert not is_near_duplicate(one(REVIEW), one(reworded))
+
+
+def test_the_same_hypothesis_under_another_premise_is_not_a_duplicate() -> None:
+    hypothesis = "A man is playing an instrument."
+    a = nli("A man plays the guitar on a busy street corner at night.", hypothesis)
+    b = nli("Two children are building a sandcastle on the beach in the sun.", hypothesis)
+    assert similarity(a, b) == 0
+    assert not is_near_duplicate(a, b)
+    # ... while the same pair with a one-word edit of the premise is one.
+    c = nli("A man plays the guitar on a busy street corner at midnight.", hypothesis)
+    assert is_near_duplicate(a, c)
+
+
+def test_another_hypothesis_under_the_same_premise_is_not_a_duplicate() -> None:
+    premise = "A man plays the guitar on a busy street corner at night while people walk past him."
+    a = nli(premise, "A man is sleeping.")
+    b = nli(premise, "Nobody is outside.")
+    assert not is_near_duplicate(a, b)
+
+
+def test_unrelated_texts_are_not_duplicates() -> None:
+    a = one("the hotel room was clean and the staff were friendly")
+    b = one("my phone screen cracked after two days of light use")
+    assert similarity(a, b) == 0
+    assert not is_near_duplicate(a, b)
+
+
+def test_non_ascii_text_is_compared_after_nfkc_and_case_folding() -> None:
+    composed = "Das Café in München war großartig, aber der Kaffee war kalt"
+    decomposed = "DAS CAFE\u0301 IN MU\u0308NCHEN WAR GROSSARTIG, ABER DER KAFFEE WAR KALT"
+    assert similarity(one(composed), one(decomposed)) == 1
+    fullwidth = "".join(c if c == " " else chr(ord(c) + 0xFEE0) for c in REVIEW)
+    assert similarity(one(REVIEW), one(fullwidth)) == 1
+    japanese = one("この映画は とても 良かった です")
+    assert is_near_duplicate(japanese, one("この映画は　とても　良かった　です"))  # ideographic spaces
+    assert not is_near_duplicate(japanese, one("この映画は とても 悪かった です"))
+
+
+def test_the_index_finds_each_pair_once_with_its_exact_similarity() -> None:
+    index = MinHashIndex()
+    texts = {
+        "a": REVIEW,
+        "b": REVIEW.replace("movie", "film"),
+        "c": "the hotel room was clean and the staff were friendly",
+        "d": "my phone screen cracked after two days of light use",
+        "e": "",
+    }
+    for key, text in texts.items():
+        index.add(key, one(text))
+    assert list(index.pairs()) == [("a", "b", round(similarity(one(texts["a"]), one(texts["b"])), 4))]
+    assert list(index.pairs(keep=lambda _a, _b: False)) == []
+    # One edit from "a", two from "b": only "a" is near enough.
+    twice = one(REVIEW.replace("actors", "cast"))
+    assert [m.key for m in index.matches(twice)] == ["a"]
+    assert similarity(twice, one(texts["b"])) < 0.6
+    with pytest.raises(ValueError):
+        index.add("a", one(REVIEW))
+
+
+def test_a_release_recorded_rule_is_read_back_and_an_old_release_gets_the_default() -> None:
+    rule = NearDuplicateRule(shingle=3, threshold=0.8)
+    assert NearDuplicateRule.from_dict(rule.to_dict()) == rule
+    assert NearDuplicateRule.from_dict(None) == NearDuplicateRule()
+    with pytest.raises(ValueError):
+        NearDuplicateRule(threshold=0)
