@@ -65,9 +65,16 @@ def test_the_loop_runs_from_round_one_to_the_evaluation_of_both_models(
     first_r1 = {s["name"]: s["rows"] for s in _splits(first) if s["name"].endswith("_r1")}
     second_r1 = {s["name"]: s["rows"] for s in _splits(second) if s["name"].endswith("_r1")}
     assert first_r1 and first_r1 == second_r1
-    # Round 2 ran on B: its pinned model is B's hash, which the ship step named.
+    # Round 2 ran on B: its pinned model is B's hash, which the ship step named, and its MER is
+    # measured on its own fresh candidates, as printed.
     round_2 = next(r for r in second["rounds"] if r["name"] == "loop round 2 (model B)")
     assert round_2["model"]["hash"] in out
+    round_1 = next(r for r in second["rounds"] if r["name"] == "loop round 1 (model A)")
+    assert round_2["model"]["hash"] != round_1["model"]["hash"]
+    assert round_2["counts"]["collected"] == 16  # the loop demo's round 2 items, none of round 1's
+    assert 0 <= round_2["mer"] <= 1 and round_2["mer"] == round_2["counts"]["fooled"] / 16
+    printed = out[out.find("=== round 2: loop round 2 (model B) ===") :]
+    assert f"MER / VMER                         {round_2['mer']:.2f}" in printed
 
 
 def _splits(manifest: dict[str, object]) -> list[dict[str, object]]:
