@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +33,8 @@ def cmd_models_register(args: argparse.Namespace) -> int:
     from dynaval.entrypoints.cli import _services
     from dynaval.service_layer.model_catalog import register_model
 
-    services = _services()
-    try:
+    with closing(_services()) as services:
         model = register_model(services, _absolute(args.directory), name=args.name)
-    finally:
-        services.close()
     print(model.hash)
     return 0
 
@@ -45,11 +43,8 @@ def cmd_models_ship(args: argparse.Namespace) -> int:
     from dynaval.entrypoints.cli import _operator, _services
     from dynaval.service_layer.model_catalog import ship_model
 
-    services = _services()
-    try:
+    with closing(_services()) as services:
         model = ship_model(services, args.model, by=_operator(), reason=args.reason)
-    finally:
-        services.close()
     print(f"shipped {model.hash} ({model.name})")
     return 0
 
@@ -58,11 +53,8 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     from dynaval.entrypoints.cli import _services
     from dynaval.service_layer.model_catalog import list_models
 
-    services = _services()
-    try:
+    with closing(_services()) as services:
         models = list_models(services)
-    finally:
-        services.close()
     if args.json:
         _print_json({"models": [m.to_dict() for m in models]})
         return 0
@@ -78,12 +70,9 @@ def cmd_suite_list(args: argparse.Namespace) -> int:
     from dynaval.entrypoints.cli import _services
     from dynaval.service_layer.regression_suite import list_cases, sync_suite
 
-    services = _services()
-    try:
+    with closing(_services()) as services:
         sync_suite(services)
         cases = list_cases(services, retired=args.retired, suspect=args.suspect)
-    finally:
-        services.close()
     if args.json:
         _print_json({"cases": [c.to_dict() for c in cases]})
         return 0
@@ -100,11 +89,8 @@ def cmd_suite_retire(args: argparse.Namespace) -> int:
     from dynaval.entrypoints.cli import _operator, _services
     from dynaval.service_layer.regression_suite import retire_case
 
-    services = _services()
-    try:
+    with closing(_services()) as services:
         case = retire_case(services, args.case, by=_operator(), reason=args.reason)
-    finally:
-        services.close()
     print(f"retired {case.id} ({case.split}): {case.retired_reason}")
     return 0
 
@@ -113,11 +99,8 @@ def cmd_suite_case(args: argparse.Namespace) -> int:
     from dynaval.entrypoints.cli import _services
     from dynaval.service_layer.regression_suite import case_detail
 
-    services = _services()
-    try:
+    with closing(_services()) as services:
         detail = case_detail(services, args.case)
-    finally:
-        services.close()
     if args.json:
         _print_json(detail)
         return 0
@@ -147,15 +130,12 @@ def cmd_suite_revalidate(args: argparse.Namespace) -> int:
     from dynaval.entrypoints.schemas import RevalidateRequest, request_models
     from dynaval.service_layer.revalidation import send_suspects_to_revalidation
 
-    services = _services()
-    try:
+    with closing(_services()) as services:
         # The same checks as the API's body: case ids and a readable round name.
         body = request_models(services.settings).validate(
             RevalidateRequest, {"cases": args.case, "name": args.name}
         )
         sent = send_suspects_to_revalidation(services, case_ids=body.cases, by=_operator(), name=body.name)
-    finally:
-        services.close()
     if args.json:
         _print_json(sent.to_dict())
         return 0
@@ -171,11 +151,8 @@ def cmd_suite_settle(args: argparse.Namespace) -> int:
     from dynaval.entrypoints.cli import _services
     from dynaval.service_layer.revalidation import settle_revalidations
 
-    services = _services()
-    try:
+    with closing(_services()) as services:
         settled = settle_revalidations(services)
-    finally:
-        services.close()
     print(
         f"confirmed {settled.confirmed}, retired {settled.retired}, unresolved {settled.unresolved}; "
         f"{settled.waiting} still waiting for their decision"
@@ -187,13 +164,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from dynaval.entrypoints.cli import _services
     from dynaval.service_layer.evaluation import evaluate
 
-    services = _services()
-    try:
+    with closing(_services()) as services:
         report = evaluate(
             services, _absolute(args.model), releases=[Path(r) for r in args.release or []]
         ).report()
-    finally:
-        services.close()
     if args.json:
         _print_json(report)
         return 0
@@ -221,13 +195,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
     baseline = args.baseline
     if baseline is not None and not baseline.startswith(HASH_PREFIX):
         baseline = _absolute(baseline)
-    services = _services()
-    try:
+    with closing(_services()) as services:
         outcome = run_gate(
             services, _absolute(args.candidate), baseline=baseline, max_flips=args.max_flips, by=_operator()
         )
-    finally:
-        services.close()
     data = outcome.to_dict()
     if args.json:
         _print_json(data)

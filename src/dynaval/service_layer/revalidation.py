@@ -218,7 +218,7 @@ def _settle_event(case: RegressionCase, link: Revalidation, outcome: Revalidatio
     )
 
 
-def settle_after_decisions(services: Services, round_id: int) -> None:
+def settle_after_freeze(services: Services, round_id: int) -> None:
     """Settle a round's re-validations if it is a revalidation round (once it is frozen)."""
     with services.uow(read_only=True) as uow:
         kind = uow.rounds.get(round_id).kind

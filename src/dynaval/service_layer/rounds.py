@@ -164,9 +164,9 @@ def freeze_round(
         with services.uow() as uow:
             uow.rounds.release_push_lease(round_id, lease)
             uow.commit()
-    from dynaval.service_layer.revalidation import settle_after_decisions  # it makes rounds
+    from dynaval.service_layer.revalidation import settle_after_freeze  # it makes rounds
 
-    settle_after_decisions(services, round_id)  # a revalidation round's decisions are final now
+    settle_after_freeze(services, round_id)  # a revalidation round's decisions are final now
     return frozen
 
 
