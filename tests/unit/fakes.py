@@ -12,7 +12,7 @@ import copy
 import dataclasses
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -24,6 +24,7 @@ from dynaval.domain.candidate import Candidate, CandidateStatus, DecisionEntry
 from dynaval.domain.capture import AcceptedCapture, Capture
 from dynaval.domain.errors import Conflict, NotFound
 from dynaval.domain.gold import AnnotatorStatus, ExclusionEvent, GoldAnswer, GoldItem
+from dynaval.domain.near_duplicates import EarlierExample, NearDuplicateCheck
 from dynaval.domain.round import Round
 from dynaval.domain.task_type import TaskType
 from dynaval.domain.votes import AnnotationRecord
@@ -49,6 +50,9 @@ class FakeStore:
     task_checks: dict[tuple[int, int], datetime] = field(default_factory=dict)
     """(round id, task id) -> when its read-back was asked for."""
     captures: dict[str, Capture] = field(default_factory=dict)
+    near_duplicate_examples: dict[str, tuple[str, frozenset[int]]] = field(default_factory=dict)
+    """candidate id -> (task type, band keys)"""
+    near_duplicate_checks: dict[str, NearDuplicateCheck] = field(default_factory=dict)
     commits: int = 0
 
 
@@ -464,6 +468,60 @@ class FakeCaptures:
         ]
 
 
+class FakeNearDuplicateIndex:
+    def __init__(self, store: FakeStore) -> None:
+        self.store = store
+
+    def add(self, candidate_id: str, task_type: str, keys: Collection[int]) -> None:
+        assert candidate_id not in self.store.near_duplicate_examples, f"{candidate_id} is indexed already"
+        self.store.near_duplicate_examples[candidate_id] = (task_type, frozenset(keys))
+
+    def add_many(self, examples: Sequence[tuple[str, str, Collection[int]]]) -> None:
+        for candidate_id, task_type, keys in examples:
+            self.add(candidate_id, task_type, keys)
+
+    def lookup(self, task_type: str, keys: Collection[int], *, limit: int = 200) -> list[EarlierExample]:
+        shared = {
+            c: len(its_keys & set(keys))
+            for c, (task, its_keys) in self.store.near_duplicate_examples.items()
+            if task == task_type and its_keys & set(keys)
+        }
+        found = sorted(shared, key=lambda c: (-shared[c], c))[:limit]
+        return [
+            EarlierExample(
+                c, (cand := self.store.candidates[c]).round_id, dict(cand.inputs), cand.submitted_by
+            )
+            for c in found
+        ]
+
+    def unindexed(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:
+        missing = [
+            c for c in self.store.candidates.values() if c.id not in self.store.near_duplicate_examples
+        ]
+        missing.sort(key=lambda c: (c.submitted_at or datetime.min.replace(tzinfo=UTC), c.id))
+        return [(c.id, self.store.rounds[c.round_id].task_type, dict(c.inputs)) for c in missing[:limit]]
+
+    def size(self) -> int:
+        return len(self.store.near_duplicate_examples)
+
+    def record(self, check: NearDuplicateCheck) -> None:
+        self.store.near_duplicate_checks[check.candidate_id] = check
+
+    def checks_of(self, candidate_ids: Collection[str]) -> dict[str, NearDuplicateCheck]:
+        return {
+            c: self.store.near_duplicate_checks[c]
+            for c in candidate_ids
+            if c in self.store.near_duplicate_checks
+        }
+
+    def flagged(self, round_id: int) -> list[str]:
+        return [
+            c.candidate_id
+            for c in self.store.near_duplicate_checks.values()
+            if c.round_id == round_id and c.flagged
+        ]
+
+
 class FakeUnitOfWork:
     """A unit of work on a copy of the store: committed, the copy becomes the store."""
 
@@ -480,6 +538,7 @@ class FakeUnitOfWork:
         self.votes = FakeVoteStore(self._work)
         self.task_checks = FakeTaskChecks(self._work)
         self.captures = FakeCaptures(self._work)
+        self.near_duplicates = FakeNearDuplicateIndex(self._work)
         return self
 
     def __exit__(

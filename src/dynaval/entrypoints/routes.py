@@ -39,6 +39,7 @@ from dynaval.service_layer import (
     gate,
     gold,
     model_catalog,
+    near_duplicates,
     overrides,
     releases,
     revalidation,
@@ -225,7 +226,7 @@ def submit_candidate(round_id: int) -> Any:
         submitter=_submitter(),
         charge=charge_scoring,
     )
-    return jsonify(candidates.get_candidate(services, row.id)), 201
+    return jsonify(candidates.get_candidate(services, row.id, viewer=g.caller.owner)), 201
 
 
 @api.post("/api/rounds/<int:round_id>/candidates/batch")
@@ -254,7 +255,8 @@ def submit_candidate_batch(round_id: int) -> Any:
         submitter=_submitter(),
         charge=charge_scoring,
     )
-    return jsonify({"candidates": candidates.candidates_public(services, [r.id for r in rows])}), 201
+    shown = candidates.candidates_public(services, [r.id for r in rows], viewer=g.caller.owner)
+    return jsonify({"candidates": shown}), 201
 
 
 @api.post("/api/rounds/<int:round_id>/captures")
@@ -273,13 +275,17 @@ def submit_candidate_batch(round_id: int) -> Any:
 )
 @requires(*REPORTERS)
 def report_captures(round_id: int) -> Any:
+    services = _services()
     given, batch = _body(CaptureRequest).new_captures()
     made = captures.report_captures(
-        _services(), round_id=round_id, captures=given, reporter=g.caller.name, batch=batch
+        services, round_id=round_id, captures=given, reporter=g.caller.name, batch=batch
     )
+    found = near_duplicates.findings(services, [c.id for c in made], g.caller.owner)
     if batch:
-        return jsonify({"ids": [c.id for c in made], "status": made[0].status.value}), 201
-    return jsonify({"id": made[0].id, "status": made[0].status.value}), 201
+        return jsonify(
+            {"ids": [c.id for c in made], "status": made[0].status.value, "near_duplicates": found}
+        ), 201
+    return jsonify({"id": made[0].id, "status": made[0].status.value, "near_duplicates": found[0]}), 201
 
 
 @api.post("/api/rounds/<int:round_id>/predict")
