@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -16,9 +15,11 @@ from dynaval.domain.capture import CaptureSource
 from dynaval.domain.errors import NearDuplicateRefused
 from dynaval.domain.policy import DecisionPolicy
 from dynaval.domain.round import Round, RoundKind
+from dynaval.entrypoints import cli
 from dynaval.service_layer import captures, near_duplicates
 from dynaval.service_layer.candidates import GivenInputs
 from dynaval.service_layer.services import Services
+from tests.fixtures.service import cli_environment
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 TRICK = "the plot was predictable but honestly the ending made me smile like a child again"
@@ -100,7 +101,9 @@ def test_reject_stores_nothing_and_a_batch_is_refused_whole(services: Services) 
         assert len(uow.near_duplicates.unindexed(10)) == 0
 
 
-def test_the_index_survives_a_restart_and_is_rebuilt_when_missing(services: Services, tmp_path: Path) -> None:
+def test_the_index_survives_a_restart_and_is_rebuilt_when_missing(
+    services: Services, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     round_id = capture_round(services, near_duplicates="allow")
     ids = report(services, round_id, [VARIANTS[0], VARIANTS[1], UNRELATED])
     services.close()
@@ -114,7 +117,9 @@ def test_the_index_survives_a_restart_and_is_rebuilt_when_missing(services: Serv
             connection.execute(text("DELETE FROM near_duplicate_key"))
             connection.execute(text("DELETE FROM near_duplicate_example"))
         assert near_duplicates.reindex(restarted, batch=2) == 3
-        assert near_duplicates.reindex(restarted) == 0
+        cli_environment(restarted, monkeypatch)  # the command, as an operator runs it after a restore
+        assert cli.main(["near-duplicates", "reindex"]) == 0
+        assert "0 examples added, 3 indexed" in capsys.readouterr().out
         (new,) = report(restarted, round_id, [VARIANTS[3]])
         with restarted.uow(read_only=True) as uow:
             check = uow.near_duplicates.checks_of([new])[new]

@@ -515,11 +515,10 @@ class FakeNearDuplicateIndex:
         }
 
     def flagged(self, round_id: int) -> list[str]:
-        return [
-            c.candidate_id
-            for c in self.store.near_duplicate_checks.values()
-            if c.round_id == round_id and c.flagged
-        ]
+        checks = self.store.near_duplicate_checks.values()
+        ids = [c.candidate_id for c in checks if c.round_id == round_id and c.flagged]
+        earliest = datetime.min.replace(tzinfo=UTC)
+        return sorted(ids, key=lambda c: (self.store.candidates[c].submitted_at or earliest, c))
 
 
 class FakeUnitOfWork:

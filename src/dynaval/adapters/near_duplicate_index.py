@@ -125,12 +125,13 @@ class SqlNearDuplicateIndex:
         return {row.candidate_id: _check_of(row) for row in rows}
 
     def flagged(self, round_id: int) -> list[str]:
-        """The ids of the round's flagged candidates, the earliest checked first."""
+        """The ids of the round's flagged candidates, the earliest submitted first."""
         return list(
             self._session.exec(
                 select(NearDuplicateCheckRow.candidate_id)
+                .join(CandidateRow, col(CandidateRow.id) == col(NearDuplicateCheckRow.candidate_id))
                 .where(NearDuplicateCheckRow.round_id == round_id, col(NearDuplicateCheckRow.flagged))
-                .order_by(col(NearDuplicateCheckRow.checked_at), col(NearDuplicateCheckRow.candidate_id))
+                .order_by(col(CandidateRow.submitted_at), col(CandidateRow.id))
             ).all()
         )
 

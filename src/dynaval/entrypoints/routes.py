@@ -208,7 +208,8 @@ def freeze_round(round_id: int) -> Any:
         201: "Created",
         403: "Not a writer, collector or lead; or a writer_id naming someone else (only a collector may)",
         404: "No such round",
-        409: "Round closed",
+        409: "Round closed; or, under the round's reject policy, a near-duplicate of an earlier example "
+        "(code near_duplicate, field inputs, the near-duplicates in error.near_duplicates; nothing stored)",
         413: "Text too long",
         422: "Invalid field",
         503: "Model unavailable",
@@ -237,7 +238,8 @@ def submit_candidate(round_id: int) -> Any:
         201: "Created: the candidates, in the order given",
         403: "Not a writer, collector or lead; or a candidates[i].writer_id naming someone else",
         404: "No such round",
-        409: "Round closed",
+        409: "Round closed; or, under the round's reject policy, a near-duplicate (field "
+        "candidates[i].inputs; nothing stored)",
         413: "More candidates than DYNAVAL_MAX_BATCH_SIZE, or a text too long",
         422: "Invalid field, named candidates[i].field; nothing is stored",
         503: "Model unavailable",
@@ -265,10 +267,12 @@ def submit_candidate_batch(round_id: int) -> Any:
     "each is validated blind in Label Studio like a fooled candidate",
     body=CaptureRequest,
     responses={
-        201: "Created: the capture's id and status (a batch: the ids, in the order given)",
+        201: "Created: the capture's id, status and near-duplicates (a batch: the ids and a list of "
+        "near-duplicates for each, in the order given)",
         403: "Not a reporter or lead",
         404: "No such round",
-        409: "Not an open capture round, or a reference reported already (the earlier capture named)",
+        409: "Not an open capture round, a reference reported already (the earlier capture named), or "
+        "under the round's reject policy a near-duplicate (field inputs or captures[i].inputs)",
         413: "More captures than DYNAVAL_MAX_BATCH_SIZE, or a text too long",
         422: "Invalid field, named captures[i].field in a batch; nothing is stored",
     },
@@ -465,6 +469,17 @@ def change_exclusion(round_id: int, annotator: str) -> Any:
 @requires(Role.LEAD)
 def exclusion_log(round_id: int) -> Any:
     return jsonify({"events": annotator_exclusion.exclusion_log(_services(), round_id)})
+
+
+@api.get("/api/rounds/<int:round_id>/near-duplicates")
+@documented(
+    summary="The round's candidates flagged as near-duplicates of earlier examples, the earliest "
+    "first, each with its matches (leads look at these first)",
+    responses={200: "OK", 404: "No such round"},
+)
+@requires(Role.LEAD)
+def flagged_near_duplicates(round_id: int) -> Any:
+    return jsonify(near_duplicates.flagged_candidates(_services(), round_id))
 
 
 @api.get("/api/rounds/<int:round_id>/agreement")

@@ -121,6 +121,31 @@ def findings(
     return [found[c]["near_duplicates"] for c in candidate_ids]
 
 
+def flagged_candidates(services: Services, round_id: int) -> dict[str, Any]:
+    """The round's candidates flagged as near-duplicates, the earliest first, as a lead sees them:
+    what to look at first before validators' time is spent on a repeated pattern."""
+    with services.uow(read_only=True) as uow:
+        uow.rounds.get(round_id)  # 404 for no such round
+        ids = uow.near_duplicates.flagged(round_id)
+        found = uow.candidates.get_many(ids)
+        checks = uow.near_duplicates.checks_of(ids)
+    return {
+        "round_id": round_id,
+        "candidates": [_flagged_public(found[c], checks[c]) for c in ids if c in found and c in checks],
+    }
+
+
+def _flagged_public(candidate: Candidate, check: NearDuplicateCheck) -> dict[str, Any]:
+    return {
+        "id": candidate.id,
+        "status": candidate.status.value,
+        "inputs": dict(candidate.inputs),
+        "writer_label": candidate.writer_label,
+        "submitted_at": candidate.submitted_at.isoformat() if candidate.submitted_at else None,
+        "near_duplicates": check.shown_to(None),
+    }
+
+
 def reindex(services: Services, *, batch: int = REINDEX_BATCH) -> int:
     """Add every stored candidate missing from the index (those stored before the index existed,
     or restored from a backup without it), a batch per transaction. Returns how many were added;
