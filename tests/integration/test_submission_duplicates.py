@@ -123,7 +123,29 @@ def test_the_index_survives_a_restart_and_is_rebuilt_when_missing(
         (new,) = report(restarted, round_id, [VARIANTS[3]])
         with restarted.uow(read_only=True) as uow:
             check = uow.near_duplicates.checks_of([new])[new]
-        # One word from the first; two from the second (0.55, under the threshold).
-        assert not check.flagged and [m.id for m in check.matches] == [ids[0]]
+        # One word from the first (lexical); two from the second (a Jaccard of 0.55, under the
+        # threshold), which still says the same thing (semantic); the unrelated one is neither.
+        assert not check.flagged
+        assert [(m.id, m.kind) for m in check.matches] == [(ids[0], "lexical"), (ids[1], "semantic")]
     finally:
         restarted.close()
+
+
+def test_a_paraphrase_is_a_semantic_near_duplicate_and_vectors_reach_another_process(
+    services: Services, second: Services
+) -> None:
+    round_id = capture_round(services, near_duplicates="flag")
+    (first,) = report(services, round_id, ["The delivery was three weeks late and nobody told me why."])
+    # Another process (its vectors loaded from the database on its first check) gets a rewording
+    # (cosine 0.82, word-bigram Jaccard 0.1).
+    (reworded,) = report(second, round_id, ["The package showed up three weeks late and no one said why."])
+    (unrelated,) = report(second, round_id, [UNRELATED])
+    with second.uow(read_only=True) as uow:
+        checks = uow.near_duplicates.checks_of([reworded, unrelated])
+    assert [(m.id, m.kind) for m in checks[reworded].matches] == [(first, "semantic")]
+    assert 0.8 <= checks[reworded].matches[0].similarity < 1 and checks[reworded].flagged
+    assert unrelated not in checks
+    # The first process tops its vectors up with what the other stored before its next check.
+    assert services.vectors is not None and services.vectors.size("sentiment", 1) == 0  # checked when empty
+    report(services, round_id, ["Refunds take forever here."])
+    assert services.vectors.size("sentiment", 1) == 3

@@ -53,6 +53,8 @@ class FakeStore:
     near_duplicate_examples: dict[str, tuple[str, frozenset[int]]] = field(default_factory=dict)
     """candidate id -> (task type, band keys)"""
     near_duplicate_checks: dict[str, NearDuplicateCheck] = field(default_factory=dict)
+    near_duplicate_vectors: list[tuple[str, str, bytes | None]] = field(default_factory=list)
+    """(candidate id, task type, vector) in the order stored; a position is its seq (from 1)."""
     commits: int = 0
 
 
@@ -472,13 +474,38 @@ class FakeNearDuplicateIndex:
     def __init__(self, store: FakeStore) -> None:
         self.store = store
 
-    def add(self, candidate_id: str, task_type: str, keys: Collection[int]) -> None:
+    def add(
+        self, candidate_id: str, task_type: str, keys: Collection[int], vector: bytes | None = None
+    ) -> None:
         assert candidate_id not in self.store.near_duplicate_examples, f"{candidate_id} is indexed already"
         self.store.near_duplicate_examples[candidate_id] = (task_type, frozenset(keys))
+        self.store.near_duplicate_vectors.append((candidate_id, task_type, vector))
 
-    def add_many(self, examples: Sequence[tuple[str, str, Collection[int]]]) -> None:
-        for candidate_id, task_type, keys in examples:
-            self.add(candidate_id, task_type, keys)
+    def add_many(self, examples: Sequence[tuple[str, str, Collection[int], bytes | None]]) -> None:
+        for candidate_id, task_type, keys, vector in examples:
+            self.add(candidate_id, task_type, keys, vector)
+
+    def examples(self, candidate_ids: Collection[str]) -> dict[str, EarlierExample]:
+        found = (self.store.candidates[c] for c in candidate_ids if c in self.store.candidates)
+        return {c.id: EarlierExample(c.id, c.round_id, dict(c.inputs), c.submitted_by) for c in found}
+
+    def vectors_after(
+        self, task_type: str, seq: int, *, limit: int | None = None
+    ) -> list[tuple[int, str, bytes | None]]:
+        rows = [
+            (i, c, v)
+            for i, (c, t, v) in enumerate(self.store.near_duplicate_vectors, start=1)
+            if t == task_type and i > seq
+        ]
+        return rows[:limit] if limit is not None else rows
+
+    def without_vectors(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:
+        latest = {c: (t, v) for c, t, v in self.store.near_duplicate_vectors}
+        missing = [(c, t, dict(self.store.candidates[c].inputs)) for c, (t, v) in latest.items() if v is None]
+        return missing[:limit]
+
+    def set_vectors(self, vectors: Sequence[tuple[str, str, bytes]]) -> None:
+        self.store.near_duplicate_vectors.extend(vectors)
 
     def lookup(self, task_type: str, keys: Collection[int], *, limit: int = 200) -> list[EarlierExample]:
         shared = {

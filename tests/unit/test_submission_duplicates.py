@@ -56,7 +56,9 @@ def submit(services: Services, round_id: int, new: list[Candidate]) -> list[near
         round_ = uow.rounds.get(round_id)
         task_type = services.catalog.get(round_.task_type)
         where = [f"candidates[{i}]" if len(new) > 1 else "" for i in range(len(new))]
-        checked = near_duplicates.check_new(uow, round_, task_type, list(zip(new, where, strict=True)))
+        checked = near_duplicates.check_new(
+            services, uow, round_, task_type, list(zip(new, where, strict=True))
+        )
         for c in new:
             uow.candidates.add(c)
         near_duplicates.index_new(uow, round_, checked)
@@ -70,7 +72,7 @@ def found(services: Services, round_id: int, inputs: dict[str, str], *, by: str 
         round_ = uow.rounds.get(round_id)
         task_type = services.catalog.get(round_.task_type)
         (checked,) = near_duplicates.check_new(
-            uow, round_, task_type, [(candidate("new", round_id, inputs, by=by), "")]
+            services, uow, round_, task_type, [(candidate("new", round_id, inputs, by=by), "")]
         )
     return [m.id for m in checked.matches]
 
@@ -192,7 +194,11 @@ def test_at_most_five_are_reported_most_similar_first(store: FakeStore) -> None:
     with services.uow(read_only=True) as uow:
         round_ = uow.rounds.get(1)
         (checked,) = near_duplicates.check_new(
-            uow, round_, services.catalog.get("sentiment"), [(candidate("new", 1, {"text": TRICK}), "")]
+            services,
+            uow,
+            round_,
+            services.catalog.get("sentiment"),
+            [(candidate("new", 1, {"text": TRICK}), "")],
         )
     assert [m.id for m in checked.matches] == ["c0", "c1", "c2", "c3", "c4"]
     assert [m.similarity for m in checked.matches] == sorted(

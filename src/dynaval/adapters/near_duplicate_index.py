@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from sqlalchemy import func, insert
+from sqlalchemy import delete, func, insert
 from sqlmodel import Session, col, select
 
 from dynaval.adapters.orm import (
@@ -33,26 +33,31 @@ class SqlNearDuplicateIndex:
     def __init__(self, session: Session) -> None:
         self._session = session
 
-    def add(self, candidate_id: str, task_type: str, keys: Collection[int]) -> None:
-        """Index a candidate (added in this unit of work, or stored earlier) under its band keys."""
-        self._session.add(NearDuplicateExampleRow(candidate_id=candidate_id, task_type=task_type))
+    def add(
+        self, candidate_id: str, task_type: str, keys: Collection[int], vector: bytes | None = None
+    ) -> None:
+        """Index a candidate (added in this unit of work, or stored earlier) under its band keys,
+        with its vector (``None``: none computed)."""
+        self._session.add(
+            NearDuplicateExampleRow(candidate_id=candidate_id, task_type=task_type, embedding=vector)
+        )
         self._session.add_all(
             NearDuplicateKeyRow(task_type=task_type, band_key=key, candidate_id=candidate_id)
             for key in sorted(set(keys))
         )
 
-    def add_many(self, examples: Sequence[tuple[str, str, Collection[int]]]) -> None:
-        """Index stored candidates in bulk ``(candidate id, task type, keys)`` (the rebuild)."""
+    def add_many(self, examples: Sequence[tuple[str, str, Collection[int], bytes | None]]) -> None:
+        """Index stored candidates in bulk ``(candidate id, task type, keys, vector)`` (the rebuild)."""
         if not examples:
             return
         connection = self._session.connection()
         connection.execute(
             insert(NearDuplicateExampleRow),
-            [{"candidate_id": c, "task_type": t} for c, t, _keys in examples],
+            [{"candidate_id": c, "task_type": t, "embedding": v} for c, t, _keys, v in examples],
         )
         rows = [
             {"task_type": t, "band_key": key, "candidate_id": c}
-            for c, t, keys in examples
+            for c, t, keys, _v in examples
             for key in sorted(set(keys))
         ]
         if rows:
@@ -85,6 +90,61 @@ class SqlNearDuplicateIndex:
             ).where(col(CandidateRow.id).in_(ids))
         ).all()
         return [EarlierExample(i, r, dict(inputs), by) for i, r, inputs, by in rows]
+
+    def examples(self, candidate_ids: Collection[str]) -> dict[str, EarlierExample]:
+        """The stored examples with these ids (a semantic match names only the id)."""
+        if not candidate_ids:
+            return {}
+        rows = self._session.exec(
+            select(
+                CandidateRow.id, CandidateRow.round_id, CandidateRow.inputs, CandidateRow.submitted_by
+            ).where(col(CandidateRow.id).in_(list(candidate_ids)))
+        ).all()
+        return {i: EarlierExample(i, r, dict(inputs), by) for i, r, inputs, by in rows}
+
+    def vectors_after(
+        self, task_type: str, seq: int, *, limit: int | None = None
+    ) -> list[tuple[int, str, bytes | None]]:
+        """The examples of ``task_type`` indexed after ``seq``: ``(seq, candidate id, vector)``, in order."""
+        statement = (
+            select(
+                NearDuplicateExampleRow.seq,
+                NearDuplicateExampleRow.candidate_id,
+                NearDuplicateExampleRow.embedding,
+            )
+            .where(NearDuplicateExampleRow.task_type == task_type, col(NearDuplicateExampleRow.seq) > seq)
+            .order_by(col(NearDuplicateExampleRow.seq))
+        )
+        if limit is not None:
+            statement = statement.limit(limit)
+        return [(int(q or 0), c, v) for q, c, v in self._session.exec(statement).all()]
+
+    def without_vectors(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:
+        """Indexed examples with no vector ``(id, task type, inputs)`` (indexed while the semantic
+        check was off)."""
+        rows = self._session.exec(
+            select(CandidateRow.id, NearDuplicateExampleRow.task_type, CandidateRow.inputs)
+            .join(CandidateRow, col(CandidateRow.id) == col(NearDuplicateExampleRow.candidate_id))
+            .where(col(NearDuplicateExampleRow.embedding).is_(None))
+            .order_by(col(NearDuplicateExampleRow.seq))
+            .limit(limit)
+        ).all()
+        return [(i, task, dict(inputs)) for i, task, inputs in rows]
+
+    def set_vectors(self, vectors: Sequence[tuple[str, str, bytes]]) -> None:
+        """Give indexed examples their vectors ``(id, task type, vector)``: each row is written
+        again, under a new ``seq``, so that running processes top up with it."""
+        if not vectors:
+            return
+        ids = [c for c, _t, _v in vectors]
+        connection = self._session.connection()
+        connection.execute(
+            delete(NearDuplicateExampleRow).where(col(NearDuplicateExampleRow.candidate_id).in_(ids))
+        )
+        connection.execute(
+            insert(NearDuplicateExampleRow),
+            [{"candidate_id": c, "task_type": t, "embedding": v} for c, t, v in vectors],
+        )
 
     def unindexed(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:
         """Stored candidates missing from the index ``(id, task type, inputs)``, oldest first: what

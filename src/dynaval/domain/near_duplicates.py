@@ -231,10 +231,13 @@ def lexical_matches(
 
 
 def best(matches: Iterable[NearDuplicateMatch]) -> list[NearDuplicateMatch]:
-    """The most similar first (ties by id), one per earlier example (its best kind), at most
-    ``MAX_REPORTED``."""
+    """One per earlier example (its lexical match when it has both: a near-copy says more than a
+    paraphrase), lexical matches first, each kind most similar first (ties by id), at most
+    ``MAX_REPORTED``. The two similarities are on different scales (a Jaccard, a cosine), so they
+    are not ranked against each other."""
+    ranked = sorted(matches, key=lambda m: (m.kind != "lexical", -m.similarity, m.id))
     seen: dict[str, NearDuplicateMatch] = {}
-    for match in sorted(matches, key=lambda m: (-m.similarity, m.id, m.kind)):
+    for match in ranked:
         seen.setdefault(match.id, match)
     return list(seen.values())[:MAX_REPORTED]
 

@@ -186,7 +186,11 @@ def _submit(
         if charge is not None:
             charge([scored_text(c.inputs) for c in candidates], charge_field or task_type.main_field)
         checked = near_duplicates.check_new(
-            uow, round_, task_type, [(c, where) for c, (_, where) in zip(candidates, given, strict=True)]
+            services,
+            uow,
+            round_,
+            task_type,
+            [(c, where) for c, (_, where) in zip(candidates, given, strict=True)],
         )
         for candidate in candidates:
             uow.candidates.add(candidate)

@@ -73,6 +73,7 @@ def report_captures(
             reference, earlier = next(iter(taken.items()))
             raise _taken(round_id, reference, earlier, field=references[reference] + "reference")
         checked = near_duplicates.check_new(
+            services,
             uow,
             round_,
             task_type,

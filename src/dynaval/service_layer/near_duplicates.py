@@ -15,18 +15,25 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy
+import numpy.typing as npt
+
 from dynaval.adapters.minhash_index import band_keys
+from dynaval.adapters.semantic_index import SemanticVectors, to_bytes
 from dynaval.domain.candidate import Candidate
 from dynaval.domain.errors import NearDuplicateRefused
 from dynaval.domain.near_duplicates import (
+    MAX_REPORTED,
     EarlierExample,
     FieldShingles,
     NearDuplicateCheck,
     NearDuplicateMatch,
+    best,
     field_shingles,
     lexical_matches,
 )
 from dynaval.domain.round import Round
+from dynaval.domain.semantic_duplicates import SEMANTIC_THRESHOLD, field_cosines
 from dynaval.domain.task_type import TaskType
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import UnitOfWork
@@ -36,48 +43,100 @@ REINDEX_BATCH = 2000
 
 @dataclass(frozen=True)
 class Checked:
-    """A new example, its band keys and the near-duplicates found for it."""
+    """A new example, its band keys, its vector (semantic check on) and the near-duplicates found."""
 
     candidate: Candidate
     keys: list[int]
+    vector: npt.NDArray[numpy.float32] | None
     matches: list[NearDuplicateMatch]
 
 
 def check_new(
-    uow: UnitOfWork, round_: Round, task_type: TaskType, new: Sequence[tuple[Candidate, str]]
+    services: Services,
+    uow: UnitOfWork,
+    round_: Round,
+    task_type: TaskType,
+    new: Sequence[tuple[Candidate, str]],
 ) -> list[Checked]:
     """Compare each ``(candidate, where)`` (not stored yet) with the earlier examples and the
-    batch's earlier items. Under the round's ``reject`` policy the first one with a match raises
+    batch's earlier items, lexically and (``services.vectors`` set) semantically. Under the round's
+    ``reject`` policy the first one with a match raises
     :class:`~dynaval.domain.errors.NearDuplicateRefused`, naming ``<where>.inputs``."""
     policy = round_.decision_policy
     rule = policy.lexical_rule
     fields = task_type.data_fields
-    in_batch: list[tuple[EarlierExample, FieldShingles]] = []
+    semantic = services.vectors
+    threshold = policy.near_duplicate_semantic or SEMANTIC_THRESHOLD
+    vectors: list[npt.NDArray[numpy.float32] | None] = [None] * len(new)
+    if semantic is not None:
+        width = len(fields)
+        semantic.top_up(
+            round_.task_type,
+            width,
+            uow.near_duplicates.vectors_after(round_.task_type, semantic.last_seq(round_.task_type, width)),
+        )
+        vectors = list(semantic.encode([c.inputs for c, _ in new], fields))
+    in_batch: list[tuple[EarlierExample, FieldShingles, npt.NDArray[numpy.float32] | None]] = []
     checked = []
-    for candidate, where in new:
+    for (candidate, where), vector in zip(new, vectors, strict=True):
         shingles = field_shingles(candidate.inputs, fields)
         keys = band_keys(shingles)
         earlier = [
             (e, field_shingles(e.inputs, fields)) for e in uow.near_duplicates.lookup(round_.task_type, keys)
         ]
-        matches = lexical_matches(shingles, earlier + in_batch, rule)
+        matches = lexical_matches(shingles, earlier + [(e, s) for e, s, _v in in_batch], rule)
+        if semantic is not None and vector is not None:
+            found = _semantic_matches(
+                semantic, uow, round_.task_type, len(fields), vector, threshold, in_batch
+            )
+            matches = best(matches + found)
         if matches and policy.near_duplicates == "reject":
             raise _refused(candidate, matches, field=f"{where}.inputs" if where else "inputs")
-        checked.append(Checked(candidate, keys, matches))
+        checked.append(Checked(candidate, keys, vector, matches))
         in_batch.append(
             (
                 EarlierExample(candidate.id, candidate.round_id, candidate.inputs, candidate.submitted_by),
                 shingles,
+                vector,
             )
         )
     return checked
+
+
+def _semantic_matches(
+    semantic: SemanticVectors,
+    uow: UnitOfWork,
+    task: str,
+    fields: int,
+    vector: npt.NDArray[numpy.float32],
+    threshold: float,
+    in_batch: Sequence[tuple[EarlierExample, FieldShingles, npt.NDArray[numpy.float32] | None]],
+) -> list[NearDuplicateMatch]:
+    """The stored examples (and the batch's earlier items) whose every field's cosine with
+    ``vector`` reaches ``threshold``."""
+    hits = semantic.matches(task, fields, vector, threshold=threshold, limit=MAX_REPORTED)
+    found = uow.near_duplicates.examples([key for key, _ in hits])
+    matches = [
+        NearDuplicateMatch(key, found[key].round_id, value, "semantic", found[key].submitted_by)
+        for key, value in hits
+        if key in found
+    ]
+    for example, _shingles, its_vector in in_batch:
+        if its_vector is not None and (value := field_cosines(vector, its_vector, fields)) >= threshold:
+            matches.append(
+                NearDuplicateMatch(
+                    example.id, example.round_id, round(value, 4), "semantic", example.submitted_by
+                )
+            )
+    return matches
 
 
 def index_new(uow: UnitOfWork, round_: Round, checked: Sequence[Checked]) -> None:
     """Index the new examples (added to ``uow`` already) and record their matches."""
     flag = round_.decision_policy.near_duplicates == "flag"
     for item in checked:
-        uow.near_duplicates.add(item.candidate.id, round_.task_type, item.keys)
+        vector = to_bytes(item.vector) if item.vector is not None else None
+        uow.near_duplicates.add(item.candidate.id, round_.task_type, item.keys, vector)
         if item.matches:
             uow.near_duplicates.record(
                 NearDuplicateCheck(
@@ -148,22 +207,64 @@ def _flagged_public(candidate: Candidate, check: NearDuplicateCheck) -> dict[str
 
 def reindex(services: Services, *, batch: int = REINDEX_BATCH) -> int:
     """Add every stored candidate missing from the index (those stored before the index existed,
-    or restored from a backup without it), a batch per transaction. Returns how many were added;
-    a second run adds none."""
-    added = 0
+    or restored from a backup without it), a batch per transaction, with its vector when the
+    semantic check is on (and give a vector to those indexed while it was off). Returns how many
+    examples were added or given a vector; a second run finds none."""
+    done = 0
     while True:
         with services.uow() as uow:
             missing = uow.near_duplicates.unindexed(batch)
             if not missing:
-                return added
+                break
+            vectors = _vectors_of(services, missing)
             uow.near_duplicates.add_many(
                 [
-                    (candidate_id, task, band_keys(field_shingles(inputs, _fields(services, task, inputs))))
-                    for candidate_id, task, inputs in missing
+                    (
+                        candidate_id,
+                        task,
+                        band_keys(field_shingles(inputs, _fields(services, task, inputs))),
+                        vector,
+                    )
+                    for (candidate_id, task, inputs), vector in zip(missing, vectors, strict=True)
                 ]
             )
             uow.commit()
-        added += len(missing)
+        done += len(missing)
+    while services.vectors is not None:
+        with services.uow() as uow:
+            missing = uow.near_duplicates.without_vectors(batch)
+            if not missing:
+                break
+            vectors = _vectors_of(services, missing)
+            uow.near_duplicates.set_vectors(
+                [
+                    (c, task, v)
+                    for (c, task, _inputs), v in zip(missing, vectors, strict=True)
+                    if v is not None
+                ]
+            )
+            uow.commit()
+        done += len(missing)
+    return done
+
+
+def _vectors_of(
+    services: Services, examples: Sequence[tuple[str, str, dict[str, str]]]
+) -> list[bytes | None]:
+    """The stored form of each example's vector (``None`` each when the semantic check is off)."""
+    if services.vectors is None:
+        return [None] * len(examples)
+    out: list[bytes | None] = []
+    by_task: dict[str, list[int]] = {}
+    for i, (_c, task, _inputs) in enumerate(examples):
+        by_task.setdefault(task, []).append(i)
+    vectors: dict[int, bytes] = {}
+    for task, positions in by_task.items():
+        fields = _fields(services, task, examples[positions[0]][2])
+        encoded = services.vectors.encode([examples[i][2] for i in positions], fields)
+        vectors.update({i: to_bytes(v) for i, v in zip(positions, encoded, strict=True)})
+    out.extend(vectors.get(i) for i in range(len(examples)))
+    return out
 
 
 def _fields(services: Services, task: str, inputs: dict[str, str]) -> Sequence[str]:

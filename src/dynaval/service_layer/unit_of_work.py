@@ -481,12 +481,34 @@ class NearDuplicateIndex(Protocol):
     """The shared near-duplicate index at submission (every example's MinHash LSH band keys) and
     what each check found; see docs/near_duplicates.md."""
 
-    def add(self, candidate_id: str, task_type: str, keys: Collection[int]) -> None:
-        """Index a candidate (added in this unit of work, or stored earlier) under its band keys."""
+    def add(
+        self, candidate_id: str, task_type: str, keys: Collection[int], vector: bytes | None = None
+    ) -> None:
+        """Index a candidate (added in this unit of work, or stored earlier) under its band keys,
+        with its vector for the semantic check (``None``: none computed)."""
         ...
 
-    def add_many(self, examples: Sequence[tuple[str, str, Collection[int]]]) -> None:
-        """Index stored candidates in bulk: ``(candidate id, task type, keys)``."""
+    def add_many(self, examples: Sequence[tuple[str, str, Collection[int], bytes | None]]) -> None:
+        """Index stored candidates in bulk: ``(candidate id, task type, keys, vector)``."""
+        ...
+
+    def examples(self, candidate_ids: Collection[str]) -> dict[str, EarlierExample]:
+        """The stored examples with these ids."""
+        ...
+
+    def vectors_after(
+        self, task_type: str, seq: int, *, limit: int | None = None
+    ) -> list[tuple[int, str, bytes | None]]:
+        """The examples of ``task_type`` indexed after ``seq`` (a number that only grows):
+        ``(seq, candidate id, vector)``, in order."""
+        ...
+
+    def without_vectors(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:
+        """Indexed examples with no vector: ``(id, task type, inputs)``."""
+        ...
+
+    def set_vectors(self, vectors: Sequence[tuple[str, str, bytes]]) -> None:
+        """Give indexed examples their vectors ``(id, task type, vector)``, under a new ``seq``."""
         ...
 
     def lookup(self, task_type: str, keys: Collection[int], *, limit: int = ...) -> list[EarlierExample]:
