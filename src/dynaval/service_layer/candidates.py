@@ -172,25 +172,30 @@ def _submit(
     charge: ScoringCharge | None,
     charge_field: str | None = None,
 ) -> list[Candidate]:
-    """Check every ``(candidate, where)``, charge for scoring them, check them for near-duplicates
-    (under a ``reject`` policy a match refuses them all), store them all with their index entries,
-    then score them all."""
+    """Check every ``(candidate, where)``, charge for scoring them, encode them for the semantic
+    check (outside any write transaction), check them for near-duplicates (under a ``reject``
+    policy a match refuses them all), store them all with their index entries, then score them all."""
+    with services.uow(read_only=True) as uow:
+        round_ = uow.rounds.get(round_id)
+    round_.check_takes_candidates()
+    task_type = services.catalog.get(round_.task_type)
+    candidates = [
+        _new_candidate(round_, task_type, candidate, where=where, submitter=submitter)
+        for candidate, where in given
+    ]
+    if charge is not None:
+        charge([scored_text(c.inputs) for c in candidates], charge_field or task_type.main_field)
+    encoded = near_duplicates.encode_new(services, task_type, candidates)
     with services.uow() as uow:
         round_ = uow.rounds.get(round_id)
-        round_.check_takes_candidates()
-        task_type = services.catalog.get(round_.task_type)
-        candidates = [
-            _new_candidate(round_, task_type, candidate, where=where, submitter=submitter)
-            for candidate, where in given
-        ]
-        if charge is not None:
-            charge([scored_text(c.inputs) for c in candidates], charge_field or task_type.main_field)
+        round_.check_takes_candidates()  # again: it may have closed meanwhile
         checked = near_duplicates.check_new(
             services,
             uow,
             round_,
             task_type,
             [(c, where) for c, (_, where) in zip(candidates, given, strict=True)],
+            encoded,
         )
         for candidate in candidates:
             uow.candidates.add(candidate)

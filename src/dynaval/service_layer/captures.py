@@ -59,14 +59,19 @@ def report_captures(
     where = [f"captures[{i}]." if batch else "" for i in range(len(captures))]
     _refuse_references_twice_in(captures, where)
     at = utcnow()
+    with services.uow(read_only=True) as uow:
+        round_ = uow.rounds.get(round_id)
+    round_.check_takes_captures()
+    task_type = services.catalog.get(round_.task_type)
+    made = [
+        _new_capture(round_, task_type, given, prefix=prefix, reporter=reporter, at=at)
+        for given, prefix in zip(captures, where, strict=True)
+    ]
+    # The semantic check's model work, before the write transaction opens.
+    encoded = near_duplicates.encode_new(services, task_type, [c for c, _ in made])
     with services.uow() as uow:
         round_ = uow.rounds.get(round_id)
-        round_.check_takes_captures()
-        task_type = services.catalog.get(round_.task_type)
-        made = [
-            _new_capture(round_, task_type, given, prefix=prefix, reporter=reporter, at=at)
-            for given, prefix in zip(captures, where, strict=True)
-        ]
+        round_.check_takes_captures()  # again: it may have closed meanwhile
         references = {c.reference: p for (_, c), p in zip(made, where, strict=True) if c.reference}
         taken = uow.captures.by_references(round_id, references)
         if taken:
@@ -78,6 +83,7 @@ def report_captures(
             round_,
             task_type,
             [(c, prefix.rstrip(".")) for (c, _), prefix in zip(made, where, strict=True)],
+            encoded,
         )
         for candidate, _capture in made:
             uow.candidates.add(candidate)

@@ -39,6 +39,7 @@ from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import UnitOfWork
 
 REINDEX_BATCH = 2000
+Vector = npt.NDArray[numpy.float32]
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,12 @@ def check_new(
     round_: Round,
     task_type: TaskType,
     new: Sequence[tuple[Candidate, str]],
+    encoded: Sequence[Vector | None] | None = None,
 ) -> list[Checked]:
     """Compare each ``(candidate, where)`` (not stored yet) with the earlier examples and the
-    batch's earlier items, lexically and (``services.vectors`` set) semantically. Under the round's
-    ``reject`` policy the first one with a match raises
+    batch's earlier items, lexically and (``services.vectors`` set) semantically. ``encoded``: their
+    vectors from :func:`encode_new`, computed before the write transaction opened (else they are
+    encoded here). Under the round's ``reject`` policy the first one with a match raises
     :class:`~dynaval.domain.errors.NearDuplicateRefused`, naming ``<where>.inputs``."""
     policy = round_.decision_policy
     rule = policy.lexical_rule
@@ -75,7 +78,9 @@ def check_new(
             width,
             uow.near_duplicates.vectors_after(round_.task_type, semantic.last_seq(round_.task_type, width)),
         )
-        vectors = list(semantic.encode([c.inputs for c, _ in new], fields))
+        vectors = (
+            list(encoded) if encoded is not None else encode_new(services, task_type, [c for c, _ in new])
+        )
     in_batch: list[tuple[EarlierExample, FieldShingles, npt.NDArray[numpy.float32] | None]] = []
     checked = []
     for (candidate, where), vector in zip(new, vectors, strict=True):
@@ -101,6 +106,14 @@ def check_new(
             )
         )
     return checked
+
+
+def encode_new(services: Services, task_type: TaskType, new: Sequence[Candidate]) -> list[Vector | None]:
+    """The new examples' vectors (``None`` each when the semantic check is off): the model's work,
+    done before a write transaction opens so that no write waits for it."""
+    if services.vectors is None:
+        return [None] * len(new)
+    return list(services.vectors.encode([c.inputs for c in new], task_type.data_fields))
 
 
 def _semantic_matches(
