@@ -89,7 +89,7 @@ def test_the_old_completions_form_is_read(tmp_path: Path) -> None:
         ({"id": 1, "data": {}, "annotations": []}, "one Label Studio task, not an export"),
         (
             [{"id": 1, "text": "x", "sentiment": "a", "annotator": 7, "annotation_id": 3, "lead_time": 2.0}],
-            "JSON-MIN export, which keeps one annotation per task",
+            "JSON-MIN export, which leaves out what agreement needs",
         ),
     ],
 )

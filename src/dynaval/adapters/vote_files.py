@@ -10,7 +10,8 @@ name. Cancelled (skipped) annotations are ignored, a task without annotations co
 none, and an annotator who annotated a task more than once counts with their latest annotation (by
 ``updated_at``, then id). ``ground_truth`` annotations are votes (``include``), left out
 (``exclude``) or gold labels (``gold``). A JSON-MIN export or an export wrapped in an object is
-refused with what to export instead.
+refused with what to export instead (JSON-MIN has one row per annotation in Label Studio 1.23,
+but leaves out the control types and the ground-truth marks).
 """
 
 from __future__ import annotations
@@ -101,8 +102,8 @@ def read_votes(
             return _label_studio_export(whole, path, from_name, taxonomy_depth, ground_truth)
         if objects and len(objects) == len(whole) and all(_json_min_row(t) for t in objects):
             raise VoteFileError(
-                f"{path}: a Label Studio JSON-MIN export, which keeps one annotation per task and so "
-                f"cannot give agreement; {JSON_EXPORT}"
+                f"{path}: a Label Studio JSON-MIN export, which leaves out what agreement needs (the "
+                f"control types and the ground-truth marks); {JSON_EXPORT}"
             )
         if all(isinstance(v, Mapping) for v in whole):
             rows = enumerate(whole, start=1)
