@@ -180,7 +180,11 @@ def test_multi_choice_export_is_set_valued_with_per_choice_alpha(
         assert row["chosen"] == sum(row["choice"] in s for _, _, s in expected)
     assert [row["choice"] for row in data["per_choice"]] == ["a", "b", "c", "d"]
     code, out, _ = run(capsys, "agreement", str(path), "--bootstrap", "0")
-    assert code == 0 and "Krippendorff's alpha (masi)" in out and "alpha (chosen / not)" in out
+    assert (
+        code == 0
+        and "Krippendorff's alpha (MASI, set-valued answers)" in out
+        and "alpha (chosen / not)" in out
+    )
     code, _, err = run(capsys, "agreement", str(path), "--level", "ordinal")
     assert code == 2 and "MASI" in err
 
@@ -335,6 +339,8 @@ def test_ground_truth_included_excluded_or_gold(tmp_path: Path, capsys: pytest.C
     assert data["gold"]["majority"] == {"items": 3, "correct": 1, "ties": 1, "accuracy": 1 / 3}
     code, out, _ = run(capsys, "agreement", str(path), "--bootstrap", "0", "--ground-truth", "gold")
     assert "against gold (3 items" in out and "1 tied" in out
+    code, out, _ = run(capsys, "agreement", str(path), "--bootstrap", "0", "--ground-truth", "exclude")
+    assert code == 0 and "also left out: 3 ground-truth annotations" in out and "against gold" not in out
     jsonl = write(tmp_path, '{"item": 1, "annotator": "a", "label": "x"}\n', "votes.jsonl")
     code, _, err = run(capsys, "agreement", str(jsonl), "--ground-truth", "gold")
     assert code == 2 and "Label Studio export" in err

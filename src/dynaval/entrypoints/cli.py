@@ -396,12 +396,13 @@ def _number(value: object, digits: int = 3) -> str:
 def format_agreement(data: dict[str, Any]) -> str:
     """The agreement report as a readable table."""
     lines = []
+    level = "MASI, set-valued answers" if data["level"] == "masi" else data["level"]
     if data["alpha"] is None:
-        lines.append(f"Krippendorff's alpha ({data['level']}): undefined: {data['undefined_reason']}")
+        lines.append(f"Krippendorff's alpha ({level}): undefined: {data['undefined_reason']}")
     else:
         ci = data["ci95"]
         interval = f"   95% CI [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
-        lines.append(f"Krippendorff's alpha ({data['level']}): {data['alpha']:.3f}{interval}")
+        lines.append(f"Krippendorff's alpha ({level}): {data['alpha']:.3f}{interval}")
     source = data["source"]
     lines.append(
         f"{data['items']} items with 2+ votes, {data['annotators']} annotators, "
@@ -443,6 +444,20 @@ def format_agreement(data: dict[str, Any]) -> str:
 def _format_sets_and_gold(data: dict[str, Any]) -> list[str]:
     """The per-choice breakdown of set-valued answers and the scores against gold, when present."""
     lines: list[str] = []
+    source = data["source"]
+    left_out = [
+        f"{source.get(key) or 0} {what}"
+        for key, what in (
+            ("superseded_ignored", "earlier annotations of an annotator who annotated a task again"),
+            ("ground_truth_ignored", "ground-truth annotations"),
+            ("duplicates_ignored", "repeated votes"),
+            ("without_answer", "annotations without an answer in this control"),
+            ("tasks_without_annotations", "tasks without an annotations key"),
+        )
+        if source.get(key)
+    ]
+    if left_out:
+        lines += ["", "also left out: " + ", ".join(left_out)]
     if data.get("per_choice") is not None:
         lines += [
             "",
