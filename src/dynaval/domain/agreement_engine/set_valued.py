@@ -15,6 +15,10 @@ nominal alpha.
 
 :func:`per_choice_alpha` breaks it down: for each choice, the nominal alpha of "chosen / not
 chosen" over the same answers.
+
+Memory: the answers become a sparse items x distinct-sets count matrix (O(answers)); the MASI
+distances are an S x S matrix over the S distinct sets answered (a few hundred at most for a
+multi-choice control in practice; 2^k - 1 at worst for k choices).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from scipy import sparse
 
 from dynaval.domain.agreement_engine.encoding import Id
 from dynaval.domain.agreement_engine.report import NO_PAIRABLE, NO_VOTES, round_alpha
@@ -102,13 +107,17 @@ def masi_alpha(votes: Sequence[SetVote], *, bootstrap: int = 1000, seed: int | N
         return undefined(ONE_SET.format(label=repr(set_label(sets[0]))))
     code = {answer: k for k, answer in enumerate(sets)}
     distance = np.array([[masi_distance(a, b) for b in sets] for a in sets])
-    counts = np.zeros((len(pairable), len(sets)))
+    rows, columns, observed_list = [], [], []
     for row, answers in enumerate(pairable):
-        for answer in answers:
-            counts[row, code[answer]] += 1
-    sizes = counts.sum(axis=1)
-    observed = np.einsum("uj,jl,ul->u", counts, distance, counts) / (sizes - 1)
-    alpha = _alpha(counts.sum(axis=0)[None, :], observed.sum()[None], distance)[0]
+        codes = np.array([code[answer] for answer in answers])
+        rows.extend([row] * len(codes))
+        columns.extend(codes.tolist())
+        observed_list.append(distance[np.ix_(codes, codes)].sum() / (len(codes) - 1))
+    counts = sparse.csr_matrix(
+        (np.ones(len(rows)), (np.array(rows), np.array(columns))), shape=(len(pairable), len(sets))
+    )
+    observed = np.array(observed_list)
+    alpha = _alpha(np.asarray(counts.sum(axis=0), dtype=float), observed.sum()[None], distance)[0]
     ci95 = None
     defined = 0
     if bootstrap:
@@ -119,7 +128,8 @@ def masi_alpha(votes: Sequence[SetVote], *, bootstrap: int = 1000, seed: int | N
             block = min(BLOCK_REPLICATES, bootstrap - start)
             drawn = rng.integers(0, units, size=(block, units))
             weights = np.stack([np.bincount(row, minlength=units) for row in drawn]).astype(float)
-            replicates.append(_alpha(weights @ counts, weights @ observed, distance))
+            marginals = np.asarray((counts.T @ weights.T).T, dtype=float)
+            replicates.append(_alpha(marginals, weights @ observed, distance))
         values = np.concatenate(replicates)
         values = values[np.isfinite(values)]
         defined = int(values.size)
