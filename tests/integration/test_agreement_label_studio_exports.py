@@ -145,7 +145,6 @@ def record(posted: Posted, task: str, who: str, answer: dict[str, Any]) -> None:
 @pytest.fixture(scope="module")
 def exports(
     label_studio_server: LabelStudioServer,
-    label_studio_annotators: list[Annotator],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Exports:
     server = label_studio_server
@@ -156,7 +155,9 @@ def exports(
     task_ids = [int(t) for t in imported.task_ids or []]
     rng = random.Random(17)
     posted = Posted(admin=str(server.admin_user_id))
-    for k, annotator in enumerate(label_studio_annotators):
+    # Users of their own: a personal access token is made once per user, and the shared annotators
+    # of the test session may need theirs elsewhere.
+    for k, annotator in enumerate(server.create_annotators(4, prefix="exporter")):
         client = own_client(server, annotator)
         who = str(annotator.id)
         for t, task_id in enumerate(task_ids):
