@@ -8,21 +8,27 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from sqlalchemy import insert
 
+from dynaval.adapters.orm import CandidateRow
 from dynaval.bootstrap import bootstrap
 from dynaval.domain.provenance import writer_pseudonym
 from dynaval.domain.round_health import diversity
 from dynaval.entrypoints.app import create_app, shutdown
+from dynaval.entrypoints.routes import FIGURES_CACHE
 from dynaval.service_layer import agreement
+from dynaval.service_layer.figures_cache import FiguresCache
 from dynaval.service_layer.services import Services
 from tests.e2e.test_dashboard_pages import PageIds, fmt3, lead
 from tests.fixtures.service import EXPORTER_TOKEN, LEAD_TOKEN, WRITER_TOKEN, free_port, make_settings
 from tests.support.health_seed import MARKUP, TRICK_EDITS, HealthRounds, seed_health_rounds
+from tests.support.release_seed import T0
 
 
 @pytest.fixture
@@ -208,3 +214,36 @@ def test_the_api_carries_the_same_figures_to_an_exporter_and_a_lead(
     assert across[1]["mer"] == pytest.approx(20 / 26) and across[0]["mer"] == pytest.approx(0.5)
     assert across[1]["diversity"] == pytest.approx(planted.distinct[2])
     assert body["current"] is True
+
+
+def test_a_new_candidate_moves_the_figures_on_after_the_recomputation(
+    app: Flask, client: FlaskClient, services: Services, rounds: HealthRounds
+) -> None:
+    """The figures are cached under a fingerprint of the round's candidates: one more variation of
+    the trick joins its cluster once the background recomputation has run."""
+    second = rounds.second
+    path = f"/api/rounds/{second}/health"
+    assert lead(client, path).get_json()["repeated_patterns"]["largest"][0]["size"] == 10
+    assert services.database is not None
+    with services.database.engine.begin() as connection:
+        at = T0 + timedelta(days=20)
+        connection.execute(
+            insert(CandidateRow),
+            [
+                {
+                    "id": "00000000-0000-4000-8000-00000000beef", "round_id": second,
+                    "inputs": {"text": TRICK_EDITS[0].replace("movie", "play")}, "writer_label": "positive",
+                    "writer_id": "cy", "submitted_by": "cy", "status": "accepted", "fooled": True,
+                    "submitted_at": at, "scored_at": at, "wanted_votes": 0, "label_studio_overlap": 0,
+                    "version": 1,
+                }
+            ],
+        )  # fmt: skip
+    lead(client, path)  # starts the recomputation (it may answer with the previous figures)
+    cache: FiguresCache = app.extensions[FIGURES_CACHE]
+    cache.settle()
+    body = lead(client, path).get_json()
+    assert body["current"] is True and body["collected"] == 27
+    trick = body["repeated_patterns"]["largest"][0]
+    assert trick["size"] == 11 and trick["candidate_ids"][-1] == "00000000-0000-4000-8000-00000000beef"
+    assert body["fooled_rate"]["without_repeats"] == pytest.approx(11 / 17)
