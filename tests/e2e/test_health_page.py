@@ -16,8 +16,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import insert
 
-from dynaval.adapters.orm import CandidateRow
+from dynaval.adapters.orm import CandidateRow, RoundRow
 from dynaval.bootstrap import bootstrap
+from dynaval.domain.policy import DecisionPolicy
 from dynaval.domain.provenance import writer_pseudonym
 from dynaval.domain.round_health import diversity
 from dynaval.entrypoints.app import create_app, shutdown
@@ -247,3 +248,25 @@ def test_a_new_candidate_moves_the_figures_on_after_the_recomputation(
     trick = body["repeated_patterns"]["largest"][0]
     assert trick["size"] == 11 and trick["candidate_ids"][-1] == "00000000-0000-4000-8000-00000000beef"
     assert body["fooled_rate"]["without_repeats"] == pytest.approx(11 / 17)
+
+
+def test_an_empty_round_has_a_page_with_undefined_figures(client: FlaskClient, services: Services) -> None:
+    assert services.database is not None
+    with services.database.unit_of_work() as session:
+        row = RoundRow(
+            name="empty", task_type="nli", state="open", model_dir="/m", model_name="m",
+            model_hash="sha256:" + "ef" * 32, labels=["entailment", "neutral", "contradiction"],
+            policy=DecisionPolicy().to_dict(),
+        )  # fmt: skip
+        session.add(row)
+        session.commit()
+        assert row.id is not None
+        round_id = row.id
+    ids, _ = _page(client, round_id)
+    assert ids.text("health-collected") == "0" and ids.text("health-top-1") == fmt3(None)
+    assert ids.text("health-distinct-2") == fmt3(None) and ids.text("health-fooled-rate") == fmt3(None)
+    assert ids.text("no-clusters") == "No repeated pattern in this round."
+    assert ids.text(f"trend-{round_id}-alpha") == fmt3(None) and ids.text(f"trend-{round_id}-mark") == ""
+    body = lead(client, f"/api/rounds/{round_id}/health").get_json()
+    assert body["fields"] == ["premise", "hypothesis"] and body["across_rounds"][0]["alpha"] is None
+    assert body["across_rounds"][0]["alpha_undefined_reason"]
