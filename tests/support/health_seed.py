@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from sqlalchemy import insert, update
+from sqlmodel import col
 
 from dynaval.adapters.database import Database
 from dynaval.adapters.orm import CandidateRow
@@ -131,7 +132,7 @@ def _plant(
         for n, (candidate_id, text, writer) in enumerate(zip(seeded_ids, texts, writers, strict=True)):
             connection.execute(
                 update(CandidateRow)
-                .where(CandidateRow.id == candidate_id)
+                .where(col(CandidateRow.id) == candidate_id)
                 .values(
                     inputs={"text": text},
                     writer_id=writer,
