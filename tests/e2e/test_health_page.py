@@ -138,6 +138,7 @@ def test_the_page_shows_the_rounds_figures_clusters_and_the_inflation_mark(
     first = rounds.trick_ids[0]
     assert ids.ids("cluster-row-") == [first]
     assert ids.text(f"cluster-{first}-size") == "10" and ids.text(f"cluster-{first}-fooled") == "10"
+    assert ids.text(f"cluster-{first}-accepted") == "10"
     assert ids.text(f"cluster-{first}-example") == f"{MARKUP} {TRICK_EDITS[0]}"
     ana, cy = (writer_pseudonym(secret, w, None) for w in ("ana", "cy"))
     assert ids.all("cluster-writer") == [f"{ana[:18]}\u2026 \u00d7 7", f"{cy[:18]}\u2026 \u00d7 3"]
@@ -203,6 +204,7 @@ def test_the_api_carries_the_same_figures_to_an_exporter_and_a_lead(
     secret = services.settings.pseudonym_secret
     assert trick["first_id"] == rounds.trick_ids[0] and trick["candidate_ids"] == rounds.trick_ids
     assert trick["example"] == {"text": f"{MARKUP} {TRICK_EDITS[0]}"}
+    assert (trick["size"], trick["fooled"], trick["accepted"]) == (10, 10, 10)
     assert trick["writers"] == [
         {"writer": writer_pseudonym(secret, "ana", None), "candidates": 7},
         {"writer": writer_pseudonym(secret, "cy", None), "candidates": 3},

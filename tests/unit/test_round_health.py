@@ -92,7 +92,7 @@ def test_clusters_are_the_repeated_patterns_largest_first_with_example_and_write
     assert trick.example == {"text": TRICK}
     assert trick.writers == [("ana", 3), ("cy", 1)]
     assert trick.candidate_ids == ["c00", "c02", "c03", "c05"]
-    assert trick.fooled == 3
+    assert (trick.fooled, trick.accepted) == (3, 3)  # c00 fooled nobody: not validated
     assert health.clusters[1].writers == [("dee", 1), ("eve", 1)]
     assert health.clustered == 6
 

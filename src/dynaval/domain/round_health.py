@@ -15,7 +15,8 @@ pairs is the index's business (:mod:`dynaval.adapters.minhash_index`). The figur
 - **Repeated patterns**: the connected components of the near-duplicate graph with two candidates
   or more (:func:`~dynaval.domain.near_duplicates.clusters`), largest first (then by their first
   candidate's submission), each with its size, its first candidate's text as the example, its
-  writers (pseudonymous, most candidates first) and how many of its candidates fooled the model.
+  writers (pseudonymous, most candidates first), and how many of its candidates fooled the model
+  and how many were accepted.
 - **Fooled rate** = fooled / collected, as MER. **Fooled rate without repeated patterns**: each
   cluster counts once, as its first candidate (the earliest submitted: the trick as first found);
   candidates in no cluster count as themselves. So a trick repeated a hundred times counts as one
@@ -40,6 +41,8 @@ TOP_WRITERS = (1, 5, 10)
 NGRAM_SIZES = (1, 2, 3)
 DIVERSITY_N = 2
 """The distinct-n compared across rounds (and in the inflation mark)."""
+ACCEPTED = "accepted"
+"""The status of a candidate in the round's dataset."""
 CLUSTER_IDS_SHOWN = 20
 """A cluster lists at most this many of its candidates' ids (the size counts them all)."""
 
@@ -96,6 +99,8 @@ class PatternCluster:
     writers: list[tuple[str, int]]
     """(pseudonymous writer, candidates in the cluster), most candidates first."""
     fooled: int
+    accepted: int
+    """Candidates of the cluster accepted (by the rule or a lead): in the round's dataset."""
     candidate_ids: list[str]
     """In submission order; the first ``CLUSTER_IDS_SHOWN``."""
 
@@ -106,6 +111,7 @@ class PatternCluster:
             "example": dict(self.example),
             "writers": [{"writer": w, "candidates": n} for w, n in self.writers],
             "fooled": self.fooled,
+            "accepted": self.accepted,
             "candidate_ids": list(self.candidate_ids),
         }
 
@@ -209,6 +215,7 @@ def round_health(
                 example={name: str(first.inputs.get(name) or "") for name in fields},
                 writers=sorted(writers.items(), key=lambda item: (-item[1], item[0])),
                 fooled=sum(by_id[k].fooled for k in ordered),
+                accepted=sum(by_id[k].status == ACCEPTED for k in ordered),
                 candidate_ids=ordered[:CLUSTER_IDS_SHOWN],
             )
         )
