@@ -2,8 +2,8 @@
 writer concentration, lexical diversity, repeated patterns, the fooled rate with and without them,
 and the rounds of its task type side by side (the figures: :mod:`dynaval.domain.round_health`).
 
-The near-duplicate pass reads every candidate's text and indexes it (about 20 s for 100,000
-candidates), so a round's figures are kept in the per-process
+The near-duplicate pass reads every candidate's text and indexes it (about a minute or more for
+100,000 candidates, docs/benchmarks.md), so a round's figures are kept in the per-process
 :class:`~dynaval.service_layer.figures_cache.FiguresCache` under a fingerprint of its candidates
 (how many, the latest submission, how many scored and fooled), as the agreement figures are kept
 under one of the votes: recomputed in the background when a candidate arrives or is scored.
