@@ -328,6 +328,7 @@ def cmd_agreement(args: argparse.Namespace) -> int:
         raise CommandError(f"unknown level {args.level!r}; use one of: {', '.join(LEVELS)}")
     if args.bootstrap < 0:
         raise CommandError("--bootstrap must be 0 (no interval) or a positive number of resamples")
+    items_path = _items_path(args.items)
     try:
         votes_file = read_votes(
             Path(args.file),
@@ -385,8 +386,64 @@ def cmd_agreement(args: argparse.Namespace) -> int:
         )
     if args.ground_truth == "gold":
         data["gold"] = score_against_gold(votes_file.votes, votes_file.gold)
+    if items_path is not None:
+        _write_aggregate_items(items_path, votes_file.votes)
     print(json.dumps(data, ensure_ascii=False) if args.json else format_agreement(data))
     return 0
+
+
+_ITEMS_FIELDS = ("item", "majority", "dawid_skene_label", "dawid_skene_posterior", "votes")
+
+
+def _items_path(value: str | None) -> Path | None:
+    """The ``--items`` file, checked before any work: its extension picks JSONL or CSV."""
+    if value is None:
+        return None
+    path = Path(value)
+    if path.suffix.lower() not in (".jsonl", ".csv"):
+        raise CommandError(
+            f"--items {value}: name the file .jsonl (one JSON object per item) or .csv; "
+            f"{path.suffix or 'no extension'} is neither"
+        )
+    if not path.parent.is_dir():
+        raise CommandError(f"--items {value}: the folder {path.parent} does not exist; create it first")
+    return path
+
+
+def _write_aggregate_items(path: Path, votes: Sequence[tuple[str, str, str]]) -> None:
+    """Per item: majority label(s), Dawid-Skene label and posterior, votes (JSONL or CSV)."""
+    import csv
+    import io
+
+    from dynaval.domain.dawid_skene import aggregate_items, dawid_skene
+
+    rows = aggregate_items(dawid_skene(votes), votes) if votes else []
+    buffer = io.StringIO()
+    if path.suffix.lower() == ".csv":
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(_ITEMS_FIELDS)
+        for row in rows:
+            majority = row["majority"]
+            assert isinstance(majority, list)
+            writer.writerow(
+                (row["item"], "|".join(majority), row["label"], repr(row["posterior"]), row["votes"])
+            )
+    else:
+        for row in rows:
+            record = dict(
+                zip(
+                    _ITEMS_FIELDS,
+                    (row[k] for k in ("item", "majority", "label", "posterior", "votes")),
+                    strict=True,
+                )
+            )
+            buffer.write(json.dumps(record, ensure_ascii=False) + "\n")
+    try:
+        path.write_text(buffer.getvalue(), encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(
+            f"--items {path}: cannot write it ({exc.strerror}); choose a writable path"
+        ) from None
 
 
 def _number(value: object, digits: int = 3) -> str:
@@ -434,9 +491,16 @@ def format_agreement(data: dict[str, Any]) -> str:
     if aggregate:
         lines += [
             "",
-            f"Dawid-Skene: {aggregate['items_differing_from_majority']} of {aggregate['items']} items "
-            f"labelled differently from the majority vote ({aggregate['iterations']} iterations)",
+            f"Dawid-Skene: {aggregate['items_differing_from_majority']} of {aggregate['item_count']} items "
+            f"labelled differently from the majority vote, {aggregate['items_tied_in_majority']} tied in the "
+            f"majority vote (no tie-break: counted apart) ({aggregate['iterations']} iterations)",
         ]
+        if not aggregate["converged"]:
+            lines.append(
+                f"Dawid-Skene did not converge: {aggregate['max_iterations']} iterations reached with the "
+                f"parameters still moving by {aggregate['parameter_change']:.2g} "
+                f"(tolerance {aggregate['tolerance']:.0e}); treat its labels with care"
+            )
     lines += _format_sets_and_gold(data)
     return "\n".join(lines)
 
@@ -600,6 +664,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the first or last one counts (a Label Studio export always uses each annotator's latest)",
     )
     agreement.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    agreement.add_argument(
+        "--items",
+        metavar="FILE",
+        help="also write per item the majority label(s), the Dawid-Skene label and posterior and the "
+        "number of votes: FILE.jsonl or FILE.csv",
+    )
     agreement.set_defaults(run=cmd_agreement)
 
     round_ = commands.add_parser("round", help="round lifecycle commands")
