@@ -51,6 +51,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 from numpy.typing import NDArray
@@ -476,21 +477,29 @@ def majority_labels(votes: Iterable[tuple[str, str, str]]) -> dict[str, tuple[st
     return majority
 
 
-def aggregate_items(
-    result: DawidSkeneResult, votes: Sequence[tuple[str, str, str]]
-) -> list[dict[str, object]]:
+class ItemAggregate(TypedDict):
+    """One item's aggregate labels (see :func:`aggregate_items`)."""
+
+    item: str
+    majority: list[str]
+    label: str
+    posterior: float
+    votes: int
+
+
+def aggregate_items(result: DawidSkeneResult, votes: Sequence[tuple[str, str, str]]) -> list[ItemAggregate]:
     """Per item, in ``result.items`` order: majority label(s), Dawid-Skene label and its posterior,
     and the number of votes."""
     majority = majority_labels(votes)
     n_votes = Counter(item for item, _annotator, _label in votes)
     return [
-        {
-            "item": item,
-            "majority": list(majority[item]),
-            "label": label,
-            "posterior": float(posterior),
-            "votes": n_votes[item],
-        }
+        ItemAggregate(
+            item=item,
+            majority=list(majority[item]),
+            label=label,
+            posterior=float(posterior),
+            votes=n_votes[item],
+        )
         for item, label, posterior in zip(
             result.items, result.aggregated, result.winning_posteriors(), strict=True
         )
@@ -501,7 +510,8 @@ def dawid_skene_beside_majority(
     votes: Sequence[tuple[str, str, str]], *, labels: Sequence[str] | None = None
 ) -> dict[str, object]:
     """Dawid-Skene's view of the votes, for reports: priors, each annotator's confusion matrix,
-    convergence, each item's label and posterior, and how it compares with the majority vote.
+    convergence, each item's label and posterior (with its majority label(s) and number of votes),
+    and how it compares with the majority vote.
 
     Items whose majority is tied (two or more labels share the top count) have no majority label:
     they are counted in ``items_tied_in_majority`` and never in ``items_differing_from_majority``,
@@ -509,12 +519,8 @@ def dawid_skene_beside_majority(
     """
     result = dawid_skene(votes, labels=labels)
     per_item = aggregate_items(result, votes)
-    tied = sum(1 for row in per_item if len(row["majority"]) > 1)  # type: ignore[arg-type]
-    differing = sum(
-        1
-        for row in per_item
-        if len(row["majority"]) == 1 and row["majority"] != [row["label"]]  # type: ignore[arg-type]
-    )
+    tied = sum(1 for row in per_item if len(row["majority"]) > 1)
+    differing = sum(1 for row in per_item if len(row["majority"]) == 1 and row["majority"] != [row["label"]])
     full = result.to_dict()
     return {
         "labels": full["labels"],
@@ -526,9 +532,7 @@ def dawid_skene_beside_majority(
         "tolerance": result.tolerance,
         "parameter_change": result.parameter_change,
         "log_likelihood": result.log_likelihood,
-        "items": [
-            {"item": row["item"], "label": row["label"], "posterior": row["posterior"]} for row in per_item
-        ],
+        "items": per_item,
         "item_count": len(result.items),
         "items_differing_from_majority": differing,
         "items_tied_in_majority": tied,

@@ -357,9 +357,10 @@ def cmd_agreement(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise CommandError(str(exc)) from None
+    aggregate = dawid_skene_beside_majority(votes_file.votes) if votes_file.votes else None
     data: dict[str, Any] = {
         **report.to_dict(),
-        "dawid_skene": dawid_skene_beside_majority(votes_file.votes) if votes_file.votes else None,
+        "dawid_skene": aggregate,
         "source": {
             "format": votes_file.source,
             "from_name": votes_file.from_name,
@@ -387,7 +388,7 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     if args.ground_truth == "gold":
         data["gold"] = score_against_gold(votes_file.votes, votes_file.gold)
     if items_path is not None:
-        _write_aggregate_items(items_path, votes_file.votes)
+        _write_aggregate_items(items_path, aggregate["items"] if aggregate else [])
     print(json.dumps(data, ensure_ascii=False) if args.json else format_agreement(data))
     return 0
 
@@ -410,30 +411,25 @@ def _items_path(value: str | None) -> Path | None:
     return path
 
 
-def _write_aggregate_items(path: Path, votes: Sequence[tuple[str, str, str]]) -> None:
+def _write_aggregate_items(path: Path, rows: Any) -> None:
     """Per item: majority label(s), Dawid-Skene label and posterior, votes (JSONL or CSV)."""
     import csv
     import io
 
-    from dynaval.domain.dawid_skene import aggregate_items, dawid_skene
-
-    rows = aggregate_items(dawid_skene(votes), votes) if votes else []
     buffer = io.StringIO()
     if path.suffix.lower() == ".csv":
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(_ITEMS_FIELDS)
         for row in rows:
-            majority = row["majority"]
-            assert isinstance(majority, list)
             writer.writerow(
-                (row["item"], "|".join(majority), row["label"], repr(row["posterior"]), row["votes"])
+                (row["item"], "|".join(row["majority"]), row["label"], repr(row["posterior"]), row["votes"])
             )
     else:
         for row in rows:
             record = dict(
                 zip(
                     _ITEMS_FIELDS,
-                    (row[k] for k in ("item", "majority", "label", "posterior", "votes")),
+                    (row["item"], row["majority"], row["label"], row["posterior"], row["votes"]),
                     strict=True,
                 )
             )
