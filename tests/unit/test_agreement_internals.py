@@ -190,3 +190,13 @@ def test_ratio_with_many_labels_matches_the_package() -> None:
         warnings.simplefilter("ignore", RuntimeWarning)
         expected = krippendorff.alpha(reliability_data=data, level_of_measurement="ratio")
     assert round_alpha(shifted, level="ratio", bootstrap=0).alpha == pytest.approx(expected, abs=1e-9)
+
+
+def test_bootstrap_gives_the_blas_threads_back() -> None:
+    from threadpoolctl import threadpool_info
+
+    before = [(lib["filepath"], lib["num_threads"]) for lib in threadpool_info() if lib["user_api"] == "blas"]
+    columns = random_votes(np.random.default_rng(8), items=2000, annotators=5, labels=20)
+    assert round_alpha(columns, bootstrap=50, seed=1).ci95 is not None
+    after = [(lib["filepath"], lib["num_threads"]) for lib in threadpool_info() if lib["user_api"] == "blas"]
+    assert before and after == before

@@ -175,7 +175,9 @@ def dense_patterns(item: IntArray, label: IntArray, n_items: int, n_labels: int)
     span = n_items * n_labels
     if item.size == 0 or span > _DENSE_FACTOR * item.size + _DENSE_SLACK:
         return None
-    counts = np.bincount(_entry_key(item, label, n_labels), minlength=span).reshape(n_items, n_labels)
+    counts: IntArray = np.bincount(_entry_key(item, label, n_labels), minlength=span).reshape(
+        n_items, n_labels
+    )
     size = np.bincount(item, minlength=n_items)
     pairable = size >= 2
     if not pairable.any():
