@@ -320,7 +320,7 @@ DEFAULT_LEVELS = {"rating": "ordinal", "number": "interval"}
 def cmd_agreement(args: argparse.Namespace) -> int:
     from dynaval.adapters.vote_files import JSONL, VoteFileError, read_votes
     from dynaval.domain.agreement_engine import Level, agreement_report
-    from dynaval.domain.agreement_engine.against_gold import score_against_gold
+    from dynaval.domain.agreement_engine.against_gold import score_against_gold, score_labels_against_gold
     from dynaval.domain.agreement_engine.set_valued import masi_alpha, per_choice_alpha
     from dynaval.domain.dawid_skene import dawid_skene_beside_majority
 
@@ -358,6 +358,7 @@ def cmd_agreement(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     aggregate = dawid_skene_beside_majority(votes_file.votes) if votes_file.votes else None
+    aggregate_items = cast(list[dict[str, Any]], aggregate["items"]) if aggregate else []
     data: dict[str, Any] = {
         **report.to_dict(),
         "dawid_skene": aggregate,
@@ -387,8 +388,11 @@ def cmd_agreement(args: argparse.Namespace) -> int:
         )
     if args.ground_truth == "gold":
         data["gold"] = score_against_gold(votes_file.votes, votes_file.gold)
+        data["gold"]["dawid_skene"] = score_labels_against_gold(
+            {row["item"]: row["label"] for row in aggregate_items}, votes_file.gold
+        )
     if items_path is not None:
-        _write_aggregate_items(items_path, aggregate["items"] if aggregate else [])
+        _write_aggregate_items(items_path, aggregate_items)
     print(json.dumps(data, ensure_ascii=False) if args.json else format_agreement(data))
     return 0
 
@@ -411,7 +415,7 @@ def _items_path(value: str | None) -> Path | None:
     return path
 
 
-def _write_aggregate_items(path: Path, rows: Any) -> None:
+def _write_aggregate_items(path: Path, rows: list[dict[str, Any]]) -> None:
     """Per item: majority label(s), Dawid-Skene label and posterior, votes (JSONL or CSV)."""
     import csv
     import io
@@ -544,6 +548,12 @@ def _format_sets_and_gold(data: dict[str, Any]) -> list[str]:
             f"{'majority vote':<20} {majority['items']:>7} {majority['correct']:>8} "
             f"{_number(majority['accuracy']):>9}  ({majority['ties']} tied, counted as wrong)"
         )
+        aggregate = gold.get("dawid_skene")
+        if aggregate is not None:
+            lines.append(
+                f"{'Dawid-Skene':<20} {aggregate['items']:>7} {aggregate['correct']:>8} "
+                f"{_number(aggregate['accuracy']):>9}"
+            )
     return lines
 
 
