@@ -18,6 +18,7 @@ from nltk.metrics.distance import masi_distance as nltk_masi
 from dynaval.adapters.vote_files import VoteFileError, read_votes
 from dynaval.domain.agreement_engine.against_gold import score_against_gold
 from dynaval.domain.agreement_engine.set_valued import masi_alpha, masi_distance, per_choice_alpha
+from dynaval.domain.dawid_skene import dawid_skene
 from dynaval.entrypoints.cli import main
 
 
@@ -337,8 +338,12 @@ def test_ground_truth_included_excluded_or_gold(tmp_path: Path, capsys: pytest.C
         {"annotator": "8", "items": 3, "correct": 1, "accuracy": 1 / 3},
     ]
     assert data["gold"]["majority"] == {"items": 3, "correct": 1, "ties": 1, "accuracy": 1 / 3}
+    fitted = dawid_skene(gold.votes)
+    correct = sum(fitted.aggregate_of(item) == label for item, label in gold.gold.items())
+    assert data["gold"]["dawid_skene"] == {"items": 3, "correct": correct, "accuracy": correct / 3}
     code, out, _ = run(capsys, "agreement", str(path), "--bootstrap", "0", "--ground-truth", "gold")
     assert "against gold (3 items" in out and "1 tied" in out
+    assert f"{'Dawid-Skene':<20} {3:>7} {correct:>8}" in out
     code, out, _ = run(capsys, "agreement", str(path), "--bootstrap", "0", "--ground-truth", "exclude")
     assert code == 0 and "also left out: 3 ground-truth annotations" in out and "against gold" not in out
     jsonl = write(tmp_path, '{"item": 1, "annotator": "a", "label": "x"}\n', "votes.jsonl")

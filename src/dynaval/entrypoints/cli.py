@@ -320,7 +320,7 @@ DEFAULT_LEVELS = {"rating": "ordinal", "number": "interval"}
 def cmd_agreement(args: argparse.Namespace) -> int:
     from dynaval.adapters.vote_files import JSONL, VoteFileError, read_votes
     from dynaval.domain.agreement_engine import Level, agreement_report
-    from dynaval.domain.agreement_engine.against_gold import score_against_gold
+    from dynaval.domain.agreement_engine.against_gold import score_against_gold, score_labels_against_gold
     from dynaval.domain.agreement_engine.set_valued import masi_alpha, per_choice_alpha
     from dynaval.domain.dawid_skene import dawid_skene_beside_majority
 
@@ -328,6 +328,7 @@ def cmd_agreement(args: argparse.Namespace) -> int:
         raise CommandError(f"unknown level {args.level!r}; use one of: {', '.join(LEVELS)}")
     if args.bootstrap < 0:
         raise CommandError("--bootstrap must be 0 (no interval) or a positive number of resamples")
+    items_path = _items_path(args.items)
     try:
         votes_file = read_votes(
             Path(args.file),
@@ -356,9 +357,11 @@ def cmd_agreement(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise CommandError(str(exc)) from None
+    aggregate = dawid_skene_beside_majority(votes_file.votes) if votes_file.votes else None
+    aggregate_items = cast(list[dict[str, Any]], aggregate["items"]) if aggregate else []
     data: dict[str, Any] = {
         **report.to_dict(),
-        "dawid_skene": dawid_skene_beside_majority(votes_file.votes) if votes_file.votes else None,
+        "dawid_skene": aggregate,
         "source": {
             "format": votes_file.source,
             "from_name": votes_file.from_name,
@@ -385,8 +388,62 @@ def cmd_agreement(args: argparse.Namespace) -> int:
         )
     if args.ground_truth == "gold":
         data["gold"] = score_against_gold(votes_file.votes, votes_file.gold)
+        data["gold"]["dawid_skene"] = score_labels_against_gold(
+            {row["item"]: row["label"] for row in aggregate_items}, votes_file.gold
+        )
+    if items_path is not None:
+        _write_aggregate_items(items_path, aggregate_items)
     print(json.dumps(data, ensure_ascii=False) if args.json else format_agreement(data))
     return 0
+
+
+_ITEMS_FIELDS = ("item", "majority", "dawid_skene_label", "dawid_skene_posterior", "votes")
+
+
+def _items_path(value: str | None) -> Path | None:
+    """The ``--items`` file, checked before any work: its extension picks JSONL or CSV."""
+    if value is None:
+        return None
+    path = Path(value)
+    if path.suffix.lower() not in (".jsonl", ".csv"):
+        raise CommandError(
+            f"--items {value}: name the file .jsonl (one JSON object per item) or .csv; "
+            f"{path.suffix or 'no extension'} is neither"
+        )
+    if not path.parent.is_dir():
+        raise CommandError(f"--items {value}: the folder {path.parent} does not exist; create it first")
+    return path
+
+
+def _write_aggregate_items(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Per item: majority label(s), Dawid-Skene label and posterior, votes (JSONL or CSV)."""
+    import csv
+    import io
+
+    buffer = io.StringIO()
+    if path.suffix.lower() == ".csv":
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(_ITEMS_FIELDS)
+        for row in rows:
+            writer.writerow(
+                (row["item"], "|".join(row["majority"]), row["label"], repr(row["posterior"]), row["votes"])
+            )
+    else:
+        for row in rows:
+            record = dict(
+                zip(
+                    _ITEMS_FIELDS,
+                    (row["item"], row["majority"], row["label"], row["posterior"], row["votes"]),
+                    strict=True,
+                )
+            )
+            buffer.write(json.dumps(record, ensure_ascii=False) + "\n")
+    try:
+        path.write_text(buffer.getvalue(), encoding="utf-8")
+    except OSError as exc:
+        raise CommandError(
+            f"--items {path}: cannot write it ({exc.strerror}); choose a writable path"
+        ) from None
 
 
 def _number(value: object, digits: int = 3) -> str:
@@ -434,9 +491,16 @@ def format_agreement(data: dict[str, Any]) -> str:
     if aggregate:
         lines += [
             "",
-            f"Dawid-Skene: {aggregate['items_differing_from_majority']} of {aggregate['items']} items "
-            f"labelled differently from the majority vote ({aggregate['iterations']} iterations)",
+            f"Dawid-Skene: {aggregate['items_differing_from_majority']} of {aggregate['item_count']} items "
+            f"labelled differently from the majority vote, {aggregate['items_tied_in_majority']} tied in the "
+            f"majority vote (no tie-break: counted apart) ({aggregate['iterations']} iterations)",
         ]
+        if not aggregate["converged"]:
+            lines.append(
+                f"Dawid-Skene did not converge: {aggregate['max_iterations']} iterations reached with the "
+                f"parameters still moving by {aggregate['parameter_change']:.2g} "
+                f"(tolerance {aggregate['tolerance']:.0e}); treat its labels with care"
+            )
     lines += _format_sets_and_gold(data)
     return "\n".join(lines)
 
@@ -484,6 +548,12 @@ def _format_sets_and_gold(data: dict[str, Any]) -> list[str]:
             f"{'majority vote':<20} {majority['items']:>7} {majority['correct']:>8} "
             f"{_number(majority['accuracy']):>9}  ({majority['ties']} tied, counted as wrong)"
         )
+        aggregate = gold.get("dawid_skene")
+        if aggregate is not None:
+            lines.append(
+                f"{'Dawid-Skene':<20} {aggregate['items']:>7} {aggregate['correct']:>8} "
+                f"{_number(aggregate['accuracy']):>9}"
+            )
     return lines
 
 
@@ -600,6 +670,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the first or last one counts (a Label Studio export always uses each annotator's latest)",
     )
     agreement.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    agreement.add_argument(
+        "--items",
+        metavar="FILE",
+        help="also write per item the majority label(s), the Dawid-Skene label and posterior and the "
+        "number of votes: FILE.jsonl or FILE.csv",
+    )
     agreement.set_defaults(run=cmd_agreement)
 
     round_ = commands.add_parser("round", help="round lifecycle commands")

@@ -43,3 +43,14 @@ def score_against_gold(votes: Sequence[tuple[str, str, str]], gold: Mapping[str,
             "accuracy": correct / len(by_item) if by_item else None,
         },
     }
+
+
+def score_labels_against_gold(labels: Mapping[str, str], gold: Mapping[str, str]) -> dict[str, object]:
+    """One label per item (an aggregate such as Dawid-Skene's) scored on the gold items it labels."""
+    scored = [item for item in labels if item in gold]
+    correct = sum(labels[item] == gold[item] for item in scored)
+    return {
+        "items": len(scored),
+        "correct": correct,
+        "accuracy": correct / len(scored) if scored else None,
+    }
