@@ -109,7 +109,7 @@ NON_ASCII_EDITS = [
         "Die Brötchen waren frisch und die Größe war perfekt.",
         "Die Brötchen waren frisch und die Größe war ideal.",
     ),
-    ("这家餐厅的服务非常好，菜也很好吃。", "这家餐厅的服务非常好，菜也很美味。"),
+    ("这家餐厅的服务非常好，菜也很好吃。", "这家餐厅的服务非常好，菜也很美味。"),  # noqa: RUF001 (Chinese commas)
     ("このホテルの部屋はとても綺麗でした。", "このホテルの部屋はとても清潔でした。"),
     (
         "El hotel está cerca de la playa y la habitación es cómoda.",

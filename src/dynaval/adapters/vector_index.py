@@ -104,6 +104,7 @@ class VectorIndex:
         faiss = self._faiss
         count = len(self._keys)
         everything = self._index.reconstruct_n(0, count)
+        self._index.reset()  # its vectors are in ``everything`` now: do not hold them twice
         cells = cells_for(count)
         quantizer = faiss.IndexFlatIP(self.dimensions)
         index = faiss.IndexIVFFlat(quantizer, self.dimensions, cells, faiss.METRIC_INNER_PRODUCT)
