@@ -8,10 +8,11 @@ import numpy.typing as npt
 import pytest
 
 from dynaval.adapters.sentence_encoder import SentenceEncoder
-from dynaval.adapters.vector_index import EXACT_UP_TO, VectorIndex
+from dynaval.adapters.vector_index import EXACT_UP_TO, PENDING_ROWS, VectorIndex
 from dynaval.domain.semantic_duplicates import (
     SEMANTIC_THRESHOLD,
     example_vector,
+    example_vectors,
     field_cosines,
     is_semantic_duplicate,
 )
@@ -157,6 +158,15 @@ def test_example_vector_dot_is_the_mean_field_cosine_and_field_cosines_the_small
     assert field_cosines(a, b, 3) == pytest.approx(float(cosines.min()), abs=1e-6)
 
 
+def test_example_vectors_makes_each_row_as_example_vector_does() -> None:
+    fields = numpy.random.default_rng(4).standard_normal((5, 2, 6)).astype(numpy.float32)
+    rows = example_vectors(fields)
+    assert rows.shape == (5, 12) and rows.dtype == numpy.float32
+    for row, example in zip(rows, fields, strict=True):
+        assert numpy.allclose(row, example_vector(example), atol=1e-7)
+    assert example_vectors(numpy.zeros((0, 2, 6))).shape == (0, 12)
+
+
 def test_an_empty_field_is_similar_to_nothing() -> None:
     vectors = numpy.array([[1.0, 0.0], [0.0, 0.0]], dtype=numpy.float32)
     a = example_vector(vectors)
@@ -266,3 +276,24 @@ def test_a_large_index_reports_exact_scores_and_finds_planted_near_duplicates() 
         assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)
         found_planted += f"k{q * 7}" in dict(hits)
     assert found_planted == len(queries)
+
+
+def test_vectors_added_after_training_are_found_one_by_one_and_after_they_move_into_the_cells() -> None:
+    rng = numpy.random.default_rng(8)
+    dimensions = 16
+    index = VectorIndex(dimensions)
+    first = random_units(rng, EXACT_UP_TO + 1, dimensions)
+    index.add([f"k{i}" for i in range(len(first))], first)
+    assert not index.exact
+    later = random_units(rng, PENDING_ROWS + 10, dimensions)
+    for i in range(5):  # one at a time: they wait outside the cells
+        index.add([f"late{i}"], later[i])
+        assert index.search(later[i], threshold=0.999, limit=1) == [
+            (f"late{i}", pytest.approx(1.0, abs=1e-5))
+        ]
+    index.add([f"late{i}" for i in range(5, len(later))], later[5:])  # fills the waiting room: all go in
+    assert len(index) == len(first) + len(later)
+    for i in (0, 4, 5, len(later) - 1):
+        assert numpy.array_equal(index.vector(f"late{i}"), later[i])
+        assert index.search(later[i], threshold=0.999, limit=1)[0][0] == f"late{i}"
+    assert numpy.array_equal(index.vector("k7"), first[7])

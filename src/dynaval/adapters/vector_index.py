@@ -34,6 +34,9 @@ PROBES = 48
 """Cells scanned per search of the inverted-file index."""
 RETRAIN_GROWTH = 8
 """The cells are trained again when the index holds this many times the vectors they were trained on."""
+PENDING_ROWS = 4096
+"""Vectors added after training are searched by brute force until this many wait; then they go into
+the cells in one add."""
 TRAIN_POINTS_PER_CELL = 64
 """k-means runs on at most this many vectors per cell (a sample): enough for stable cells, and it
 keeps training 1,000,000 vectors to seconds."""
@@ -57,6 +60,11 @@ class VectorIndex:
         self._lock = threading.Lock()
         self._index: Any = faiss.IndexFlatIP(dimensions)
         self._trained_on = 0
+        # Vectors added since the cells were trained wait here, searched by brute force, and go into
+        # the cells PENDING_ROWS at a time: one faiss add costs a few milliseconds (a parallel
+        # region) however few rows it carries, so adding candidates one by one stays cheap.
+        self._pending = numpy.zeros((0, dimensions), dtype=numpy.float32)
+        self._pending_count = 0
         self._keys: list[str] = []
         self._positions: dict[str, int] = {}
 
@@ -89,22 +97,47 @@ class VectorIndex:
                     raise ValueError(f"{key} is in the index already")
             if not fresh:
                 return
-            self._index.add(rows)
-            for key in fresh:
-                self._positions[key] = len(self._keys)
-                self._keys.append(key)
-            count = len(self._keys)
+            count = len(self._keys) + len(fresh)
             if (self._trained_on == 0 and count > EXACT_UP_TO) or (
                 self._trained_on and count >= RETRAIN_GROWTH * self._trained_on
             ):
-                self._train()
+                self._train(rows)
+            elif self._trained_on == 0:
+                self._index.add(rows)  # a flat index: an add is a copy
+            else:
+                self._add_to_cells(rows)
+            for key in fresh:
+                self._positions[key] = len(self._keys)
+                self._keys.append(key)
 
-    def _train(self) -> None:
-        """Move every vector into an inverted-file index whose cells are trained on them."""
+    def _add_to_cells(self, rows: npt.NDArray[numpy.float32]) -> None:
+        if self._pending_count + len(rows) > PENDING_ROWS:
+            self._flush()
+        if len(rows) >= PENDING_ROWS:
+            self._index.add(rows)
+            return
+        if not len(self._pending):
+            self._pending = numpy.zeros((PENDING_ROWS, self.dimensions), dtype=numpy.float32)
+        self._pending[self._pending_count : self._pending_count + len(rows)] = rows
+        self._pending_count += len(rows)
+
+    def _flush(self) -> None:
+        if self._pending_count:
+            self._index.add(self._pending[: self._pending_count])
+            self._pending_count = 0
+
+    def _train(self, rows: npt.NDArray[numpy.float32]) -> None:
+        """Move every vector held, and ``rows``, into an inverted-file index trained on them all."""
         faiss = self._faiss
-        count = len(self._keys)
-        everything = self._index.reconstruct_n(0, count)
+        held = [self._index.reconstruct_n(0, self._index.ntotal)] if self._index.ntotal else []
+        held += [self._pending[: self._pending_count]] if self._pending_count else []
+        # A rebuild adds everything at once into an empty index: then ``rows`` are used as they are,
+        # not copied (the index's own copy is the only other one).
+        everything = numpy.concatenate([*held, rows]) if held else rows
+        del held
         self._index.reset()  # its vectors are in ``everything`` now: do not hold them twice
+        self._pending_count = 0
+        count = len(everything)
         cells = cells_for(count)
         quantizer = faiss.IndexFlatIP(self.dimensions)
         index = faiss.IndexIVFFlat(quantizer, self.dimensions, cells, faiss.METRIC_INNER_PRODUCT)
@@ -121,7 +154,12 @@ class VectorIndex:
     def vector(self, key: str) -> npt.NDArray[numpy.float32]:
         """The vector stored under ``key`` (a copy)."""
         with self._lock:
-            row: npt.NDArray[numpy.float32] = self._index.reconstruct(self._positions[key])
+            position = self._positions[key]
+            held = int(self._index.ntotal)
+            if position >= held:
+                row: npt.NDArray[numpy.float32] = self._pending[position - held].copy()
+            else:
+                row = self._index.reconstruct(position)
         return row
 
     def search(self, vector: npt.ArrayLike, *, threshold: float, limit: int) -> list[tuple[str, float]]:
@@ -142,5 +180,12 @@ class VectorIndex:
                 for i, score in zip(ids, scores, strict=True)
                 if score >= threshold
             ]
+            if self._pending_count:
+                held = int(self._index.ntotal)
+                pending = self._pending[: self._pending_count] @ query[0]
+                hits += [
+                    (self._keys[held + int(i)], float(pending[i]))
+                    for i in numpy.flatnonzero(pending >= threshold)
+                ]
         hits.sort(key=lambda hit: (-hit[1], hit[0]))
         return hits[:limit]

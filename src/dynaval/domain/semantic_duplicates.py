@@ -53,6 +53,18 @@ def example_vector(field_vectors: npt.ArrayLike) -> Vector:
     return flat.astype(numpy.float32, copy=False)
 
 
+def example_vectors(field_vectors: npt.ArrayLike) -> Vector:
+    """Many examples' vectors at once: ``(examples, fields, d)`` -> ``(examples, fields * d)``, each
+    row as :func:`example_vector` makes it (for rebuilding an index from stored field vectors)."""
+    rows = numpy.asarray(field_vectors, dtype=numpy.float32)
+    if rows.ndim != 3 or rows.shape[1] < 1 or rows.shape[2] < 1:
+        raise ValueError(f"field vectors must be an (examples, fields, dimensions) array, not {rows.shape}")
+    count, fields, dimensions = rows.shape
+    unit = _unit_rows(rows.reshape(count * fields, dimensions)) if count else rows.reshape(0, dimensions)
+    flat = unit.reshape(count, fields * dimensions) / numpy.float32(numpy.sqrt(fields))
+    return flat.astype(numpy.float32, copy=False)
+
+
 def field_cosines(a: npt.ArrayLike, b: npt.ArrayLike, fields: int) -> float:
     """The rule's similarity of two example vectors (as :func:`example_vector` makes them): the
     smallest of their per-field cosines."""
