@@ -44,19 +44,25 @@ def percentiles(samples_ms: list[float]) -> tuple[float, float]:
     return float(numpy.percentile(values, 50)), float(numpy.percentile(values, 99))
 
 
-def seed_sentences() -> list[str]:
-    texts = []
-    for name in ("train.jsonl", "heldout.jsonl", "nli_train.jsonl"):
+def seed_examples(fields: int) -> list[list[str]]:
+    """The seed sets' examples as the check encodes them: a sentence alone, or (for two fields) an NLI
+    premise and hypothesis, encoded together in one batch."""
+    names = ("train.jsonl", "heldout.jsonl") if fields == 1 else ("nli_train.jsonl", "nli_heldout.jsonl")
+    examples = []
+    for name in names:
         raw = resources.files("dynaval.model_builder").joinpath("seed", name).read_text(encoding="utf-8")
         for line in raw.splitlines():
             if line.strip():
                 row = json.loads(line)
-                texts.append(row.get("text") or f"{row['premise']} {row['hypothesis']}")
-    return texts
+                examples.append([row["text"]] if fields == 1 else [row["premise"], row["hypothesis"]])
+    return examples
 
 
-def measure_encoding(texts: list[str], threads: int) -> tuple[tuple[float, float], tuple[float, float]]:
-    """p50 and p99 of one text's encoding, by the clock and by CPU time (this process's)."""
+def measure_encoding(
+    examples: list[list[str]], threads: int
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """p50 and p99 of one example's encoding (its fields in one batch), by the clock and by CPU time
+    (this process's)."""
     import torch
 
     from dynaval.adapters.sentence_encoder import SentenceEncoder
@@ -65,9 +71,9 @@ def measure_encoding(texts: list[str], threads: int) -> tuple[tuple[float, float
     encoder = SentenceEncoder()
     encoder.encode(["warm up: the model loads on the first call"])
     wall, cpu = [], []
-    for text in texts:
+    for fields in examples:
         started, started_cpu = time.perf_counter(), time.process_time()
-        encoder.encode([text])
+        encoder.encode(fields)
         wall.append((time.perf_counter() - started) * 1000)
         cpu.append((time.process_time() - started_cpu) * 1000)
     return percentiles(wall), percentiles(cpu)
@@ -83,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=1_000_000, help="vectors in the index")
     parser.add_argument("--fields", type=int, default=1, help="input fields (NLI: 2)")
     parser.add_argument("--queries", type=int, default=1000)
-    parser.add_argument("--texts", type=int, default=300, help="single texts to encode")
+    parser.add_argument("--texts", type=int, default=300, help="seed examples to encode one by one")
+    parser.add_argument("--encode-threads", default="1,2", help="torch thread counts to encode with")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -95,13 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0]
     print(f"{cores} CPU cores, load average {load:.1f} at the start")
 
-    texts = seed_sentences()[: args.texts]
+    texts = seed_examples(args.fields)[: args.texts]
     encode = {}
-    for threads in sorted({1, min(2, cores)}):
+    for threads in sorted({max(1, int(t)) for t in args.encode_threads.split(",") if t.strip()}):
         encode[threads] = measure_encoding(texts, threads)
         (p50, p99), (cpu50, cpu99) = encode[threads]
         print(
-            f"encode one text ({len(texts)} seed texts, torch threads {threads}): p50 {p50:.1f} ms  "
+            f"encode one example ({len(texts)} seed examples of {args.fields} field(s), torch threads "
+            f"{threads}): p50 {p50:.1f} ms  "
             f"p99 {p99:.1f} ms by the clock; CPU p50 {cpu50:.1f} ms  p99 {cpu99:.1f} ms"
         )
 
