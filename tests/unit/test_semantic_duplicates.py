@@ -297,3 +297,34 @@ def test_vectors_added_after_training_are_found_one_by_one_and_after_they_move_i
         assert numpy.array_equal(index.vector(f"late{i}"), later[i])
         assert index.search(later[i], threshold=0.999, limit=1)[0][0] == f"late{i}"
     assert numpy.array_equal(index.vector("k7"), first[7])
+
+
+def test_threads_adding_and_searching_at_once_lose_nothing() -> None:
+    import threading
+
+    rng = numpy.random.default_rng(13)
+    dimensions = 16
+    index = VectorIndex(dimensions)
+    base = random_units(rng, EXACT_UP_TO + 1, dimensions)
+    index.add([f"k{i}" for i in range(len(base))], base)
+    batches = [random_units(rng, 300, dimensions) for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def add_one_by_one(worker: int) -> None:
+        try:
+            for i, row in enumerate(batches[worker]):
+                index.add([f"w{worker}-{i}"], row)
+                index.search(row, threshold=0.9, limit=3)
+        except BaseException as exc:  # a failure in a thread is asserted on below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=add_one_by_one, args=(w,)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(index) == len(base) + 4 * 300
+    for worker, batch in enumerate(batches):
+        for i in (0, 299):
+            assert index.search(batch[i], threshold=0.999, limit=1)[0][0] == f"w{worker}-{i}"
