@@ -500,7 +500,7 @@ def test_validation_loop_end_to_end(
         from_export["items"] == alpha["items"] and from_export["pairable_values"] == alpha["pairable_values"]
     )
     assert from_export["source"]["cancelled_ignored"] == 2
-    assert from_export["dawid_skene"]["items"] == len(fooled)  # every validated candidate got a vote
+    assert from_export["dawid_skene"]["item_count"] == len(fooled)  # every validated candidate got a vote
 
 
 def check_dataset(

@@ -149,7 +149,7 @@ def test_reads_a_label_studio_export(tmp_path: Path, capsys: pytest.CaptureFixtu
         ('{"item": 1, "annotator": "a", "label": "low"}\n', ["--level", "interval"], "numeric"),
         ('{"item": 1, "annotator": "a", "label": "x"}\n', ["--labels", "y,z"], "x"),
         ("", [], "empty"),
-        ('[{"id": 1, "annotations": []}]', [], "no choices"),
+        ('[{"id": 1, "annotations": []}]', [], "no annotation results"),
         ('{"item": 1, "annotator": "a", "label": "x"}\n', ["--bootstrap", "-1"], "--bootstrap"),
     ],
 )
@@ -177,5 +177,5 @@ def test_export_with_several_choices_controls_needs_from_name(tmp_path: Path) ->
     with pytest.raises(VoteFileError, match="--from-name"):
         read_votes(path)
     assert len(read_votes(path, from_name="sentiment").votes) == 4
-    with pytest.raises(VoteFileError, match="no choices control named 'mood'"):
+    with pytest.raises(VoteFileError, match="no control named 'mood'"):
         read_votes(path, from_name="mood")

@@ -15,6 +15,7 @@ from dynaval.domain.agreement_engine.resampling import resampled_weights
 from dynaval.domain.agreement_engine.tally import (
     _group_identical,
     _refine_groups,
+    dense_patterns,
     dense_rank,
     own_label_counts,
     pairable_patterns,
@@ -64,6 +65,32 @@ def test_many_labels_use_refinement_and_still_match_the_package() -> None:
         estimate = round_alpha(columns, level=level, bootstrap=20)
         assert estimate.alpha == pytest.approx(expected, abs=1e-9)
         assert estimate.ci95 is not None
+
+
+@pytest.mark.parametrize(
+    ("items", "annotators", "labels", "seed"), [(3000, 6, 8, 1), (500, 3, 20, 2), (40, 2, 3, 3)]
+)
+def test_dense_patterns_equal_the_general_path(items: int, annotators: int, labels: int, seed: int) -> None:
+    columns = random_votes(np.random.default_rng(seed), items=items, annotators=annotators, labels=labels)
+    item, label = np.asarray(columns.items), np.asarray(columns.labels)
+    # Items with one vote (or none) are left out of both.
+    assert np.any(np.bincount(item, minlength=items) < 2)
+    shortcut = dense_patterns(item, label, items, labels)
+    general = pairable_patterns(tally_items(item, label, items, labels), distinct=True)
+    assert shortcut is not None
+    for field in ("frequency", "size", "start", "entry_pattern", "entry_label", "entry_count"):
+        assert np.array_equal(getattr(shortcut, field), getattr(general, field)), field
+    assert shortcut.n_labels == general.n_labels
+
+
+def test_dense_patterns_decline_where_the_shortcut_does_not_apply() -> None:
+    one_vote_each = np.arange(5)
+    assert dense_patterns(one_vote_each, np.zeros(5, dtype=np.intp), 5, 2) is None
+    assert dense_patterns(np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp), 0, 1) is None
+    wide = np.repeat(np.arange(10), 2)
+    assert dense_patterns(wide, np.arange(20) * 10_000, 10, 200_000) is None  # key space far above votes
+    many = np.repeat(np.arange(3), 9)  # 60 labels, 9 votes: the mixed-radix code would overflow
+    assert dense_patterns(many, np.arange(27) % 60, 3, 60) is None
 
 
 def test_sparse_tally_equals_dense_tally() -> None:
@@ -163,3 +190,13 @@ def test_ratio_with_many_labels_matches_the_package() -> None:
         warnings.simplefilter("ignore", RuntimeWarning)
         expected = krippendorff.alpha(reliability_data=data, level_of_measurement="ratio")
     assert round_alpha(shifted, level="ratio", bootstrap=0).alpha == pytest.approx(expected, abs=1e-9)
+
+
+def test_bootstrap_gives_the_blas_threads_back() -> None:
+    from threadpoolctl import threadpool_info
+
+    before = [(lib["filepath"], lib["num_threads"]) for lib in threadpool_info() if lib["user_api"] == "blas"]
+    columns = random_votes(np.random.default_rng(8), items=2000, annotators=5, labels=20)
+    assert round_alpha(columns, bootstrap=50, seed=1).ci95 is not None
+    after = [(lib["filepath"], lib["num_threads"]) for lib in threadpool_info() if lib["user_api"] == "blas"]
+    assert before and after == before

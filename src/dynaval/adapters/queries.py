@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, func, or_, update
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from dynaval.adapters.orm import (
@@ -25,7 +26,7 @@ from dynaval.adapters.repositories import candidate_of, record_of
 from dynaval.domain.candidate import Candidate
 from dynaval.domain.lead_session import LeadSessionRecord
 from dynaval.domain.votes import AnnotationRecord
-from dynaval.service_layer.unit_of_work import LateAnnotation
+from dynaval.service_layer.unit_of_work import LateAnnotation, WrittenCandidate
 
 
 class SqlRoundQueries:
@@ -164,6 +165,39 @@ class SqlRoundQueries:
                 select(CandidateRow.id, CandidateRow.writer_label).where(CandidateRow.round_id == round_id)
             ).all()
         )
+
+    def written_candidates(self, round_id: int) -> list[WrittenCandidate]:
+        """Every candidate of the round in submission order, as plain columns."""
+        rows = self._session.execute(
+            sa_select(
+                col(CandidateRow.id),
+                col(CandidateRow.inputs),
+                col(CandidateRow.writer_id),
+                col(CandidateRow.collected_by),
+                col(CandidateRow.fooled),
+                col(CandidateRow.status),
+            )
+            .where(col(CandidateRow.round_id) == round_id)
+            .order_by(col(CandidateRow.submitted_at), col(CandidateRow.id))
+        ).all()
+        return [
+            WrittenCandidate(str(i), dict(inputs or {}), str(writer), collected_by, bool(fooled), str(status))
+            for i, inputs, writer, collected_by, fooled, status in rows
+        ]
+
+    def candidates_fingerprint(self, round_id: int) -> tuple[Any, ...]:
+        """How many candidates, the latest submission, how many are not scored yet and how many
+        fooled the model: the first two read the submission index, the last two the status index."""
+        where = CandidateRow.round_id == round_id
+        count = self._session.exec(select(func.count()).select_from(CandidateRow).where(where)).one()
+        latest = self._session.exec(select(func.max(CandidateRow.submitted_at)).where(where)).one()
+        unscored = self._session.exec(
+            select(func.count()).select_from(CandidateRow).where(where, col(CandidateRow.fooled).is_(None))
+        ).one()
+        fooled = self._session.exec(
+            select(func.count()).select_from(CandidateRow).where(where, col(CandidateRow.fooled).is_(True))
+        ).one()
+        return (round_id, int(count), latest, int(unscored), int(fooled))
 
 
 class SqlDashboardSessions:

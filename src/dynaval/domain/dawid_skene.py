@@ -12,11 +12,20 @@ step for step, so the two agree to rounding error on the same votes:
 
 * initialisation: the posteriors are the majority-vote shares of each item's votes, the priors
   their mean, and the confusion matrices one M-step on those posteriors;
-* each iteration: E-step, priors (mean posterior), M-step, then the stopping quantity;
-* stopping: crowd-kit's evidence lower bound per vote, in which the log prior enters once per vote
-  rather than once per item; iteration stops as soon as it improves by less than ``tolerance``
-  (a fall counts as converged too). The first iteration never stops, so converged runs take two
-  iterations or more.
+* each iteration: E-step, priors (mean posterior), M-step, as crowd-kit does.
+
+Stopping differs from crowd-kit's on purpose. crowd-kit stops as soon as its evidence lower bound
+per vote (in which the log prior enters once per vote, so it is not the quantity EM increases)
+improves by less than its tolerance, a fall included: on real sets it stops after two iterations
+while the priors are still moving by several points. Here iteration stops when no parameter moves
+by ``tolerance`` or more: the largest absolute change of any confusion-matrix cell and any prior
+between two iterations (``parameter_change``) is below ``tolerance`` (default ``1e-6``). When
+``max_iterations`` (default 1000) is reached first, ``converged`` is ``False``. The data's
+log-likelihood under the final parameters (``log_likelihood``, the sum over items of
+``log sum_t p[t] prod pi[a, t, g]``, which EM never decreases) is reported beside it. Run for the
+same number of iterations (``tolerance=0`` and ``max_iterations`` set to crowd-kit's iteration
+count), the two give the same labels, and posteriors and priors within ``1e-9``
+(tests/unit/test_dawid_skene_crowd_kit.py).
 
 Smoothing (crowd-kit's): an annotator's matrix has a cell for every label, but only the labels that
 annotator gave at least once get probability. Their expected counts (sums of posteriors) are floored
@@ -43,12 +52,18 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 from numpy.typing import NDArray
 
 SMOOTHING = 1e-10
 """Floor on expected confusion counts and on priors inside logarithms (see the module docstring)."""
+
+TOLERANCE = 1e-6
+"""Iteration stops once no confusion cell or prior moves by this much or more in one iteration."""
+MAX_ITERATIONS = 1000
+"""Iterations run at most; reaching it first reports ``converged=False``."""
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -78,7 +93,22 @@ class DawidSkeneResult:
     iterations: int
     """EM iterations run (E-step plus M-step); 0 for no votes or ``max_iterations=0``."""
     converged: bool
-    """Whether the stopping rule fired (or there was nothing to fit) before ``max_iterations``."""
+    """Whether the parameters settled (or there was nothing to fit) before ``max_iterations``."""
+    parameter_change: float
+    """The largest absolute change of a confusion cell or prior in the last iteration (0 when none ran)."""
+    log_likelihood: float
+    """Log-likelihood of the votes under the final priors and confusion matrices (0 for no votes)."""
+    tolerance: float
+    """The stopping tolerance on ``parameter_change``."""
+
+    def winning_posteriors(self) -> FloatArray:
+        """Each item's posterior probability of its aggregated label (aligned with ``items``)."""
+        if not self.items:
+            return np.zeros(0)
+        column = {label: k for k, label in enumerate(self.labels)}
+        chosen = np.array([column[label] for label in self.aggregated], dtype=np.int64)
+        picked: FloatArray = self.posteriors[np.arange(len(self.items)), chosen]
+        return picked
 
     def aggregate_of(self, item: str) -> str:
         """The aggregated label of ``item``; ``KeyError`` when the item has no votes."""
@@ -102,6 +132,9 @@ class DawidSkeneResult:
             ],
             "iterations": self.iterations,
             "converged": self.converged,
+            "parameter_change": self.parameter_change,
+            "tolerance": self.tolerance,
+            "log_likelihood": self.log_likelihood,
             "smoothing": SMOOTHING,
         }
 
@@ -110,8 +143,8 @@ def dawid_skene(
     votes: Iterable[tuple[str, str, str]],
     *,
     labels: Sequence[str] | None = None,
-    max_iterations: int = 100,
-    tolerance: float = 1e-6,
+    max_iterations: int = MAX_ITERATIONS,
+    tolerance: float = TOLERANCE,
 ) -> DawidSkeneResult:
     """Aggregate ``(item, annotator, label)`` votes with Dawid-Skene EM.
 
@@ -143,7 +176,15 @@ def dawid_skene(
         empty_posteriors = np.zeros((0, n_labels))
         empty_confusion = np.zeros((0, n_labels, n_labels))
         return _result(
-            label_order, label_order, (), (), (), empty_posteriors, empty_confusion, uniform, 0, True
+            label_order,
+            label_order,
+            (),
+            (),
+            (),
+            empty_posteriors,
+            empty_confusion,
+            uniform,
+            _Progress(0, True, 0.0, 0.0, float(tolerance)),
         )
 
     triples.sort()
@@ -157,7 +198,7 @@ def dawid_skene(
     annotator_of = np.array([annotator_index[t[1]] for t in triples], dtype=np.int64)
     label_of = np.array([label_index[t[2]] for t in triples], dtype=np.int64)
 
-    posteriors, priors, confusion, iterations, converged = _fit(
+    posteriors, priors, confusion, progress = _fit(
         item_of, annotator_of, label_of, len(items), len(annotators), len(used), max_iterations, tolerance
     )
     winners = tuple(used[int(k)] for k in np.argmax(posteriors, axis=1))
@@ -172,8 +213,7 @@ def dawid_skene(
         posteriors,
         confusion,
         priors,
-        iterations,
-        converged,
+        progress,
     )
 
 
@@ -206,8 +246,11 @@ def m_step(
     """
     n_labels = posteriors.shape[1]
     cells = annotator_of * n_labels + label_of
-    counts = np.zeros((n_annotators * n_labels, n_labels))
-    np.add.at(counts, cells, posteriors[item_of])
+    n_cells = n_annotators * n_labels
+    # One weighted bincount per true label: far cheaper than np.add.at over votes x labels.
+    counts = np.empty((n_cells, n_labels))
+    for true in range(n_labels):
+        counts[:, true] = np.bincount(cells, weights=posteriors[item_of, true], minlength=n_cells)
     given = np.bincount(cells, minlength=n_annotators * n_labels).reshape(n_annotators, 1, n_labels) > 0
     # counts[a * K + given, true] -> [a, true, given]
     expected: FloatArray = counts.reshape(n_annotators, n_labels, n_labels).transpose(0, 2, 1)
@@ -230,35 +273,32 @@ def e_step(
     long products of small probabilities neither underflow nor overflow. ``item_of`` must be sorted
     and cover every item.
     """
-    log_votes = np.log(confusion[annotator_of, :, label_of])
-    starts = np.flatnonzero(np.r_[True, item_of[1:] != item_of[:-1]])
-    if starts.size != n_items:
-        raise ValueError("e_step needs votes sorted by item, with every item voted on")
-    log_likelihood = np.log(np.maximum(priors, SMOOTHING)) + np.add.reduceat(log_votes, starts, axis=0)
-    scaled = np.exp(log_likelihood - log_likelihood.max(axis=1, keepdims=True))
-    posteriors: FloatArray = scaled / scaled.sum(axis=1, keepdims=True)
-    return posteriors
+    return e_step_with_likelihood(priors, confusion, item_of, annotator_of, label_of, n_items)[0]
 
 
-def lower_bound_per_vote(
-    posteriors: FloatArray,
+def e_step_with_likelihood(
     priors: FloatArray,
     confusion: FloatArray,
     item_of: IntArray,
     annotator_of: IntArray,
     label_of: IntArray,
-) -> float:
-    """crowd-kit's stopping quantity: its evidence lower bound divided by the number of votes.
-
-    ``sum over votes of sum_t q[i, t] * (log pi[a, t, g] + log p[t])`` plus the entropy of the
-    posteriors, with priors and posteriors floored at ``SMOOTHING`` inside logarithms. The log prior
-    is counted once per vote, as crowd-kit does.
-    """
-    log_terms = np.log(confusion[annotator_of, :, label_of]) + np.log(np.maximum(priors, SMOOTHING))
-    joint = float(np.sum(posteriors[item_of] * log_terms))
-    floored = np.maximum(posteriors, SMOOTHING)
-    entropy = -float(np.sum(floored * np.log(floored)))
-    return (joint + entropy) / item_of.size
+    n_items: int,
+) -> tuple[FloatArray, float]:
+    """:func:`e_step` and the votes' log-likelihood under ``priors`` and ``confusion``."""
+    n_labels = confusion.shape[1]
+    # Only cells of labels an annotator gave are looked up, and those are floored above 0.
+    given = confusion.transpose(0, 2, 1).reshape(-1, n_labels)  # [a * K + given, true]
+    log_given = np.log(given, out=np.full(given.shape, -np.inf), where=given > 0)
+    log_votes = log_given[annotator_of * n_labels + label_of]
+    starts = np.flatnonzero(np.r_[True, item_of[1:] != item_of[:-1]])
+    if starts.size != n_items:
+        raise ValueError("e_step needs votes sorted by item, with every item voted on")
+    log_likelihood = np.log(np.maximum(priors, SMOOTHING)) + np.add.reduceat(log_votes, starts, axis=0)
+    peak = log_likelihood.max(axis=1, keepdims=True)
+    scaled = np.exp(log_likelihood - peak)
+    totals = scaled.sum(axis=1, keepdims=True)
+    posteriors: FloatArray = scaled / totals
+    return posteriors, float(np.sum(peak + np.log(totals)))
 
 
 def _fit(
@@ -270,20 +310,61 @@ def _fit(
     n_labels: int,
     max_iterations: int,
     tolerance: float,
-) -> tuple[FloatArray, FloatArray, FloatArray, int, bool]:
+) -> tuple[FloatArray, FloatArray, FloatArray, _Progress]:
     posteriors = majority_vote_posteriors(item_of, label_of, n_items, n_labels)
     priors: FloatArray = posteriors.mean(axis=0)
     confusion = m_step(posteriors, item_of, annotator_of, label_of, n_annotators)
-    bound = -math.inf
+    change = 0.0
     for iteration in range(1, max_iterations + 1):
         posteriors = e_step(priors, confusion, item_of, annotator_of, label_of, n_items)
-        priors = posteriors.mean(axis=0)
-        confusion = m_step(posteriors, item_of, annotator_of, label_of, n_annotators)
-        new_bound = lower_bound_per_vote(posteriors, priors, confusion, item_of, annotator_of, label_of)
-        if new_bound - bound < tolerance:
-            return posteriors, priors, confusion, iteration, True
-        bound = new_bound
-    return posteriors, priors, confusion, max_iterations, False
+        new_priors = posteriors.mean(axis=0)
+        new_confusion = m_step(posteriors, item_of, annotator_of, label_of, n_annotators)
+        change = max(
+            float(np.max(np.abs(new_confusion - confusion))), float(np.max(np.abs(new_priors - priors)))
+        )
+        priors, confusion = new_priors, new_confusion
+        if change < tolerance:
+            return (
+                posteriors,
+                priors,
+                confusion,
+                _progress(
+                    iteration, True, change, tolerance, priors, confusion, item_of, annotator_of, label_of
+                ),
+            )
+    return (
+        posteriors,
+        priors,
+        confusion,
+        _progress(
+            max_iterations, False, change, tolerance, priors, confusion, item_of, annotator_of, label_of
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class _Progress:
+    iterations: int
+    converged: bool
+    parameter_change: float
+    log_likelihood: float
+    tolerance: float
+
+
+def _progress(
+    iterations: int,
+    converged: bool,
+    change: float,
+    tolerance: float,
+    priors: FloatArray,
+    confusion: FloatArray,
+    item_of: IntArray,
+    annotator_of: IntArray,
+    label_of: IntArray,
+) -> _Progress:
+    n_items = int(item_of[-1]) + 1
+    likelihood = e_step_with_likelihood(priors, confusion, item_of, annotator_of, label_of, n_items)[1]
+    return _Progress(iterations, converged, change, likelihood, float(tolerance))
 
 
 def _validated_votes(votes: Iterable[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
@@ -362,8 +443,7 @@ def _result(
     posteriors: FloatArray,
     confusion: FloatArray,
     priors: FloatArray,
-    iterations: int,
-    converged: bool,
+    progress: _Progress,
 ) -> DawidSkeneResult:
     """Reorder arrays whose label axes follow ``canonical`` into the caller's label order, read-only."""
     position = {label: k for k, label in enumerate(canonical)}
@@ -381,33 +461,89 @@ def _result(
         posteriors=ordered_posteriors,
         confusion=ordered_confusion,
         priors=ordered_priors,
-        iterations=iterations,
-        converged=converged,
+        iterations=progress.iterations,
+        converged=progress.converged,
+        parameter_change=progress.parameter_change,
+        log_likelihood=progress.log_likelihood,
+        tolerance=progress.tolerance,
     )
+
+
+def majority_labels(votes: Iterable[tuple[str, str, str]]) -> dict[str, tuple[str, ...]]:
+    """Each item's majority label(s): the labels with the most votes, sorted; several on a tie.
+
+    No tie-break: an item whose top count is shared has no single majority label, and reports
+    count it apart from the items with one.
+    """
+    by_item: dict[str, Counter[str]] = {}
+    for item, _annotator, label in votes:
+        by_item.setdefault(item, Counter())[label] += 1
+    majority: dict[str, tuple[str, ...]] = {}
+    for item, counts in by_item.items():
+        top = max(counts.values())
+        majority[item] = tuple(sorted(label for label, count in counts.items() if count == top))
+    return majority
+
+
+class ItemAggregate(TypedDict):
+    """One item's aggregate labels (see :func:`aggregate_items`)."""
+
+    item: str
+    majority: list[str]
+    label: str
+    posterior: float
+    votes: int
+
+
+def aggregate_items(result: DawidSkeneResult, votes: Sequence[tuple[str, str, str]]) -> list[ItemAggregate]:
+    """Per item, in ``result.items`` order: majority label(s), Dawid-Skene label and its posterior,
+    and the number of votes."""
+    majority = majority_labels(votes)
+    n_votes = Counter(item for item, _annotator, _label in votes)
+    return [
+        ItemAggregate(
+            item=item,
+            majority=list(majority[item]),
+            label=label,
+            posterior=float(posterior),
+            votes=n_votes[item],
+        )
+        for item, label, posterior in zip(
+            result.items, result.aggregated, result.winning_posteriors(), strict=True
+        )
+    ]
 
 
 def dawid_skene_beside_majority(
     votes: Sequence[tuple[str, str, str]], *, labels: Sequence[str] | None = None
 ) -> dict[str, object]:
     """Dawid-Skene's view of the votes, for reports: priors, each annotator's confusion matrix,
-    and how many items it labels differently from the strict majority vote (items without a strict
-    majority count as differing when Dawid-Skene picks any label)."""
+    convergence, each item's label and posterior (with its majority label(s) and number of votes),
+    and how it compares with the majority vote.
+
+    Items whose majority is tied (two or more labels share the top count) have no majority label:
+    they are counted in ``items_tied_in_majority`` and never in ``items_differing_from_majority``,
+    which counts items with a single majority label that Dawid-Skene labels otherwise.
+    """
     result = dawid_skene(votes, labels=labels)
-    by_item: dict[str, Counter[str]] = {}
-    for item, _annotator, label in votes:
-        by_item.setdefault(item, Counter())[label] += 1
-    differing = 0
-    for item, label in zip(result.items, result.aggregated, strict=True):
-        ranked = by_item[item].most_common(2)
-        majority = ranked[0][0] if len(ranked) == 1 or ranked[0][1] > ranked[1][1] else None
-        differing += int(majority != label)
+    per_item = aggregate_items(result, votes)
+    tied = sum(1 for row in per_item if len(row["majority"]) > 1)
+    differing = sum(1 for row in per_item if len(row["majority"]) == 1 and row["majority"] != [row["label"]])
     full = result.to_dict()
     return {
         "labels": full["labels"],
         "priors": full["priors"],
         "annotators": full["annotators"],
         "iterations": result.iterations,
+        "max_iterations": MAX_ITERATIONS,
         "converged": result.converged,
-        "items": len(result.items),
+        "tolerance": result.tolerance,
+        "parameter_change": result.parameter_change,
+        "log_likelihood": result.log_likelihood,
+        "items": per_item,
+        "item_count": len(result.items),
         "items_differing_from_majority": differing,
+        "items_tied_in_majority": tied,
+        "majority_tie_rule": "no tie-break: an item whose top vote count is shared by several labels "
+        "has no majority label and is counted as tied, never as differing",
     }

@@ -46,7 +46,7 @@ from dynaval.entrypoints import charts
 from dynaval.entrypoints.auth import Caller, Role, Unauthorized, caller_of, caller_of_token
 from dynaval.entrypoints.errors import status_of
 from dynaval.entrypoints.guards import query_int
-from dynaval.entrypoints.routes import dataset_download, release_download
+from dynaval.entrypoints.routes import FIGURES_CACHE, dataset_download, release_download
 from dynaval.entrypoints.schemas import ExclusionChange, OverrideCreate, RevalidateRequest, request_models
 from dynaval.service_layer import (
     agreement,
@@ -57,6 +57,7 @@ from dynaval.service_layer import (
     overrides,
     releases,
     revalidation,
+    round_health,
 )
 from dynaval.service_layer import dashboard as use_cases
 from dynaval.service_layer.figures_cache import FiguresCache
@@ -76,7 +77,7 @@ SESSION_COOKIE = "dynaval_session"
 LOGIN_COOKIE = "dynaval_login"
 """Holds the random value the login form's CSRF token is derived from (before any session)."""
 COOKIE_PATH = "/dashboard"  # the API never reads the cookies: they are not sent there
-CACHE = "dynaval_dashboard_figures"
+CACHE = FIGURES_CACHE
 DASH = "—"
 FORM_EXPIRED = "The form has expired: reload the page and try again."
 CROSS_ORIGIN = frozenset({"cross-site", "same-site"})
@@ -417,6 +418,19 @@ def toggle_exclusion(round_id: int, annotator: str) -> Any:
             raise
         return _annotators_page(round_id, error=exc.message, status=status_of(exc))
     return redirect(url_for("dashboard.annotators", round_id=round_id), code=303)
+
+
+@pages.get("/rounds/<int:round_id>/health")
+@lead_page
+def health(round_id: int) -> Any:
+    view = round_health.round_health(_services(), _cache(), round_id)
+    return render_template(
+        "health.html",
+        view=view,
+        nav_round=use_cases.RoundNav(view.round_id, view.name),
+        clusters=view.health.clusters[: round_health.CLUSTERS_SHOWN],
+        chart=charts.health_chart(view),
+    )
 
 
 @pages.get("/rounds/<int:round_id>/export")

@@ -43,10 +43,12 @@ from dynaval.service_layer import (
     overrides,
     releases,
     revalidation,
+    round_health,
     rounds,
     task_types,
     verification,
 )
+from dynaval.service_layer.figures_cache import FiguresCache
 from dynaval.service_layer.services import Services
 
 api = Blueprint("api", __name__)
@@ -66,11 +68,19 @@ READERS = (Role.EXPORTER, Role.LEAD)
 WRITERS = (Role.WRITER, Role.LEAD)
 MY_CANDIDATES_LIMIT = 100
 MAX_PAGE = 1_000_000  # past it the offset would leave the database's integers
+FIGURES_CACHE = "dynaval_dashboard_figures"
+"""The app's per-process cache of round figures (made by the dashboard's ``init_app``), shared by the
+pages and the API."""
 
 
 def _services() -> Services:
     services: Services = current_app.extensions["dynaval"]
     return services
+
+
+def _figures_cache() -> FiguresCache:
+    cache: FiguresCache = current_app.extensions[FIGURES_CACHE]
+    return cache
 
 
 def _json_payload(*, strict: bool = True) -> object:
@@ -495,6 +505,18 @@ def flagged_near_duplicates(round_id: int) -> Any:
 def round_agreement(round_id: int) -> Any:
     bootstrap, seed = query_int("bootstrap", 1000), query_int("seed", 0)
     return jsonify(agreement.round_agreement(_services(), round_id, bootstrap=bootstrap, seed=seed))
+
+
+@api.get("/api/rounds/<int:round_id>/health")
+@documented(
+    summary="Round health: top-writer shares, distinct-1/2/3, repeated patterns (near-duplicate "
+    "clusters), the fooled rate with and without them, and the rounds of its task type side by side "
+    "(MER, VMER, alpha, diversity, possible score inflation)",
+    responses={200: "OK", 404: "No such round", 503: "Still being computed (first view of a large round)"},
+)
+@requires(*READERS)
+def round_health_figures(round_id: int) -> Any:
+    return jsonify(round_health.round_health(_services(), _figures_cache(), round_id).to_dict())
 
 
 @api.post("/api/releases")

@@ -34,7 +34,8 @@ SEED = 0
 """The agreement figures shown are the API's defaults (``GET /api/rounds/<id>/agreement``)."""
 
 
-def _round_agreement(services: Services, cache: FiguresCache, round_id: int) -> Cached[AgreementReport]:
+def cached_round_agreement(services: Services, cache: FiguresCache, round_id: int) -> Cached[AgreementReport]:
+    """The round's agreement figures (the API's defaults), from the per-process cache."""
     with services.uow(read_only=True) as uow:
         uow.rounds.get(round_id)
         fingerprint = uow.dashboard.votes_fingerprint(round_id)
@@ -137,7 +138,7 @@ def rounds_overview(services: Services, cache: FiguresCache) -> list[RoundFigure
         counts = uow.dashboard.status_counts([r.id for r in rounds if r.id is not None])
         late = uow.round_queries.late_counts([r.id for r in rounds if r.id is not None])
     return [
-        _figures(r, round_counts(counts[r.id]), _round_agreement(services, cache, r.id), late[r.id])
+        _figures(r, round_counts(counts[r.id]), cached_round_agreement(services, cache, r.id), late[r.id])
         for r in rounds
         if r.id is not None
     ]
@@ -148,7 +149,7 @@ def round_figures(services: Services, cache: FiguresCache, round_id: int) -> Rou
         round_ = uow.rounds.get(round_id)
         counts = round_counts(uow.dashboard.status_counts([round_id])[round_id])
         late_total, late = uow.round_queries.late_annotations(round_id, LATE_SHOWN)
-    return _figures(round_, counts, _round_agreement(services, cache, round_id), late_total, late)
+    return _figures(round_, counts, cached_round_agreement(services, cache, round_id), late_total, late)
 
 
 @dataclass(frozen=True)
@@ -320,7 +321,7 @@ def annotators_view(services: Services, cache: FiguresCache, round_id: int) -> A
     report = cache.get(
         "annotators", round_id, fingerprint, lambda: annotators.annotators_report(services, round_id)
     )
-    agreement_figures = _round_agreement(services, cache, round_id)
+    agreement_figures = cached_round_agreement(services, cache, round_id)
     pairwise = agreement_figures.value.pairwise
     names = [str(a) for a in pairwise.annotators]
     shared = pairwise.shared_items.tolist()

@@ -69,6 +69,19 @@ class LateAnnotation:
         }
 
 
+@dataclass(frozen=True)
+class WrittenCandidate:
+    """What a round's health figures need of one candidate (raw writer ids: the use case makes them
+    pseudonymous)."""
+
+    id: str
+    inputs: dict[str, str]
+    writer_id: str
+    collected_by: str | None
+    fooled: bool
+    status: str
+
+
 @dataclass
 class VoteWrites:
     """What one chunk changes; :meth:`VoteStore.write` applies it all."""
@@ -286,6 +299,14 @@ class RoundQueries(Protocol):
 
     def writer_labels(self, round_id: int) -> list[tuple[str, str]]:
         """Every candidate of the round with its writer's label."""
+
+    def written_candidates(self, round_id: int) -> list[WrittenCandidate]:
+        """Every candidate of the round in submission order (time, then id): inputs, writer, fooled
+        (a candidate not scored yet counts as not fooled, as in the counts), status."""
+
+    def candidates_fingerprint(self, round_id: int) -> tuple[Any, ...]:
+        """What :meth:`written_candidates` depends on: how many candidates, the latest submission
+        and the latest scoring (cheap indexed queries)."""
 
 
 class DashboardSessions(Protocol):

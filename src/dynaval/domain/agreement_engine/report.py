@@ -39,7 +39,12 @@ from dynaval.domain.agreement_engine.encoding import (
     label_codes,
 )
 from dynaval.domain.agreement_engine.resampling import bootstrap_alphas, percentile_interval
-from dynaval.domain.agreement_engine.tally import ItemTally, pairable_patterns, tally_items
+from dynaval.domain.agreement_engine.tally import (
+    Patterns,
+    dense_patterns,
+    pairable_patterns,
+    tally_items,
+)
 
 NO_VOTES = "there are no votes"
 NO_PAIRABLE = "no item has two or more votes, so no value can be paired"
@@ -187,10 +192,14 @@ def round_alpha(
     fixed = check_values(checked_level, values)
     _check_bootstrap(bootstrap, seed)
     coded = encode_votes(votes, checked_level, fixed)
-    tally = tally_items(coded.item, coded.label, len(coded.item_ids), max(len(coded.domain.labels), 1))
+    n_items, n_labels = len(coded.item_ids), max(len(coded.domain.labels), 1)
     shape = _Shape(coded.votes, len(coded.annotator_ids), coded.domain)
-    del coded  # alpha needs only the tally from here on: let the vote codes go
-    return _estimate(shape, tally, checked_level, bootstrap, seed)
+    patterns = dense_patterns(coded.item, coded.label, n_items, n_labels) if bootstrap else None
+    if patterns is None:
+        tally = tally_items(coded.item, coded.label, n_items, n_labels)
+        del coded  # alpha needs only the tally from here on: let the vote codes go
+        patterns = pairable_patterns(tally, distinct=bootstrap > 0)
+    return _estimate(shape, patterns, checked_level, bootstrap, seed)
 
 
 def agreement_report(
@@ -241,7 +250,11 @@ def agreement_report(
         _check_writer_labels(writers, coded, restricted=fixed is not None)
     tally = tally_items(coded.item, coded.label, len(coded.item_ids), max(len(coded.domain.labels), 1))
     estimate = _estimate(
-        _Shape(coded.votes, len(coded.annotator_ids), coded.domain), tally, checked_level, bootstrap, seed
+        _Shape(coded.votes, len(coded.annotator_ids), coded.domain),
+        pairable_patterns(tally, distinct=bootstrap > 0),
+        checked_level,
+        bootstrap,
+        seed,
     )
     modes = item_modes(tally)
     writer = writer_codes(coded, writers)
@@ -265,7 +278,7 @@ class _Shape:
 
 
 def _estimate(
-    shape: _Shape, tally: ItemTally, level: Level, bootstrap: int, seed: int | None
+    shape: _Shape, patterns: Patterns, level: Level, bootstrap: int, seed: int | None
 ) -> AlphaEstimate:
     def result(
         alpha: float | None,
@@ -291,7 +304,6 @@ def _estimate(
 
     if shape.votes == 0:
         return result(None, NO_VOTES)
-    patterns = pairable_patterns(tally, distinct=bootstrap > 0)
     if patterns.count == 0:
         return result(None, NO_PAIRABLE)
     items, values = patterns.items, patterns.values

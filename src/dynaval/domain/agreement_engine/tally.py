@@ -163,6 +163,50 @@ def pairable_patterns(tally: ItemTally, *, distinct: bool = True) -> Patterns:
     )
 
 
+def dense_patterns(item: IntArray, label: IntArray, n_items: int, n_labels: int) -> Patterns | None:
+    """:func:`pairable_patterns` of :func:`tally_items` (``distinct=True``) straight from the votes,
+    or ``None`` where this shortcut does not apply (then take the general path).
+
+    It applies when the items x labels count matrix is O(votes) (the counting sort's own condition)
+    and the mixed-radix pattern code fits in int64. The count matrix then gives each item's code in
+    one product, with no per-entry arrays for all items; the patterns come out identical (the same
+    codes, so the same groups, order and representatives' count vectors).
+    """
+    span = n_items * n_labels
+    if item.size == 0 or span > _DENSE_FACTOR * item.size + _DENSE_SLACK:
+        return None
+    counts: IntArray = np.bincount(_entry_key(item, label, n_labels), minlength=span).reshape(
+        n_items, n_labels
+    )
+    size = np.bincount(item, minlength=n_items)
+    pairable = size >= 2
+    if not pairable.any():
+        return None
+    if not pairable.all():
+        counts, size = counts[pairable], size[pairable]
+    base = int(size.max()) + 1
+    if n_labels * np.log2(base) >= 62:
+        return None
+    code = counts @ (base ** np.arange(n_labels, dtype=np.int64))
+    group = dense_rank(code)
+    by_group = np.bincount(group)
+    first_member = np.zeros(by_group.size, dtype=np.intp)
+    first_member[group] = np.arange(group.size, dtype=np.intp)
+    order = np.argsort(-by_group, kind="stable")
+    frequency, representative = by_group[order], first_member[order]
+    rows = counts[representative]
+    entry_pattern, entry_label = np.nonzero(rows)  # row-major: by pattern, then label
+    return Patterns(
+        frequency=frequency.astype(np.intp),
+        size=size[representative].astype(np.intp),
+        start=_offsets(np.bincount(entry_pattern, minlength=representative.size)),
+        entry_pattern=entry_pattern.astype(np.intp),
+        entry_label=entry_label.astype(np.intp),
+        entry_count=rows[entry_pattern, entry_label].astype(np.intp),
+        n_labels=n_labels,
+    )
+
+
 def ragged_arange(starts: IntArray, lengths: IntArray) -> IntArray:
     """``concatenate([arange(s, s + n) for s, n in zip(starts, lengths)])`` without the loop."""
     total = int(lengths.sum())

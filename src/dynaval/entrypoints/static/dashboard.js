@@ -78,8 +78,67 @@
     });
   }
 
+  function healthCharts() {
+    var d = data("health-chart-data");
+    if (!d) return;
+    var colours = { writers: "#6366f1", diversity: "#0ea5e9", fooled: "#f59e0b" };
+    var roundTarget = canvas("health-round-chart");
+    if (roundTarget) {
+      new Chart(roundTarget, {
+        type: "bar",
+        data: {
+          labels: d.round.labels,
+          datasets: [{
+            label: "This round", data: d.round.values,
+            backgroundColor: d.round.groups.map(function (g) { return colours[g]; })
+          }]
+        },
+        options: { maintainAspectRatio: false, plugins: { legend: { display: false } }, scales: { y: { min: 0, max: 1 } } }
+      });
+    }
+    var clustersTarget = canvas("health-clusters-chart");
+    if (clustersTarget) {
+      new Chart(clustersTarget, {
+        type: "bar",
+        data: {
+          labels: d.clusters.labels,
+          datasets: [
+            { label: "Candidates", data: d.clusters.sizes, backgroundColor: "#6366f1" },
+            { label: "Fooled", data: d.clusters.fooled, backgroundColor: "#f59e0b" }
+          ]
+        },
+        options: { maintainAspectRatio: false, scales: { y: { beginAtZero: true, ticks: { precision: 0 } } } }
+      });
+    }
+    var trendTarget = canvas("health-trend-chart");
+    if (trendTarget) {
+      new Chart(trendTarget, {
+        type: "line",
+        data: {
+          labels: d.trend.labels,
+          datasets: [
+            {
+              label: "MER", data: d.trend.mer, borderColor: "#dc2626", backgroundColor: "#dc2626", tension: 0.2,
+              pointRadius: d.trend.inflation.map(function (marked) { return marked ? 7 : 3; }),
+              pointStyle: d.trend.inflation.map(function (marked) { return marked ? "triangle" : "circle"; })
+            },
+            { label: "VMER", data: d.trend.vmer, borderColor: "#16a34a", backgroundColor: "#16a34a", borderDash: [6, 4], tension: 0.2 },
+            { label: "Krippendorff's α", data: d.trend.alpha, borderColor: "#1d4ed8", backgroundColor: "#1d4ed8", tension: 0.2 },
+            { label: "Distinct-2", data: d.trend.diversity, borderColor: "#0ea5e9", backgroundColor: "#0ea5e9", tension: 0.2 }
+          ]
+        },
+        options: {
+          maintainAspectRatio: false,
+          interaction: { mode: "index", intersect: false },
+          scales: { x: { offset: true }, y: { suggestedMin: 0, suggestedMax: 1 } }
+        }
+      });
+    }
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     roundsChart();
     annotatorsChart();
+    healthCharts();
   });
 })();

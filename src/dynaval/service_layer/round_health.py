@@ -1,0 +1,141 @@
+"""A round's health for leads (``GET /api/rounds/<id>/health`` and the dashboard's Health page):
+writer concentration, lexical diversity, repeated patterns, the fooled rate with and without them,
+and the rounds of its task type side by side (the figures: :mod:`dynaval.domain.round_health`).
+
+The near-duplicate pass reads every candidate's text and indexes it (about a minute or more for
+100,000 candidates, docs/benchmarks.md), so a round's figures are kept in the per-process
+:class:`~dynaval.service_layer.figures_cache.FiguresCache` under a fingerprint of its candidates
+(how many, the latest submission, how many scored and fooled), as the agreement figures are kept
+under one of the votes: recomputed in the background when a candidate arrives or is scored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from dynaval.adapters.minhash_index import MinHashIndex
+from dynaval.domain.metrics import round_counts
+from dynaval.domain.near_duplicates import NearDuplicateRule, field_shingles
+from dynaval.domain.provenance import writer_pseudonym
+from dynaval.domain.round import Round
+from dynaval.domain.round_health import HealthCandidate, RoundHealth, RoundPoint, RoundTrend, trend
+from dynaval.domain.round_health import round_health as figures_of
+from dynaval.service_layer.dashboard import cached_round_agreement
+from dynaval.service_layer.figures_cache import Cached, FiguresCache
+from dynaval.service_layer.services import Services
+
+CLUSTERS_SHOWN = 50
+"""The API and the page list the largest clusters; every cluster is counted."""
+
+
+@dataclass(frozen=True)
+class HealthView:
+    round_id: int
+    name: str
+    task: str
+    kind: str
+    fields: list[str]
+    rule: NearDuplicateRule
+    health: RoundHealth
+    trend: list[RoundTrend]
+    as_of: datetime
+    """When the oldest of these figures was computed."""
+    current: bool
+    """False while newer candidates or votes are being counted (see :class:`FiguresCache`)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "round_id": self.round_id,
+            "name": self.name,
+            "task": self.task,
+            "kind": self.kind,
+            "fields": list(self.fields),
+            "near_duplicate_rule": self.rule.to_dict(),
+            **self.health.to_dict(max_clusters=CLUSTERS_SHOWN),
+            "across_rounds": [t.to_dict() for t in self.trend],
+            "as_of": self.as_of.isoformat(),
+            "current": self.current,
+        }
+
+
+def compute_round_health(services: Services, round_id: int) -> RoundHealth:
+    """The round's figures, from one read of its candidates (no cache)."""
+    rule = NearDuplicateRule()
+    with services.uow(read_only=True) as uow:
+        round_ = uow.rounds.get(round_id)
+        written = uow.round_queries.written_candidates(round_id)
+    fields = list(services.catalog.get(round_.task_type).data_fields)
+    secret = services.settings.pseudonym_secret
+    writers: dict[tuple[str, str | None], str] = {}
+    found: list[HealthCandidate] = []
+    index = MinHashIndex(rule)
+    for c in written:
+        key = (c.writer_id, c.collected_by)
+        writer = writers.get(key)
+        if writer is None:
+            writer = writers[key] = writer_pseudonym(secret, c.writer_id, c.collected_by)
+        found.append(HealthCandidate(c.id, c.inputs, writer, c.fooled, c.status))
+        index.add(c.id, field_shingles(c.inputs, fields, rule.shingle))
+    return figures_of(found, fields, ((a, b) for a, b, _sim in index.pairs()))
+
+
+def cached_round_health(services: Services, cache: FiguresCache, round_id: int) -> Cached[RoundHealth]:
+    with services.uow(read_only=True) as uow:
+        uow.rounds.get(round_id)
+        fingerprint = uow.round_queries.candidates_fingerprint(round_id)
+    return cache.get("health", round_id, fingerprint, lambda: compute_round_health(services, round_id))
+
+
+def _comparable(round_: Round, other: Round) -> bool:
+    """Rounds compared side by side: the same task type and the same kind (a capture round has no
+    model whose error rate could rise)."""
+    return other.task_type == round_.task_type and other.kind is round_.kind
+
+
+def round_health(services: Services, cache: FiguresCache, round_id: int) -> HealthView:
+    """The round's health and the rounds of its task type (and kind) side by side, in round order.
+    An unknown round is NotFound."""
+    with services.uow(read_only=True) as uow:
+        round_ = uow.rounds.get(round_id)
+        peers = [r for r in uow.rounds.all() if r.id is not None and _comparable(round_, r)]
+        counts = uow.dashboard.status_counts([r.id for r in peers if r.id is not None])
+    fields = list(services.catalog.get(round_.task_type).data_fields)
+    parts: list[Cached[Any]] = []
+    points: list[RoundPoint] = []
+    own: Cached[RoundHealth] | None = None
+    for peer in sorted(peers, key=lambda r: r.id or 0):
+        assert peer.id is not None
+        health = cached_round_health(services, cache, peer.id)
+        agreement = cached_round_agreement(services, cache, peer.id)
+        parts += [health, agreement]
+        if peer.id == round_id:
+            own = health
+        figures = round_counts(counts[peer.id])
+        points.append(
+            RoundPoint(
+                round_id=peer.id,
+                name=peer.name,
+                state=peer.state.value,
+                collected=figures.collected,
+                mer=figures.mer,
+                vmer=figures.vmer,
+                alpha=agreement.value.alpha,
+                alpha_undefined_reason=agreement.value.undefined_reason,
+                diversity=health.value.diversity,
+            )
+        )
+    assert own is not None  # the round is its own peer
+    return HealthView(
+        round_id=round_id,
+        name=round_.name,
+        task=round_.task_type,
+        kind=round_.kind.value,
+        fields=fields,
+        rule=NearDuplicateRule(),
+        health=own.value,
+        trend=trend(points),
+        as_of=min(p.computed_at for p in parts),
+        current=all(p.current for p in parts),
+    )
