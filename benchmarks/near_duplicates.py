@@ -24,7 +24,7 @@ whose rows are deleted first, extrapolated to all) with its rate.
 
     PYTHONPATH=$PWD/src:$PWD .venv/bin/python benchmarks/near_duplicates.py                   # 1,000,000
     PYTHONPATH=$PWD/src:$PWD .venv/bin/python benchmarks/near_duplicates.py --examples 100000 # quick
-    ... --data-dir /tmp/nd-bench [--reuse]     # keep the seeded SQLite file, and reuse it
+    ... --data-dir DIR [--reuse]     # keep the seeded SQLite file in DIR, and reuse it
 """
 
 from __future__ import annotations
