@@ -8,6 +8,7 @@ from dynaval.adapters.database import Database
 from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.label_studio import LabelStudioGateway, SdkLabelStudioGateway
 from dynaval.adapters.predictor import Predictor, TransformersPredictor
+from dynaval.adapters.semantic_index import SemanticVectors
 from dynaval.adapters.task_queue import BackgroundJobs, QueuedWork, make_huey
 from dynaval.adapters.unit_of_work import sql_units_of_work
 from dynaval.service_layer import pushing, revalidation, verification
@@ -53,6 +54,7 @@ def bootstrap(
         label_studio=gateway,
         models=models,
         writer_links=WriterAnnotatorLinks(settings.writer_label_studio_links, gateway),
+        vectors=SemanticVectors() if settings.near_duplicate_semantic else None,
     )
     # The task queue's tasks call the use cases, which ask for work through services.work.
     services.task_queue = make_huey(settings.queue_url, settings.data_dir, settings.queue_name)

@@ -140,6 +140,11 @@ class Settings(BaseSettings):
     max_text_chars: int = 2000
     max_body_bytes: int = Field(default=64 * 1024, ge=1, description="Larger request bodies get 413.")
     max_batch_size: int = Field(default=100, ge=1, description="Candidates one batch request may hold.")
+    near_duplicate_semantic: bool = Field(
+        default=True,
+        description="Also check each new candidate and capture for semantic near-duplicates (MiniLM "
+        "embeddings, loaded on the first submission); false: the lexical check alone.",
+    )
     receive_timeout_s: float = Field(
         default=15.0,
         gt=0,

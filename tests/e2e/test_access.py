@@ -94,6 +94,7 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("GET", "/api/rounds/<int:round_id>/annotators"): LEAD,
     ("POST", "/api/rounds/<int:round_id>/annotators/<annotator>/exclusion"): LEAD,
     ("GET", "/api/rounds/<int:round_id>/exclusions"): LEAD,
+    ("GET", "/api/rounds/<int:round_id>/near-duplicates"): LEAD,
     ("GET", "/api/rounds/<int:round_id>/audit"): LEAD,
     ("POST", "/api/gate"): LEAD,
     ("GET", "/api/gate-runs"): LEAD,

@@ -12,7 +12,7 @@ import copy
 import dataclasses
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -24,6 +24,7 @@ from dynaval.domain.candidate import Candidate, CandidateStatus, DecisionEntry
 from dynaval.domain.capture import AcceptedCapture, Capture
 from dynaval.domain.errors import Conflict, NotFound
 from dynaval.domain.gold import AnnotatorStatus, ExclusionEvent, GoldAnswer, GoldItem
+from dynaval.domain.near_duplicates import EarlierExample, NearDuplicateCheck
 from dynaval.domain.round import Round
 from dynaval.domain.task_type import TaskType
 from dynaval.domain.votes import AnnotationRecord
@@ -49,6 +50,11 @@ class FakeStore:
     task_checks: dict[tuple[int, int], datetime] = field(default_factory=dict)
     """(round id, task id) -> when its read-back was asked for."""
     captures: dict[str, Capture] = field(default_factory=dict)
+    near_duplicate_examples: dict[str, tuple[str, frozenset[int]]] = field(default_factory=dict)
+    """candidate id -> (task type, band keys)"""
+    near_duplicate_checks: dict[str, NearDuplicateCheck] = field(default_factory=dict)
+    near_duplicate_vectors: list[tuple[str, str, bytes | None]] = field(default_factory=list)
+    """(candidate id, task type, vector) in the order stored; a position is its seq (from 1)."""
     commits: int = 0
 
 
@@ -464,6 +470,84 @@ class FakeCaptures:
         ]
 
 
+class FakeNearDuplicateIndex:
+    def __init__(self, store: FakeStore) -> None:
+        self.store = store
+
+    def add(
+        self, candidate_id: str, task_type: str, keys: Collection[int], vector: bytes | None = None
+    ) -> None:
+        assert candidate_id not in self.store.near_duplicate_examples, f"{candidate_id} is indexed already"
+        self.store.near_duplicate_examples[candidate_id] = (task_type, frozenset(keys))
+        self.store.near_duplicate_vectors.append((candidate_id, task_type, vector))
+
+    def add_many(self, examples: Sequence[tuple[str, str, Collection[int], bytes | None]]) -> None:
+        for candidate_id, task_type, keys, vector in examples:
+            self.add(candidate_id, task_type, keys, vector)
+
+    def examples(self, candidate_ids: Collection[str]) -> dict[str, EarlierExample]:
+        found = (self.store.candidates[c] for c in candidate_ids if c in self.store.candidates)
+        return {c.id: EarlierExample(c.id, c.round_id, dict(c.inputs), c.submitted_by) for c in found}
+
+    def vectors_after(
+        self, task_type: str, seq: int, *, limit: int | None = None
+    ) -> list[tuple[int, str, bytes | None]]:
+        rows = [
+            (i, c, v)
+            for i, (c, t, v) in enumerate(self.store.near_duplicate_vectors, start=1)
+            if t == task_type and i > seq
+        ]
+        return rows[:limit] if limit is not None else rows
+
+    def without_vectors(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:
+        latest = {c: (t, v) for c, t, v in self.store.near_duplicate_vectors}
+        missing = [(c, t, dict(self.store.candidates[c].inputs)) for c, (t, v) in latest.items() if v is None]
+        return missing[:limit]
+
+    def set_vectors(self, vectors: Sequence[tuple[str, str, bytes]]) -> None:
+        self.store.near_duplicate_vectors.extend(vectors)
+
+    def lookup(self, task_type: str, keys: Collection[int], *, limit: int = 200) -> list[EarlierExample]:
+        shared = {
+            c: len(its_keys & set(keys))
+            for c, (task, its_keys) in self.store.near_duplicate_examples.items()
+            if task == task_type and its_keys & set(keys)
+        }
+        found = sorted(shared, key=lambda c: (-shared[c], c))[:limit]
+        return [
+            EarlierExample(
+                c, (cand := self.store.candidates[c]).round_id, dict(cand.inputs), cand.submitted_by
+            )
+            for c in found
+        ]
+
+    def unindexed(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:
+        missing = [
+            c for c in self.store.candidates.values() if c.id not in self.store.near_duplicate_examples
+        ]
+        missing.sort(key=lambda c: (c.submitted_at or datetime.min.replace(tzinfo=UTC), c.id))
+        return [(c.id, self.store.rounds[c.round_id].task_type, dict(c.inputs)) for c in missing[:limit]]
+
+    def size(self) -> int:
+        return len(self.store.near_duplicate_examples)
+
+    def record(self, check: NearDuplicateCheck) -> None:
+        self.store.near_duplicate_checks[check.candidate_id] = check
+
+    def checks_of(self, candidate_ids: Collection[str]) -> dict[str, NearDuplicateCheck]:
+        return {
+            c: self.store.near_duplicate_checks[c]
+            for c in candidate_ids
+            if c in self.store.near_duplicate_checks
+        }
+
+    def flagged(self, round_id: int) -> list[str]:
+        checks = self.store.near_duplicate_checks.values()
+        ids = [c.candidate_id for c in checks if c.round_id == round_id and c.flagged]
+        earliest = datetime.min.replace(tzinfo=UTC)
+        return sorted(ids, key=lambda c: (self.store.candidates[c].submitted_at or earliest, c))
+
+
 class FakeUnitOfWork:
     """A unit of work on a copy of the store: committed, the copy becomes the store."""
 
@@ -480,6 +564,7 @@ class FakeUnitOfWork:
         self.votes = FakeVoteStore(self._work)
         self.task_checks = FakeTaskChecks(self._work)
         self.captures = FakeCaptures(self._work)
+        self.near_duplicates = FakeNearDuplicateIndex(self._work)
         return self
 
     def __exit__(

@@ -52,6 +52,9 @@ def test_all_fields_can_be_overridden_and_round_trip_through_to_dict() -> None:
         "gold_rate": 0.2,
         "gold_min_items": 3,
         "gold_min_accuracy": 0.8,
+        "near_duplicates": "reject",
+        "near_duplicate_lexical": 0.7,
+        "near_duplicate_semantic": 0.9,
     }
     policy = DecisionPolicy.from_overrides(overrides)
     assert policy.to_dict() == overrides

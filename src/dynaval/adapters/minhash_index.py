@@ -1,18 +1,24 @@
 """A near-duplicate index over datasketch's MinHash and MinHashLSH.
 
 The rule (shingles, the similarity, the thresholds) is :mod:`dynaval.domain.near_duplicates`; this
-adapter only finds candidates quickly and confirms each with the rule's exact similarity. It holds
-its examples in memory: built for one release's rows or one check, not kept between processes.
+adapter only finds candidates quickly and confirms each with the rule's exact similarity.
+:class:`MinHashIndex` holds its examples in memory: built for one release's rows, not kept between
+processes. :func:`band_keys` gives an example's LSH band keys for the shared index at submission,
+which the database keeps (:mod:`dynaval.adapters.near_duplicate_index`).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from datasketch import MinHash, MinHashLSH
 
 from dynaval.domain.near_duplicates import (
+    LSH_THRESHOLD_MARGIN,
+    MIN_ROUND_THRESHOLD,
     MINHASH_SEED,
     NUM_PERM,
     FieldShingles,
@@ -83,3 +89,37 @@ class MinHashIndex:
             for match in self.matches(self._examples[key]):
                 if key < match.key and keep(key, match.key):
                     yield key, match.key, match.similarity
+
+
+# ------------------------------------------------------------------ the shared index's band keys
+
+INDEX_LSH_THRESHOLD = MIN_ROUND_THRESHOLD - LSH_THRESHOLD_MARGIN
+"""The shared index at submission finds candidates from this Jaccard estimate up, whatever the
+round's threshold (one set of band keys serves every round)."""
+
+
+@functools.lru_cache(maxsize=1)
+def _banding() -> tuple[list[tuple[int, int]], tuple[object, object]]:
+    """The bands (datasketch's choice for ``INDEX_LSH_THRESHOLD``) and the shared permutations,
+    made on first use."""
+    lsh = MinHashLSH(threshold=INDEX_LSH_THRESHOLD, num_perm=NUM_PERM)
+    template = MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED)
+    return list(lsh.hashranges), (template.permutations, template.scheme)
+
+
+def band_keys(example: FieldShingles) -> list[int]:
+    """The example's MinHash LSH band keys (signed 64-bit, each naming its band): two examples
+    with a key in common are candidate near-duplicates. No key for an example with no words."""
+    values = tagged(example)
+    if not values:
+        return []
+    ranges, (permutations, scheme) = _banding()
+    minhash = MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED, permutations=permutations, scheme=scheme)
+    minhash.update_batch(values)
+    keys = []
+    for band, (start, end) in enumerate(ranges):
+        digest = hashlib.blake2b(
+            band.to_bytes(2, "big") + minhash.hashvalues[start:end].tobytes(), digest_size=8
+        ).digest()
+        keys.append(int.from_bytes(digest, "big", signed=True))
+    return keys

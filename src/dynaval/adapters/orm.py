@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, Index, Text, UniqueConstraint, text
+from sqlalchemy import JSON, BigInteger, Column, Index, LargeBinary, Text, UniqueConstraint, text
 from sqlalchemy import false as sa_false
 from sqlmodel import Field, SQLModel
 
@@ -445,3 +445,44 @@ class RevalidationRow(SQLModel, table=True):
     settled_at: datetime | None = None
     outcome: str | None = Field(default=None, max_length=16)
     """``confirmed``, ``retired`` or ``unresolved`` once settled."""
+
+
+class NearDuplicateExampleRow(SQLModel, table=True):
+    """An example (a candidate or capture, release rows among them) in the near-duplicate index:
+    written in the unit of work that stores the candidate. ``seq`` only grows, so a process tops
+    up its in-memory vectors with the rows after the last it read; ``embedding`` is the example's
+    vector (float32 bytes) for the semantic check, NULL until computed."""
+
+    __tablename__ = "near_duplicate_example"
+    __table_args__ = (Index("ix_near_duplicate_example_task_seq", "task_type", "seq"),)
+
+    seq: int | None = Field(default=None, primary_key=True)
+    candidate_id: str = Field(foreign_key="candidate.id", unique=True, max_length=36)
+    task_type: str = Field(max_length=40)
+    embedding: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
+
+
+class NearDuplicateKeyRow(SQLModel, table=True):
+    """One MinHash LSH band of an example: two examples sharing a band key of their task type are
+    candidate near-duplicates, which the exact rule then confirms. The primary key is the lookup's
+    index: a lexical check is one indexed query."""
+
+    __tablename__ = "near_duplicate_key"
+
+    task_type: str = Field(primary_key=True, max_length=40)
+    band_key: int = Field(primary_key=True, sa_type=BigInteger, sa_column_kwargs={"autoincrement": False})
+    candidate_id: str = Field(primary_key=True, foreign_key="candidate.id", max_length=36)
+
+
+class NearDuplicateCheckRow(SQLModel, table=True):
+    """What the check at submission found for a candidate that has near-duplicates (the matches,
+    at most five, with the earlier examples' submitters), and whether its round's policy flagged it."""
+
+    __tablename__ = "near_duplicate_check"
+    __table_args__ = (Index("ix_near_duplicate_check_round_flagged", "round_id", "flagged"),)
+
+    candidate_id: str = Field(foreign_key="candidate.id", primary_key=True, max_length=36)
+    round_id: int = Field(foreign_key="round.id")
+    flagged: bool = False
+    matches: list[dict[str, Any]] = Field(sa_column=Column(JSON, nullable=False))
+    checked_at: datetime = Field(default_factory=utcnow)

@@ -15,6 +15,7 @@ from sqlmodel import Session
 
 from dynaval.adapters.capture_repository import SqlCaptureRepository
 from dynaval.adapters.database import READ_ONLY_OPTION, Database
+from dynaval.adapters.near_duplicate_index import SqlNearDuplicateIndex
 from dynaval.adapters.queries import SqlDashboardQueries, SqlDashboardSessions, SqlRoundQueries
 from dynaval.adapters.regression_repository import SqlRegressionRepository
 from dynaval.adapters.release_repository import SqlReleaseRepository
@@ -48,6 +49,7 @@ class SqlUnitOfWork:
     captures: SqlCaptureRepository
     regression: SqlRegressionRepository
     revalidations: SqlRevalidationRepository
+    near_duplicates: SqlNearDuplicateIndex
 
     def __init__(self, database: Database, *, read_only: bool = False) -> None:
         self._database = database
@@ -71,6 +73,7 @@ class SqlUnitOfWork:
         self.captures = SqlCaptureRepository(self.session)
         self.regression = SqlRegressionRepository(self.session)
         self.revalidations = SqlRevalidationRepository(self.session)
+        self.near_duplicates = SqlNearDuplicateIndex(self.session)
         return self
 
     def __exit__(

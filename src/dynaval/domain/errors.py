@@ -56,3 +56,14 @@ class ScoringLimited(TooManyRequests):
     """The caller has asked for more model work than its scoring budget allows now."""
 
     code = "scoring_limited"
+
+
+class NearDuplicateRefused(Conflict):
+    """A round whose policy rejects near-duplicates refused an example: ``near_duplicates`` are
+    the earlier examples it repeats, as the writer may see them."""
+
+    code = "near_duplicate"
+
+    def __init__(self, message: str, *, field: str, near_duplicates: list[dict[str, object]]) -> None:
+        super().__init__(message, field=field)
+        self.near_duplicates = near_duplicates

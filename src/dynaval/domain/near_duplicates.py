@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from dynaval.domain.release import folded_text
 
@@ -41,6 +41,13 @@ LSH_THRESHOLD_MARGIN = 0.1
 """The index looks for candidates this far below the threshold, so that pairs just above it are
 rarely missed; the exact Jaccard then decides."""
 MINHASH_SEED = 1
+
+MIN_ROUND_THRESHOLD = 0.5
+"""The lowest lexical threshold a round may set: the shared index at submission
+(:mod:`dynaval.adapters.near_duplicate_index`) is built for candidates from
+``MIN_ROUND_THRESHOLD - LSH_THRESHOLD_MARGIN`` up, so a lower threshold would miss pairs."""
+MAX_REPORTED = 5
+"""At most this many near-duplicates of a new example are reported (and kept), most similar first."""
 
 FieldShingles = tuple[frozenset[str], ...]
 """An example's shingles, one set per input field, in the task's field order."""
@@ -140,3 +147,109 @@ def clusters(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
     for key, label in zip(keys, labels, strict=True):
         names.setdefault(int(label), key)  # keys are sorted: the first seen is the smallest
     return {key: names[int(label)] for key, label in zip(keys, labels, strict=True)}
+
+
+# ------------------------------------------------------------------------- at submission
+
+NearDuplicateKind = Literal["lexical", "semantic"]
+NearDuplicatePolicyName = Literal["allow", "flag", "reject"]
+NEAR_DUPLICATE_POLICIES: tuple[NearDuplicatePolicyName, ...] = ("allow", "flag", "reject")
+
+
+@dataclass(frozen=True)
+class EarlierExample:
+    """An example already stored (a candidate or capture of any round, release rows among them)
+    that a new one is compared with."""
+
+    id: str
+    round_id: int
+    inputs: Mapping[str, str]
+    submitted_by: str | None
+
+
+@dataclass(frozen=True)
+class NearDuplicateMatch:
+    """A near-duplicate of a new example: the earlier example, how similar, and by which rule.
+    ``submitted_by`` (the earlier example's submitting token) decides who may see its id."""
+
+    id: str
+    round_id: int
+    similarity: float
+    kind: NearDuplicateKind
+    submitted_by: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "round_id": self.round_id,
+            "similarity": self.similarity,
+            "kind": self.kind,
+            "submitted_by": self.submitted_by,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> NearDuplicateMatch:
+        kind: NearDuplicateKind = "semantic" if data.get("kind") == "semantic" else "lexical"
+        return cls(
+            id=str(data["id"]),
+            round_id=int(data["round_id"]),
+            similarity=float(data["similarity"]),
+            kind=kind,
+            submitted_by=data.get("submitted_by"),
+        )
+
+    def shown_to(self, viewer: str | None) -> dict[str, Any]:
+        """What ``viewer`` (a token's name; ``None``: a lead, who sees everything) is told: the id
+        and round of their own earlier example, only the kind and similarity of anyone else's."""
+        if viewer is None or (self.submitted_by is not None and self.submitted_by == viewer):
+            return {
+                "id": self.id,
+                "round_id": self.round_id,
+                "similarity": self.similarity,
+                "kind": self.kind,
+            }
+        return {"similarity": self.similarity, "kind": self.kind}
+
+
+def lexical_matches(
+    new: FieldShingles,
+    earlier: Iterable[tuple[EarlierExample, FieldShingles]],
+    rule: NearDuplicateRule,
+) -> list[NearDuplicateMatch]:
+    """The earlier examples that ``new`` is a lexical near-duplicate of under ``rule``, confirmed by
+    the exact similarity, most similar first, at most ``MAX_REPORTED``."""
+    found = []
+    for example, its_shingles in earlier:
+        value = similarity(new, its_shingles)
+        if value >= rule.threshold:
+            found.append(
+                NearDuplicateMatch(
+                    example.id, example.round_id, round(value, 4), "lexical", example.submitted_by
+                )
+            )
+    return best(found)
+
+
+def best(matches: Iterable[NearDuplicateMatch]) -> list[NearDuplicateMatch]:
+    """One per earlier example (its lexical match when it has both: a near-copy says more than a
+    paraphrase), lexical matches first, each kind most similar first (ties by id), at most
+    ``MAX_REPORTED``. The two similarities are on different scales (a Jaccard, a cosine), so they
+    are not ranked against each other."""
+    ranked = sorted(matches, key=lambda m: (m.kind != "lexical", -m.similarity, m.id))
+    seen: dict[str, NearDuplicateMatch] = {}
+    for match in ranked:
+        seen.setdefault(match.id, match)
+    return list(seen.values())[:MAX_REPORTED]
+
+
+@dataclass(frozen=True)
+class NearDuplicateCheck:
+    """What the check found for a new example, and whether its round's policy flagged it."""
+
+    candidate_id: str
+    round_id: int
+    matches: tuple[NearDuplicateMatch, ...]
+    flagged: bool
+
+    def shown_to(self, viewer: str | None) -> list[dict[str, Any]]:
+        return [m.shown_to(viewer) for m in self.matches]

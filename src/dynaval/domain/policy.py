@@ -9,6 +9,13 @@ from fractions import Fraction
 from typing import Any
 
 from dynaval.domain.errors import InvalidInput
+from dynaval.domain.near_duplicates import (
+    MIN_ROUND_THRESHOLD,
+    NEAR_DUPLICATE_POLICIES,
+    THRESHOLD,
+    NearDuplicatePolicyName,
+    NearDuplicateRule,
+)
 
 RULE_VERSION = "dynaval-majority/1"
 """Version of the decision rule in :mod:`dynaval.domain.decision`; bump on any change of behaviour."""
@@ -40,6 +47,13 @@ class DecisionPolicy:
     - ``gold_rate``: share of the tasks pushed to Label Studio that are gold items (0 turns gold off).
     - ``gold_min_items``: gold answers an annotator gives before the gold rule may exclude them.
     - ``gold_min_accuracy``: below this gold accuracy an annotator's votes stop counting.
+    - ``near_duplicates``: what a near-duplicate of an earlier example at submission leads to:
+      ``allow`` (recorded only), ``flag`` (stored, marked, shown to leads first) or ``reject``
+      (refused with 409, nothing stored); see docs/near_duplicates.md.
+    - ``near_duplicate_lexical``: the lexical rule's threshold (smallest per-field word-bigram
+      Jaccard) from which two examples are near-duplicates.
+    - ``near_duplicate_semantic``: the cosine threshold of the semantic check (``None``: the
+      domain's default).
     """
 
     min_votes: int = 2
@@ -50,6 +64,9 @@ class DecisionPolicy:
     gold_rate: float = 0.1
     gold_min_items: int = 5
     gold_min_accuracy: float = 0.7
+    near_duplicates: NearDuplicatePolicyName = "flag"
+    near_duplicate_lexical: float = THRESHOLD
+    near_duplicate_semantic: float | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_votes <= MAX_VOTES_LIMIT:
@@ -74,6 +91,21 @@ class DecisionPolicy:
             )
         if not 0 <= self.gold_min_accuracy <= 1:
             raise InvalidInput("gold_min_accuracy must be between 0 and 1", field="policy.gold_min_accuracy")
+        if self.near_duplicates not in NEAR_DUPLICATE_POLICIES:
+            raise InvalidInput(
+                f"near_duplicates must be one of: {', '.join(NEAR_DUPLICATE_POLICIES)}",
+                field="policy.near_duplicates",
+            )
+        if not MIN_ROUND_THRESHOLD <= self.near_duplicate_lexical <= 1:
+            raise InvalidInput(
+                f"near_duplicate_lexical must be between {MIN_ROUND_THRESHOLD} and 1",
+                field="policy.near_duplicate_lexical",
+            )
+        if self.near_duplicate_semantic is not None and not 0 < self.near_duplicate_semantic <= 1:
+            raise InvalidInput(
+                "near_duplicate_semantic must be above 0 and at most 1",
+                field="policy.near_duplicate_semantic",
+            )
 
     @property
     def accept_fraction(self) -> Fraction:
@@ -82,6 +114,11 @@ class DecisionPolicy:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def lexical_rule(self) -> NearDuplicateRule:
+        """The lexical near-duplicate rule at this round's threshold."""
+        return NearDuplicateRule(threshold=self.near_duplicate_lexical)
 
     @classmethod
     def from_overrides(cls, overrides: Mapping[str, Any] | None) -> DecisionPolicy:

@@ -134,6 +134,20 @@ def cmd_build_default_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_near_duplicates_reindex(args: argparse.Namespace) -> int:
+    from dynaval.service_layer.near_duplicates import reindex
+
+    services = _services()
+    try:
+        added = reindex(services)
+        with services.uow(read_only=True) as uow:
+            size = uow.near_duplicates.size()
+    finally:
+        services.close()
+    print(f"near-duplicate index: {added} examples added, {size} indexed")
+    return 0
+
+
 def cmd_sync(args: argparse.Namespace) -> int:
     from dynaval.service_layer.rounds import check_round_exists
     from dynaval.service_layer.verification import sync_round
@@ -620,6 +634,16 @@ def build_parser() -> argparse.ArgumentParser:
     sync = commands.add_parser("sync", help="push, reconcile every annotation from Label Studio, escalate")
     sync.add_argument("--round", type=int, required=True, help="round id")
     sync.set_defaults(run=cmd_sync)
+
+    near = commands.add_parser("near-duplicates", help="the near-duplicate index checked at submission")
+    near_commands = near.add_subparsers(dest="near_command", required=True, metavar="NEAR_DUPLICATES_COMMAND")
+    reindex = near_commands.add_parser(
+        "reindex",
+        help="add every stored candidate and capture missing from the index (after an upgrade or a restore)",
+        description="Add every stored candidate and capture missing from the near-duplicate index (those "
+        "stored before it existed, or restored without it), in batches; a second run adds none.",
+    )
+    reindex.set_defaults(run=cmd_near_duplicates_reindex)
 
     gold = commands.add_parser("gold", help="gold items (known labels) that check annotators")
     gold_commands = gold.add_subparsers(dest="gold_command", required=True, metavar="GOLD_COMMAND")

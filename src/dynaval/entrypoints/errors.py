@@ -14,6 +14,7 @@ from dynaval.domain.errors import (
     DomainError,
     Forbidden,
     InvalidInput,
+    NearDuplicateRefused,
     NotFound,
     TooLarge,
     TooManyRequests,
@@ -67,7 +68,10 @@ def render_error(error: Exception, *, max_body_bytes: int) -> tuple[int, dict[st
         headers = {"Retry-After": "5"} if isinstance(error, Unavailable) else {}
         if isinstance(error, TooManyRequests):
             headers = {"Retry-After": str(error.retry_after_s)}
-        return status_of(error), error_body(error.code, error.message, error.field), headers
+        body = error_body(error.code, error.message, error.field)
+        if isinstance(error, NearDuplicateRefused):
+            body["error"]["near_duplicates"] = error.near_duplicates
+        return status_of(error), body, headers
     if isinstance(error, OperationalError):
         # A locked SQLite file or an unreachable PostgreSQL: nothing was written; the caller may retry.
         # The driver's message says why ("database is locked"); it holds no bound values.

@@ -39,6 +39,7 @@ from dynaval.service_layer import (
     gate,
     gold,
     model_catalog,
+    near_duplicates,
     overrides,
     releases,
     revalidation,
@@ -217,7 +218,8 @@ def freeze_round(round_id: int) -> Any:
         201: "Created",
         403: "Not a writer, collector or lead; or a writer_id naming someone else (only a collector may)",
         404: "No such round",
-        409: "Round closed",
+        409: "Round closed; or, under the round's reject policy, a near-duplicate of an earlier example "
+        "(code near_duplicate, field inputs, the near-duplicates in error.near_duplicates; nothing stored)",
         413: "Text too long",
         422: "Invalid field",
         503: "Model unavailable",
@@ -235,7 +237,7 @@ def submit_candidate(round_id: int) -> Any:
         submitter=_submitter(),
         charge=charge_scoring,
     )
-    return jsonify(candidates.get_candidate(services, row.id)), 201
+    return jsonify(candidates.get_candidate(services, row.id, viewer=g.caller.owner)), 201
 
 
 @api.post("/api/rounds/<int:round_id>/candidates/batch")
@@ -246,7 +248,8 @@ def submit_candidate(round_id: int) -> Any:
         201: "Created: the candidates, in the order given",
         403: "Not a writer, collector or lead; or a candidates[i].writer_id naming someone else",
         404: "No such round",
-        409: "Round closed",
+        409: "Round closed; or, under the round's reject policy, a near-duplicate (field "
+        "candidates[i].inputs; nothing stored)",
         413: "More candidates than DYNAVAL_MAX_BATCH_SIZE, or a text too long",
         422: "Invalid field, named candidates[i].field; nothing is stored",
         503: "Model unavailable",
@@ -264,7 +267,8 @@ def submit_candidate_batch(round_id: int) -> Any:
         submitter=_submitter(),
         charge=charge_scoring,
     )
-    return jsonify({"candidates": candidates.candidates_public(services, [r.id for r in rows])}), 201
+    shown = candidates.candidates_public(services, [r.id for r in rows], viewer=g.caller.owner)
+    return jsonify({"candidates": shown}), 201
 
 
 @api.post("/api/rounds/<int:round_id>/captures")
@@ -273,23 +277,29 @@ def submit_candidate_batch(round_id: int) -> Any:
     "each is validated blind in Label Studio like a fooled candidate",
     body=CaptureRequest,
     responses={
-        201: "Created: the capture's id and status (a batch: the ids, in the order given)",
+        201: "Created: the capture's id, status and near-duplicates (a batch: the ids and a list of "
+        "near-duplicates for each, in the order given)",
         403: "Not a reporter or lead",
         404: "No such round",
-        409: "Not an open capture round, or a reference reported already (the earlier capture named)",
+        409: "Not an open capture round, a reference reported already (the earlier capture named), or "
+        "under the round's reject policy a near-duplicate (field inputs or captures[i].inputs)",
         413: "More captures than DYNAVAL_MAX_BATCH_SIZE, or a text too long",
         422: "Invalid field, named captures[i].field in a batch; nothing is stored",
     },
 )
 @requires(*REPORTERS)
 def report_captures(round_id: int) -> Any:
+    services = _services()
     given, batch = _body(CaptureRequest).new_captures()
     made = captures.report_captures(
-        _services(), round_id=round_id, captures=given, reporter=g.caller.name, batch=batch
+        services, round_id=round_id, captures=given, reporter=g.caller.name, batch=batch
     )
+    found = near_duplicates.findings(services, [c.id for c in made], g.caller.owner)
     if batch:
-        return jsonify({"ids": [c.id for c in made], "status": made[0].status.value}), 201
-    return jsonify({"id": made[0].id, "status": made[0].status.value}), 201
+        return jsonify(
+            {"ids": [c.id for c in made], "status": made[0].status.value, "near_duplicates": found}
+        ), 201
+    return jsonify({"id": made[0].id, "status": made[0].status.value, "near_duplicates": found[0]}), 201
 
 
 @api.post("/api/rounds/<int:round_id>/predict")
@@ -469,6 +479,17 @@ def change_exclusion(round_id: int, annotator: str) -> Any:
 @requires(Role.LEAD)
 def exclusion_log(round_id: int) -> Any:
     return jsonify({"events": annotator_exclusion.exclusion_log(_services(), round_id)})
+
+
+@api.get("/api/rounds/<int:round_id>/near-duplicates")
+@documented(
+    summary="The round's candidates flagged as near-duplicates of earlier examples, the earliest "
+    "first, each with its matches (leads look at these first)",
+    responses={200: "OK", 404: "No such round"},
+)
+@requires(Role.LEAD)
+def flagged_near_duplicates(round_id: int) -> Any:
+    return jsonify(near_duplicates.flagged_candidates(_services(), round_id))
 
 
 @api.get("/api/rounds/<int:round_id>/agreement")

@@ -20,7 +20,7 @@ import functools
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, TypeVar, cast
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, cast
 
 from pydantic import (
     AfterValidator,
@@ -50,6 +50,7 @@ from dynaval.adapters.label_studio import WEBHOOK_ACTIONS
 from dynaval.domain.candidate import OverrideOutcome
 from dynaval.domain.capture import CaptureSource, CaptureSourceName
 from dynaval.domain.errors import DomainError, InvalidInput, TooLarge
+from dynaval.domain.near_duplicates import MIN_ROUND_THRESHOLD
 from dynaval.domain.policy import (
     ACCEPT_SHARE_ABOVE,
     MAX_GOLD_MIN_ITEMS,
@@ -226,6 +227,23 @@ class PolicyOverrides(RequestModel):
         ge=0,
         le=1,
         description="Below this gold accuracy an annotator's votes stop counting.",
+    )
+    near_duplicates: Literal["allow", "flag", "reject"] = Field(
+        default=_DEFAULT_POLICY.near_duplicates,
+        description='A near-duplicate of an earlier example at submission: "allow" records it, "flag" '
+        'stores and marks the candidate for leads, "reject" refuses it with 409 (nothing stored).',
+    )
+    near_duplicate_lexical: Share = Field(
+        default=_DEFAULT_POLICY.near_duplicate_lexical,
+        ge=MIN_ROUND_THRESHOLD,
+        le=1,
+        description="Lexical near-duplicate threshold: the smallest per-field word-bigram Jaccard.",
+    )
+    near_duplicate_semantic: Share | None = Field(
+        default=_DEFAULT_POLICY.near_duplicate_semantic,
+        gt=0,
+        le=1,
+        description="Semantic near-duplicate threshold: cosine of the embeddings (null: the default).",
     )
 
     def given(self) -> dict[str, Any]:

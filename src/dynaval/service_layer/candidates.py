@@ -18,6 +18,7 @@ from dynaval.domain.provenance import pseudonym, sign_prediction, writer_pseudon
 from dynaval.domain.round import Round
 from dynaval.domain.task_type import TaskType
 from dynaval.domain.votes import current_ballots
+from dynaval.service_layer import near_duplicates
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import UnitOfWork
 
@@ -171,19 +172,34 @@ def _submit(
     charge: ScoringCharge | None,
     charge_field: str | None = None,
 ) -> list[Candidate]:
-    """Check every ``(candidate, where)``, charge for scoring them, store them all, then score them all."""
+    """Check every ``(candidate, where)``, charge for scoring them, encode them for the semantic
+    check (outside any write transaction), check them for near-duplicates (under a ``reject``
+    policy a match refuses them all), store them all with their index entries, then score them all."""
+    with services.uow(read_only=True) as uow:
+        round_ = uow.rounds.get(round_id)
+    round_.check_takes_candidates()
+    task_type = services.catalog.get(round_.task_type)
+    candidates = [
+        _new_candidate(round_, task_type, candidate, where=where, submitter=submitter)
+        for candidate, where in given
+    ]
+    if charge is not None:
+        charge([scored_text(c.inputs) for c in candidates], charge_field or task_type.main_field)
+    encoded = near_duplicates.encode_new(services, task_type, candidates)
     with services.uow() as uow:
         round_ = uow.rounds.get(round_id)
-        round_.check_takes_candidates()
-        task_type = services.catalog.get(round_.task_type)
-        candidates = [
-            _new_candidate(round_, task_type, candidate, where=where, submitter=submitter)
-            for candidate, where in given
-        ]
-        if charge is not None:
-            charge([scored_text(c.inputs) for c in candidates], charge_field or task_type.main_field)
+        round_.check_takes_candidates()  # again: it may have closed meanwhile
+        checked = near_duplicates.check_new(
+            services,
+            uow,
+            round_,
+            task_type,
+            [(c, where) for c, (_, where) in zip(candidates, given, strict=True)],
+            encoded,
+        )
         for candidate in candidates:
             uow.candidates.add(candidate)
+        near_duplicates.index_new(uow, round_, checked)
         uow.commit()
     predictions = score(services, round_, [c.inputs for c in candidates])
     scored = [
@@ -289,8 +305,12 @@ def score_pending(services: Services, *, older_than_s: float = 10.0, limit: int 
     return done
 
 
-def candidate_public(services: Services, uow: UnitOfWork, candidate: Candidate) -> dict[str, Any]:
-    """The candidate as the API shows it: votes by pseudonymous annotator, never raw identities."""
+def candidate_public(
+    services: Services, uow: UnitOfWork, candidate: Candidate, *, viewer: str | None = None
+) -> dict[str, Any]:
+    """The candidate as the API shows it: votes by pseudonymous annotator, never raw identities.
+    ``viewer`` is the token's name of a writer, collector or reporter reading it (``None``: a lead):
+    of its near-duplicates, a viewer sees the ids of its own earlier examples only."""
     secret = services.settings.pseudonym_secret
     ballots = current_ballots(uow.candidates.annotations(candidate.id))
     override = candidate.override.to_dict() if candidate.override else None
@@ -357,6 +377,9 @@ def candidate_public(services: Services, uow: UnitOfWork, candidate: Candidate) 
         # A failure capture's provenance (null for a writer's candidate); its reported label is
         # ``writer_label`` and its reporter ``writer``, as the decision rule reads them.
         "capture": _capture_public(uow, candidate),
+        # The earlier examples it repeats (at most five, most similar first), and whether its
+        # round's policy flagged it for leads.
+        **near_duplicates.shown(uow, [candidate.id], viewer)[candidate.id],
     }
 
 
@@ -367,18 +390,26 @@ def _capture_public(uow: UnitOfWork, candidate: Candidate) -> dict[str, Any] | N
     return {**capture.to_dict(), "reported_label": candidate.writer_label}
 
 
-def candidates_public(services: Services, candidate_ids: list[str]) -> list[dict[str, Any]]:
-    """Candidates as the API shows them, in the order of ``candidate_ids``, read in one unit of work."""
+def candidates_public(
+    services: Services, candidate_ids: list[str], *, viewer: str | None = None
+) -> list[dict[str, Any]]:
+    """Candidates as the API shows them (to ``viewer``, see :func:`candidate_public`), in the order
+    of ``candidate_ids``, read in one unit of work."""
     with services.uow(read_only=True) as uow:
         found = uow.candidates.get_many(candidate_ids)
-        return [candidate_public(services, uow, found[c]) for c in candidate_ids if c in found]
+        return [candidate_public(services, uow, found[c], viewer=viewer) for c in candidate_ids if c in found]
 
 
 def get_candidate(
-    services: Services, candidate_id: str, *, only_submitted_by: str | None = None
+    services: Services,
+    candidate_id: str,
+    *,
+    only_submitted_by: str | None = None,
+    viewer: str | None = None,
 ) -> dict[str, Any]:
     """The candidate as the API shows it. With ``only_submitted_by`` (a writer's or collector's
-    name), a candidate submitted under another name (or before submitters were recorded) is refused."""
+    name), a candidate submitted under another name (or before submitters were recorded) is refused.
+    ``viewer`` (or else ``only_submitted_by``) is who reads it (see :func:`candidate_public`)."""
     with services.uow(read_only=True) as uow:
         candidate = uow.candidates.get(candidate_id)
         if candidate is None:
@@ -389,7 +420,7 @@ def get_candidate(
                 "reporter reads only the candidates submitted with its own token",
                 field="Authorization",
             )
-        return candidate_public(services, uow, candidate)
+        return candidate_public(services, uow, candidate, viewer=viewer or only_submitted_by)
 
 
 def own_candidate_public(candidate: Candidate) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import Conflict, InvalidInput
 from dynaval.domain.round import Round
 from dynaval.domain.task_type import TaskType
+from dynaval.service_layer import near_duplicates
 from dynaval.service_layer.candidates import GivenInputs, task_inputs
 from dynaval.service_layer.services import Services
 
@@ -52,25 +53,41 @@ def report_captures(
     as ``{"captures": [...]}`` (its size checked by the request model against
     ``DYNAVAL_MAX_BATCH_SIZE``), so an error names ``captures[i].field``. Refused: a round that is
     not an open capture round (409); a reference already reported in the round, or given twice in
-    the batch (409, naming the earlier capture)."""
+    the batch (409, naming the earlier capture); under the round's ``reject`` policy, a
+    near-duplicate of an earlier example (409 naming ``inputs``, see
+    :mod:`dynaval.service_layer.near_duplicates`)."""
     where = [f"captures[{i}]." if batch else "" for i in range(len(captures))]
     _refuse_references_twice_in(captures, where)
     at = utcnow()
+    with services.uow(read_only=True) as uow:
+        round_ = uow.rounds.get(round_id)
+    round_.check_takes_captures()
+    task_type = services.catalog.get(round_.task_type)
+    made = [
+        _new_capture(round_, task_type, given, prefix=prefix, reporter=reporter, at=at)
+        for given, prefix in zip(captures, where, strict=True)
+    ]
+    # The semantic check's model work, before the write transaction opens.
+    encoded = near_duplicates.encode_new(services, task_type, [c for c, _ in made])
     with services.uow() as uow:
         round_ = uow.rounds.get(round_id)
-        round_.check_takes_captures()
-        task_type = services.catalog.get(round_.task_type)
-        made = [
-            _new_capture(round_, task_type, given, prefix=prefix, reporter=reporter, at=at)
-            for given, prefix in zip(captures, where, strict=True)
-        ]
+        round_.check_takes_captures()  # again: it may have closed meanwhile
         references = {c.reference: p for (_, c), p in zip(made, where, strict=True) if c.reference}
         taken = uow.captures.by_references(round_id, references)
         if taken:
             reference, earlier = next(iter(taken.items()))
             raise _taken(round_id, reference, earlier, field=references[reference] + "reference")
+        checked = near_duplicates.check_new(
+            services,
+            uow,
+            round_,
+            task_type,
+            [(c, prefix.rstrip(".")) for (c, _), prefix in zip(made, where, strict=True)],
+            encoded,
+        )
         for candidate, _capture in made:
             uow.candidates.add(candidate)
+        near_duplicates.index_new(uow, round_, checked)
         try:
             uow.captures.add_many([capture for _, capture in made])
         except Conflict:

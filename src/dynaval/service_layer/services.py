@@ -13,6 +13,7 @@ from dynaval.adapters.database import Database
 from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.label_studio import LabelStudioGateway
 from dynaval.adapters.predictor import MicroBatcher, Predictor
+from dynaval.adapters.semantic_index import SemanticVectors
 from dynaval.service_layer.unit_of_work import UnitOfWork
 from dynaval.service_layer.writer_links import WriterAnnotatorLinks
 from dynaval.settings import Settings
@@ -102,6 +103,9 @@ class Services:
     """The huey instance behind ``work`` (the composition root sets both), or None."""
     writer_links: WriterAnnotatorLinks | None = None
     """Writers' Label Studio users (the composition root sets it): their own votes never count."""
+    vectors: SemanticVectors | None = None
+    """The semantic near-duplicate check's encoder and in-memory vectors (the composition root sets
+    it when ``DYNAVAL_NEAR_DUPLICATE_SEMANTIC`` is on); ``None``: the lexical check alone."""
     webhook_rounds: dict[int, int] = field(default_factory=dict)
     """Round ids by Label Studio project id, as the webhook path reads them (they never change)."""
 

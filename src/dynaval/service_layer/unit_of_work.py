@@ -21,6 +21,7 @@ from dynaval.domain.capture import AcceptedCapture, Capture
 from dynaval.domain.gate import GateResult
 from dynaval.domain.gold import AnnotatorStatus, ExclusionEvent, GoldAnswer, GoldItem
 from dynaval.domain.lead_session import LeadSessionRecord
+from dynaval.domain.near_duplicates import EarlierExample, NearDuplicateCheck
 from dynaval.domain.regression import CaseResult, RegisteredModel, RegressionCase
 from dynaval.domain.release import Release, SplitKind
 from dynaval.domain.release_splits import FixedPlace
@@ -497,6 +498,64 @@ class RevalidationRepository(Protocol):
     def save(self, revalidation: Revalidation) -> None: ...
 
 
+class NearDuplicateIndex(Protocol):
+    """The shared near-duplicate index at submission (every example's MinHash LSH band keys) and
+    what each check found; see docs/near_duplicates.md."""
+
+    def add(
+        self, candidate_id: str, task_type: str, keys: Collection[int], vector: bytes | None = None
+    ) -> None:
+        """Index a candidate (added in this unit of work, or stored earlier) under its band keys,
+        with its vector for the semantic check (``None``: none computed)."""
+        ...
+
+    def add_many(self, examples: Sequence[tuple[str, str, Collection[int], bytes | None]]) -> None:
+        """Index stored candidates in bulk: ``(candidate id, task type, keys, vector)``."""
+        ...
+
+    def examples(self, candidate_ids: Collection[str]) -> dict[str, EarlierExample]:
+        """The stored examples with these ids."""
+        ...
+
+    def vectors_after(
+        self, task_type: str, seq: int, *, limit: int | None = None
+    ) -> list[tuple[int, str, bytes | None]]:
+        """The examples of ``task_type`` indexed after ``seq`` (a number that only grows):
+        ``(seq, candidate id, vector)``, in order."""
+        ...
+
+    def without_vectors(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:
+        """Indexed examples with no vector: ``(id, task type, inputs)``."""
+        ...
+
+    def set_vectors(self, vectors: Sequence[tuple[str, str, bytes]]) -> None:
+        """Give indexed examples their vectors ``(id, task type, vector)``, under a new ``seq``."""
+        ...
+
+    def lookup(self, task_type: str, keys: Collection[int], *, limit: int = ...) -> list[EarlierExample]:
+        """The indexed examples of ``task_type`` sharing a band key with ``keys``, those sharing
+        the most first, at most ``limit``."""
+        ...
+
+    def unindexed(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:
+        """Stored candidates missing from the index ``(id, task type, inputs)``, oldest first."""
+        ...
+
+    def size(self) -> int:
+        """How many examples the index holds."""
+        ...
+
+    def record(self, check: NearDuplicateCheck) -> None:
+        """Keep what the check found for a candidate stored in this unit of work."""
+        ...
+
+    def checks_of(self, candidate_ids: Collection[str]) -> dict[str, NearDuplicateCheck]: ...
+
+    def flagged(self, round_id: int) -> list[str]:
+        """The ids of the round's candidates flagged as near-duplicates, the earliest first."""
+        ...
+
+
 class UnitOfWork(Protocol):
     """One transaction and its repositories; rolled back on leaving the block unless committed."""
 
@@ -541,6 +600,9 @@ class UnitOfWork(Protocol):
 
     @property
     def revalidations(self) -> RevalidationRepository: ...
+
+    @property
+    def near_duplicates(self) -> NearDuplicateIndex: ...
 
     def __enter__(self) -> Self: ...
 

@@ -1,0 +1,205 @@
+"""The shared near-duplicate index at submission, kept in the database.
+
+Every example (candidate or capture) has a row in ``near_duplicate_example`` and its MinHash LSH
+band keys (:func:`dynaval.adapters.minhash_index.band_keys`) in ``near_duplicate_key``, written in
+the unit of work that stores it: every process sees them at once, they survive restarts, and a
+lexical lookup is one query on the key table's primary key. The exact rule then confirms each
+candidate (:func:`dynaval.domain.near_duplicates.lexical_matches`). What a check found for a
+candidate is kept in ``near_duplicate_check``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from sqlalchemy import delete, func, insert
+from sqlmodel import Session, col, select
+
+from dynaval.adapters.orm import (
+    CandidateRow,
+    NearDuplicateCheckRow,
+    NearDuplicateExampleRow,
+    NearDuplicateKeyRow,
+    RoundRow,
+)
+from dynaval.domain.near_duplicates import EarlierExample, NearDuplicateCheck, NearDuplicateMatch
+
+LOOKUP_LIMIT = 200
+"""At most this many candidates (those sharing the most band keys first) are confirmed per check:
+a pattern repeated thousands of times still costs one bounded query and a bounded confirmation."""
+
+
+class SqlNearDuplicateIndex:
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    def add(
+        self, candidate_id: str, task_type: str, keys: Collection[int], vector: bytes | None = None
+    ) -> None:
+        """Index a candidate (added in this unit of work, or stored earlier) under its band keys,
+        with its vector (``None``: none computed)."""
+        self._session.add(
+            NearDuplicateExampleRow(candidate_id=candidate_id, task_type=task_type, embedding=vector)
+        )
+        self._session.add_all(
+            NearDuplicateKeyRow(task_type=task_type, band_key=key, candidate_id=candidate_id)
+            for key in sorted(set(keys))
+        )
+
+    def add_many(self, examples: Sequence[tuple[str, str, Collection[int], bytes | None]]) -> None:
+        """Index stored candidates in bulk ``(candidate id, task type, keys, vector)`` (the rebuild)."""
+        if not examples:
+            return
+        connection = self._session.connection()
+        connection.execute(
+            insert(NearDuplicateExampleRow),
+            [{"candidate_id": c, "task_type": t, "embedding": v} for c, t, _keys, v in examples],
+        )
+        rows = [
+            {"task_type": t, "band_key": key, "candidate_id": c}
+            for c, t, keys, _v in examples
+            for key in sorted(set(keys))
+        ]
+        if rows:
+            connection.execute(insert(NearDuplicateKeyRow), rows)
+
+    def lookup(
+        self, task_type: str, keys: Collection[int], *, limit: int = LOOKUP_LIMIT
+    ) -> list[EarlierExample]:
+        """The indexed examples of ``task_type`` sharing a band key with ``keys``, those sharing
+        the most first, at most ``limit``."""
+        if not keys:
+            return []
+        shared = func.count().label("shared")
+        found = self._session.exec(
+            select(NearDuplicateKeyRow.candidate_id, shared)
+            .where(
+                NearDuplicateKeyRow.task_type == task_type,
+                col(NearDuplicateKeyRow.band_key).in_(sorted(set(keys))),
+            )
+            .group_by(col(NearDuplicateKeyRow.candidate_id))
+            .order_by(shared.desc(), col(NearDuplicateKeyRow.candidate_id))
+            .limit(limit)
+        ).all()
+        ids = [candidate_id for candidate_id, _count in found]
+        if not ids:
+            return []
+        rows = self._session.exec(
+            select(
+                CandidateRow.id, CandidateRow.round_id, CandidateRow.inputs, CandidateRow.submitted_by
+            ).where(col(CandidateRow.id).in_(ids))
+        ).all()
+        return [EarlierExample(i, r, dict(inputs), by) for i, r, inputs, by in rows]
+
+    def examples(self, candidate_ids: Collection[str]) -> dict[str, EarlierExample]:
+        """The stored examples with these ids (a semantic match names only the id)."""
+        if not candidate_ids:
+            return {}
+        rows = self._session.exec(
+            select(
+                CandidateRow.id, CandidateRow.round_id, CandidateRow.inputs, CandidateRow.submitted_by
+            ).where(col(CandidateRow.id).in_(list(candidate_ids)))
+        ).all()
+        return {i: EarlierExample(i, r, dict(inputs), by) for i, r, inputs, by in rows}
+
+    def vectors_after(
+        self, task_type: str, seq: int, *, limit: int | None = None
+    ) -> list[tuple[int, str, bytes | None]]:
+        """The examples of ``task_type`` indexed after ``seq``: ``(seq, candidate id, vector)``, in order."""
+        statement = (
+            select(
+                NearDuplicateExampleRow.seq,
+                NearDuplicateExampleRow.candidate_id,
+                NearDuplicateExampleRow.embedding,
+            )
+            .where(NearDuplicateExampleRow.task_type == task_type, col(NearDuplicateExampleRow.seq) > seq)
+            .order_by(col(NearDuplicateExampleRow.seq))
+        )
+        if limit is not None:
+            statement = statement.limit(limit)
+        return [(int(q or 0), c, v) for q, c, v in self._session.exec(statement).all()]
+
+    def without_vectors(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:
+        """Indexed examples with no vector ``(id, task type, inputs)`` (indexed while the semantic
+        check was off)."""
+        rows = self._session.exec(
+            select(CandidateRow.id, NearDuplicateExampleRow.task_type, CandidateRow.inputs)
+            .join(CandidateRow, col(CandidateRow.id) == col(NearDuplicateExampleRow.candidate_id))
+            .where(col(NearDuplicateExampleRow.embedding).is_(None))
+            .order_by(col(NearDuplicateExampleRow.seq))
+            .limit(limit)
+        ).all()
+        return [(i, task, dict(inputs)) for i, task, inputs in rows]
+
+    def set_vectors(self, vectors: Sequence[tuple[str, str, bytes]]) -> None:
+        """Give indexed examples their vectors ``(id, task type, vector)``: each row is written
+        again, under a new ``seq``, so that running processes top up with it."""
+        if not vectors:
+            return
+        ids = [c for c, _t, _v in vectors]
+        connection = self._session.connection()
+        connection.execute(
+            delete(NearDuplicateExampleRow).where(col(NearDuplicateExampleRow.candidate_id).in_(ids))
+        )
+        connection.execute(
+            insert(NearDuplicateExampleRow),
+            [{"candidate_id": c, "task_type": t, "embedding": v} for c, t, v in vectors],
+        )
+
+    def unindexed(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:
+        """Stored candidates missing from the index ``(id, task type, inputs)``, oldest first: what
+        a rebuild adds."""
+        rows = self._session.exec(
+            select(CandidateRow.id, RoundRow.task_type, CandidateRow.inputs)
+            .join(RoundRow, col(RoundRow.id) == col(CandidateRow.round_id))
+            .outerjoin(
+                NearDuplicateExampleRow, col(NearDuplicateExampleRow.candidate_id) == col(CandidateRow.id)
+            )
+            .where(col(NearDuplicateExampleRow.seq).is_(None))
+            .order_by(col(CandidateRow.submitted_at), col(CandidateRow.id))
+            .limit(limit)
+        ).all()
+        return [(i, task, dict(inputs)) for i, task, inputs in rows]
+
+    def size(self) -> int:
+        return int(self._session.exec(select(func.count()).select_from(NearDuplicateExampleRow)).one())
+
+    def record(self, check: NearDuplicateCheck) -> None:
+        self._session.add(
+            NearDuplicateCheckRow(
+                candidate_id=check.candidate_id,
+                round_id=check.round_id,
+                flagged=check.flagged,
+                matches=[m.to_dict() for m in check.matches],
+            )
+        )
+
+    def checks_of(self, candidate_ids: Collection[str]) -> dict[str, NearDuplicateCheck]:
+        if not candidate_ids:
+            return {}
+        rows = self._session.exec(
+            select(NearDuplicateCheckRow).where(
+                col(NearDuplicateCheckRow.candidate_id).in_(list(candidate_ids))
+            )
+        ).all()
+        return {row.candidate_id: _check_of(row) for row in rows}
+
+    def flagged(self, round_id: int) -> list[str]:
+        """The ids of the round's flagged candidates, the earliest submitted first."""
+        return list(
+            self._session.exec(
+                select(NearDuplicateCheckRow.candidate_id)
+                .join(CandidateRow, col(CandidateRow.id) == col(NearDuplicateCheckRow.candidate_id))
+                .where(NearDuplicateCheckRow.round_id == round_id, col(NearDuplicateCheckRow.flagged))
+                .order_by(col(CandidateRow.submitted_at), col(CandidateRow.id))
+            ).all()
+        )
+
+
+def _check_of(row: NearDuplicateCheckRow) -> NearDuplicateCheck:
+    return NearDuplicateCheck(
+        candidate_id=row.candidate_id,
+        round_id=row.round_id,
+        matches=tuple(NearDuplicateMatch.from_dict(m) for m in row.matches),
+        flagged=row.flagged,
+    )

@@ -1,0 +1,151 @@
+"""The shared near-duplicate index on SQLite and PostgreSQL: written with the candidates, found by
+one indexed query from another process's services, kept across a restart, rebuilt from the stored
+candidates when missing, and what a check found read back with its flag."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import text
+
+from dynaval.bootstrap import bootstrap
+from dynaval.domain.capture import CaptureSource
+from dynaval.domain.errors import NearDuplicateRefused
+from dynaval.domain.policy import DecisionPolicy
+from dynaval.domain.round import Round, RoundKind
+from dynaval.entrypoints import cli
+from dynaval.service_layer import captures, near_duplicates
+from dynaval.service_layer.candidates import GivenInputs
+from dynaval.service_layer.services import Services
+from tests.fixtures.service import cli_environment
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+TRICK = "the plot was predictable but honestly the ending made me smile like a child again"
+VARIANTS = [
+    TRICK,
+    TRICK.replace("smile", "grin"),
+    TRICK.replace("honestly", "frankly"),
+    TRICK.replace("child", "kid"),
+]
+UNRELATED = "customer support never answered my emails about the broken blender for three weeks"
+
+
+def capture_round(services: Services, **policy: object) -> int:
+    with services.uow() as uow:
+        made = uow.rounds.add(
+            Round(
+                name="captures", task_type="sentiment", model_dir="", model_name="", model_hash="",
+                labels=["positive", "negative", "neutral"], kind=RoundKind.CAPTURE,
+                policy=DecisionPolicy.from_overrides(dict(policy)).to_dict(),
+            )
+        )  # fmt: skip
+        uow.commit()
+    assert made.id is not None
+    return made.id
+
+
+def report(services: Services, round_id: int, texts: list[str], reporter: str = "canary-bot") -> list[str]:
+    made = captures.report_captures(
+        services, round_id=round_id, reporter=reporter, batch=len(texts) > 1,
+        captures=[
+            captures.NewCapture(
+                inputs=GivenInputs({"text": t}), observed_output="positive", reported_label="negative",
+                source=CaptureSource("canary"), model_name="m", model_version="1", observed_at=T0,
+            )
+            for t in texts
+        ],
+    )  # fmt: skip
+    return [c.id for c in made]
+
+
+@pytest.fixture
+def second(services: Services) -> Iterator[Services]:
+    """Another process's services on the same database."""
+    other = bootstrap(services.settings)
+    try:
+        yield other
+    finally:
+        other.close()
+
+
+def test_the_index_is_written_with_the_candidates_and_seen_by_another_process(
+    services: Services, second: Services
+) -> None:
+    flag_round = capture_round(services, near_duplicates="flag")
+    first, unrelated = report(services, flag_round, [VARIANTS[0], UNRELATED])
+    (edit,) = report(second, flag_round, [VARIANTS[1]], reporter="desk")
+    with second.uow(read_only=True) as uow:
+        assert uow.near_duplicates.size() == 3
+        check = uow.near_duplicates.checks_of([edit])[edit]
+        assert uow.near_duplicates.flagged(flag_round) == [edit]
+        assert uow.near_duplicates.checks_of([first, unrelated]) == {}
+    assert check.flagged and [(m.id, m.kind, m.submitted_by) for m in check.matches] == [
+        (first, "lexical", "canary-bot")
+    ]
+    # A lead sees the id; the other reporter only that a near-duplicate exists.
+    assert near_duplicates.findings(services, [edit], None)[0][0]["id"] == first
+    assert near_duplicates.findings(services, [edit], "desk") == [[{"similarity": 0.75, "kind": "lexical"}]]
+
+
+def test_reject_stores_nothing_and_a_batch_is_refused_whole(services: Services) -> None:
+    reject_round = capture_round(services, near_duplicates="reject")
+    (first,) = report(services, reject_round, [VARIANTS[0]])
+    with pytest.raises(NearDuplicateRefused) as refused:
+        report(services, reject_round, [UNRELATED, VARIANTS[2]])
+    assert refused.value.field == "captures[1].inputs"
+    assert refused.value.near_duplicates[0]["id"] == first
+    with services.uow(read_only=True) as uow:
+        assert uow.near_duplicates.size() == 1
+        assert len(uow.near_duplicates.unindexed(10)) == 0
+
+
+def test_the_index_survives_a_restart_and_is_rebuilt_when_missing(
+    services: Services, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    round_id = capture_round(services, near_duplicates="allow")
+    ids = report(services, round_id, [VARIANTS[0], VARIANTS[1], UNRELATED])
+    services.close()
+    restarted = bootstrap(services.settings)
+    try:
+        with restarted.uow(read_only=True) as uow:
+            assert uow.near_duplicates.size() == 3
+        # The index lost (as after restoring an older backup): rebuilt from the stored candidates.
+        assert restarted.database is not None
+        with restarted.database.engine.begin() as connection:
+            connection.execute(text("DELETE FROM near_duplicate_key"))
+            connection.execute(text("DELETE FROM near_duplicate_example"))
+        assert near_duplicates.reindex(restarted, batch=2) == 3
+        cli_environment(restarted, monkeypatch)  # the command, as an operator runs it after a restore
+        assert cli.main(["near-duplicates", "reindex"]) == 0
+        assert "0 examples added, 3 indexed" in capsys.readouterr().out
+        (new,) = report(restarted, round_id, [VARIANTS[3]])
+        with restarted.uow(read_only=True) as uow:
+            check = uow.near_duplicates.checks_of([new])[new]
+        # One word from the first (lexical); two from the second (a Jaccard of 0.55, under the
+        # threshold), which still says the same thing (semantic); the unrelated one is neither.
+        assert not check.flagged
+        assert [(m.id, m.kind) for m in check.matches] == [(ids[0], "lexical"), (ids[1], "semantic")]
+    finally:
+        restarted.close()
+
+
+def test_a_paraphrase_is_a_semantic_near_duplicate_and_vectors_reach_another_process(
+    services: Services, second: Services
+) -> None:
+    round_id = capture_round(services, near_duplicates="flag")
+    (first,) = report(services, round_id, ["The delivery was three weeks late and nobody told me why."])
+    # Another process (its vectors loaded from the database on its first check) gets a rewording
+    # (cosine 0.82, word-bigram Jaccard 0.1).
+    (reworded,) = report(second, round_id, ["The package showed up three weeks late and no one said why."])
+    (unrelated,) = report(second, round_id, [UNRELATED])
+    with second.uow(read_only=True) as uow:
+        checks = uow.near_duplicates.checks_of([reworded, unrelated])
+    assert [(m.id, m.kind) for m in checks[reworded].matches] == [(first, "semantic")]
+    assert 0.8 <= checks[reworded].matches[0].similarity < 1 and checks[reworded].flagged
+    assert unrelated not in checks
+    # The first process tops its vectors up with what the other stored before its next check.
+    assert services.vectors is not None and services.vectors.size("sentiment", 1) == 0  # checked when empty
+    report(services, round_id, ["Refunds take forever here."])
+    assert services.vectors.size("sentiment", 1) == 3
