@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from sqlalchemy import insert
+from sqlalchemy import insert, update
 
 from dynaval.adapters.orm import CandidateRow, RoundRow
 from dynaval.bootstrap import bootstrap
@@ -218,6 +218,23 @@ def test_the_api_carries_the_same_figures_to_an_exporter_and_a_lead(
     assert across[1]["mer"] == pytest.approx(20 / 26) and across[0]["mer"] == pytest.approx(0.5)
     assert across[1]["diversity"] == pytest.approx(planted.distinct[2])
     assert body["current"] is True
+
+
+def test_repeated_patterns_follow_the_rounds_own_lexical_threshold(
+    client: FlaskClient, services: Services, rounds: HealthRounds
+) -> None:
+    """A round whose policy sets ``near_duplicate_lexical`` to 0.95 counts none of the trick's
+    one-word edits as repeats (their bigram Jaccard is about 0.7), and says which rule it used."""
+    assert services.database is not None
+    policy = {**DecisionPolicy().to_dict(), "near_duplicate_lexical": 0.95}
+    with services.database.engine.begin() as connection:
+        connection.execute(update(RoundRow).where(RoundRow.id == rounds.second).values(policy=policy))
+    body = lead(client, f"/api/rounds/{rounds.second}/health", token=LEAD_TOKEN).get_json()
+    assert body["near_duplicate_rule"]["threshold"] == 0.95
+    assert (body["repeated_patterns"]["clusters"], body["repeated_patterns"]["candidates"]) == (0, 0)
+    assert body["fooled_rate"]["with_repeats"] == body["fooled_rate"]["without_repeats"]
+    _ids, html = _page(client, rounds.second)
+    assert "Jaccard ≥ 0.95" in html
 
 
 def test_a_new_candidate_moves_the_figures_on_after_the_recomputation(

@@ -61,11 +61,12 @@ class HealthView:
 
 
 def compute_round_health(services: Services, round_id: int) -> RoundHealth:
-    """The round's figures, from one read of its candidates (no cache)."""
-    rule = NearDuplicateRule()
+    """The round's figures, from one read of its candidates (no cache); repeated patterns are
+    near-duplicates by the round's own lexical threshold (its policy's ``near_duplicate_lexical``)."""
     with services.uow(read_only=True) as uow:
         round_ = uow.rounds.get(round_id)
         written = uow.round_queries.written_candidates(round_id)
+    rule = round_.decision_policy.lexical_rule
     fields = list(services.catalog.get(round_.task_type).data_fields)
     secret = services.settings.pseudonym_secret
     writers: dict[tuple[str, str | None], str] = {}
@@ -133,7 +134,7 @@ def round_health(services: Services, cache: FiguresCache, round_id: int) -> Heal
         task=round_.task_type,
         kind=round_.kind.value,
         fields=fields,
-        rule=NearDuplicateRule(),
+        rule=round_.decision_policy.lexical_rule,
         health=own.value,
         trend=trend(points),
         as_of=min(p.computed_at for p in parts),
