@@ -30,23 +30,10 @@ from tests.fixtures.service import (
     LiveService,
     free_port,
     make_settings,
+    offline_app,
 )
 
 HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
-
-
-def offline_app(database_url: str, folder: Path, **overrides: Any) -> Flask:
-    """The app on a real database, its Label Studio unreachable, no background worker."""
-    settings = make_settings(
-        database_url=database_url,
-        data_dir=folder / "data",
-        label_studio_url=f"http://127.0.0.1:{free_port()}",
-        label_studio_api_key="unused-in-these-tests",
-        public_url="http://127.0.0.1:8000",
-        model_dir=folder / "no-model",
-        **overrides,
-    )
-    return create_app(bootstrap(settings), start_background=False)
 
 
 @pytest.fixture(scope="module")

@@ -67,6 +67,7 @@ from tests.fixtures.service import (
     LiveService,
     free_port,
     make_settings,
+    offline_app,
 )
 
 POS, NEG, NEU = "positive", "negative", "neutral"
@@ -289,16 +290,7 @@ def select_max_annotation_id() -> Any:
 @pytest.fixture
 def app(database_url: str, tmp_path: Path) -> Iterator[Flask]:
     """The app on a real database, Label Studio unreachable, no background worker."""
-    settings = make_settings(
-        database_url=database_url,
-        data_dir=tmp_path / "data",
-        label_studio_url=f"http://127.0.0.1:{free_port()}",
-        label_studio_api_key="unused-in-these-tests",
-        public_url="http://127.0.0.1:8000",
-        model_dir=tmp_path / "no-model",
-        lead_tokens=[LEAD_TOKEN, f"grace={NAMED_TOKEN}"],
-    )
-    application = create_app(bootstrap(settings), start_background=False)
+    application = offline_app(database_url, tmp_path, lead_tokens=[LEAD_TOKEN, f"grace={NAMED_TOKEN}"])
     try:
         yield application
     finally:

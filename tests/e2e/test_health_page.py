@@ -17,17 +17,21 @@ from flask.testing import FlaskClient
 from sqlalchemy import insert, update
 
 from dynaval.adapters.orm import CandidateRow, RoundRow
-from dynaval.bootstrap import bootstrap
 from dynaval.domain.policy import DecisionPolicy
 from dynaval.domain.provenance import writer_pseudonym
 from dynaval.domain.round_health import diversity
-from dynaval.entrypoints.app import create_app, shutdown
+from dynaval.entrypoints.app import shutdown
 from dynaval.entrypoints.routes import FIGURES_CACHE
 from dynaval.service_layer import agreement
 from dynaval.service_layer.figures_cache import FiguresCache
 from dynaval.service_layer.services import Services
 from tests.e2e.test_dashboard_pages import PageIds, fmt3, lead
-from tests.fixtures.service import EXPORTER_TOKEN, LEAD_TOKEN, WRITER_TOKEN, free_port, make_settings
+from tests.fixtures.service import (
+    EXPORTER_TOKEN,
+    LEAD_TOKEN,
+    WRITER_TOKEN,
+    offline_app,
+)
 from tests.support.health_seed import MARKUP, TRICK_EDITS, HealthRounds, seed_health_rounds
 from tests.support.release_seed import T0
 
@@ -35,15 +39,7 @@ from tests.support.release_seed import T0
 @pytest.fixture
 def app(database_url: str, tmp_path: Path) -> Iterator[Flask]:
     """The app on a real database, Label Studio unreachable (no page needs it), no worker."""
-    settings = make_settings(
-        database_url=database_url,
-        data_dir=tmp_path / "data",
-        label_studio_url=f"http://127.0.0.1:{free_port()}",
-        label_studio_api_key="unused-in-these-tests",
-        public_url="http://127.0.0.1:8000",
-        model_dir=tmp_path / "no-model",
-    )
-    application = create_app(bootstrap(settings), start_background=False)
+    application = offline_app(database_url, tmp_path)
     try:
         yield application
     finally:

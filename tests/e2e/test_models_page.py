@@ -14,15 +14,19 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from dynaval.bootstrap import bootstrap
 from dynaval.domain.regression import accuracy_with_ci
-from dynaval.entrypoints.app import create_app, shutdown
+from dynaval.entrypoints.app import shutdown
 from dynaval.entrypoints.pages import CACHE
 from dynaval.service_layer import evaluation, gate, models_page, regression_suite
 from dynaval.service_layer.figures_cache import FiguresCache
 from dynaval.service_layer.services import Services
 from tests.e2e.test_dashboard_pages import NAMED_TOKEN, PageIds, fmt3, lead
-from tests.fixtures.service import EXPORTER_TOKEN, LEAD_TOKEN, WRITER_TOKEN, free_port, make_settings
+from tests.fixtures.service import (
+    EXPORTER_TOKEN,
+    LEAD_TOKEN,
+    WRITER_TOKEN,
+    offline_app,
+)
 from tests.support.models_scenario import (
     ANSWERS,
     LEAD,
@@ -44,16 +48,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture
 def app(database_url: str, tmp_path: Path) -> Iterator[Flask]:
     """The app on a real database, Label Studio unreachable (no page needs it), no worker."""
-    settings = make_settings(
-        database_url=database_url,
-        data_dir=tmp_path / "data",
-        label_studio_url=f"http://127.0.0.1:{free_port()}",
-        label_studio_api_key="unused-in-these-tests",
-        public_url="http://127.0.0.1:8000",
-        model_dir=tmp_path / "no-model",
-        lead_tokens=[LEAD_TOKEN, f"{LEAD}={NAMED_TOKEN}"],
-    )
-    application = create_app(bootstrap(settings), start_background=False)
+    application = offline_app(database_url, tmp_path, lead_tokens=[LEAD_TOKEN, f"{LEAD}={NAMED_TOKEN}"])
     try:
         yield application
     finally:
