@@ -95,7 +95,17 @@ def test_the_tenth_variation_of_a_trick_is_flagged_and_leads_see_it_first(
     assert candidate(live_service, other.json()["id"])["near_duplicates"][0]["id"] in ids
     flagged = live_service.call("GET", f"/api/rounds/{round_id}/near-duplicates")
     assert flagged.status_code == 200, flagged.text
-    assert [c["id"] for c in flagged.json()["candidates"]] == [*ids[1:], other.json()["id"]]
+    flagged_ids = [*ids[1:], other.json()["id"]]
+    assert [c["id"] for c in flagged.json()["candidates"]] == flagged_ids
+    assert flagged.json()["total"] == len(flagged_ids)
+    # The round's dashboard page lists them above its decision queue, the earliest first.
+    page = live_service.call("GET", f"/dashboard/rounds/{round_id}")
+    assert page.status_code == 200, page.text[:500]
+    start = page.text.index('data-testid="flagged-near-duplicates"')
+    panel = page.text[start : page.text.index('data-testid="decision-queue"')]
+    assert f"Flagged as near-duplicates ({len(flagged_ids)})" in panel
+    rows = [panel.index(f'data-testid="flagged-{c}"') for c in flagged_ids]
+    assert rows == sorted(rows)
 
     # A restarted service on the same database finds them: the index is in the database.
     with running_service(

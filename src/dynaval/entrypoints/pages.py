@@ -54,6 +54,7 @@ from dynaval.service_layer import (
     dashboard_sessions,
     dataset,
     models_page,
+    near_duplicates,
     overrides,
     releases,
     revalidation,
@@ -82,6 +83,8 @@ DASH = "—"
 FORM_EXPIRED = "The form has expired: reload the page and try again."
 CROSS_ORIGIN = frozenset({"cross-site", "same-site"})
 """``Sec-Fetch-Site`` values of a request another origin (Label Studio's port included) started."""
+FLAGGED_SHOWN = 20
+"""Flagged near-duplicates listed above a round's queue (all: ``GET /api/rounds/<id>/near-duplicates``)."""
 
 
 def init_app(app: Flask) -> None:
@@ -333,11 +336,13 @@ def round_queue(round_id: int) -> Any:
         page=query_int("page", 1) or 1,
         by_status=figures.counts.by_status,
     )
+    flagged = near_duplicates.flagged_candidates(services, round_id, limit=FLAGGED_SHOWN)
     return render_template(
         "round.html",
         round=figures,
         nav_round=figures,
         queue=queue,
+        flagged=flagged,
     )
 
 

@@ -193,16 +193,19 @@ def findings(
     return [found[c]["near_duplicates"] for c in candidate_ids]
 
 
-def flagged_candidates(services: Services, round_id: int) -> dict[str, Any]:
+def flagged_candidates(services: Services, round_id: int, *, limit: int | None = None) -> dict[str, Any]:
     """The round's candidates flagged as near-duplicates, the earliest first, as a lead sees them:
-    what to look at first before validators' time is spent on a repeated pattern."""
+    what to look at first before validators' time is spent on a repeated pattern. ``total`` counts
+    them all; ``limit`` keeps the first that many in ``candidates`` (the dashboard's panel)."""
     with services.uow(read_only=True) as uow:
         uow.rounds.get(round_id)  # 404 for no such round
-        ids = uow.near_duplicates.flagged(round_id)
+        every = uow.near_duplicates.flagged(round_id)
+        ids = every if limit is None else every[:limit]
         found = uow.candidates.get_many(ids)
         checks = uow.near_duplicates.checks_of(ids)
     return {
         "round_id": round_id,
+        "total": len(every),
         "candidates": [_flagged_public(found[c], checks[c]) for c in ids if c in found and c in checks],
     }
 
