@@ -11,7 +11,8 @@ import numpy.typing as npt
 import pytest
 
 from dynaval.domain.agreement_engine import VoteColumns, agreement_report, round_alpha
-from dynaval.domain.agreement_engine.resampling import resampled_weights
+from dynaval.domain.agreement_engine.alpha import alpha_kernel
+from dynaval.domain.agreement_engine.resampling import STREAMS, bootstrap_alphas, resampled_weights
 from dynaval.domain.agreement_engine.tally import (
     _group_identical,
     _refine_groups,
@@ -165,6 +166,21 @@ def test_resampling_is_reproducible_by_seed() -> None:
     other = np.concatenate(list(resampled_weights(frequency, 300, seed=2)))
     assert np.array_equal(first, again)
     assert not np.array_equal(first, other)
+
+
+def test_streams_side_by_side_draw_the_same_replicates_as_one_after_the_other() -> None:
+    # The seed fixes the replicates whatever the machine's cores: the streams are fixed in number.
+    rng = np.random.default_rng(8)
+    columns = random_votes(rng, items=4000, annotators=5, labels=12)
+    item, label = np.asarray(columns.items), np.asarray(columns.labels)
+    patterns = pairable_patterns(tally_items(item, label, 4000, 12), distinct=True)
+    kernel = alpha_kernel(patterns, "nominal", None)
+    threaded = bootstrap_alphas(kernel, 301, seed=5, side_by_side=True)
+    in_turn = bootstrap_alphas(kernel, 301, seed=5, side_by_side=False)
+    assert STREAMS > 1 and threaded.shape == (301,)
+    assert np.array_equal(threaded, in_turn)
+    assert np.isfinite(threaded).all() and np.unique(threaded).size > 250
+    assert not np.array_equal(threaded, bootstrap_alphas(kernel, 301, seed=6, side_by_side=True))
 
 
 def test_a_large_label_domain_costs_no_labels_squared_memory() -> None:

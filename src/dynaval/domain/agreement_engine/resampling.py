@@ -13,16 +13,22 @@ split given its total), at a cost of about ``resamples x (common patterns + rare
 
 The interval is the percentile one: the 2.5th and 97.5th percentiles (numpy's linear
 interpolation) of the replicates whose alpha is defined; a replicate that happens to use a single
-label has no alpha and is left out (the report counts them). The generator is
-``numpy.random.default_rng(seed)``; blocks of replicates are drawn in an order fixed by the data's
-shape, so a seed gives the same replicates on every machine.
+label has no alpha and is left out (the report counts them).
+
+The replicates come from :data:`STREAMS` independent streams, ``numpy.random.SeedSequence(seed)``
+spawned that many times, each drawing its share of the replicates in blocks of a size fixed by the
+data's shape. The streams run side by side where there are cores for them and one after the other
+where there are not; they are fixed in number and draw the same numbers either way, so a seed gives
+the same replicates on every machine.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
@@ -35,6 +41,16 @@ _COMMON = 16
 one by one (gather and count, ~6-9 ns each); measured, the total is flat between 8 and 32."""
 
 
+STREAMS = 2
+"""Independent random streams the replicates are split into (see the module's docstring). The
+draws and the weights x features products release the GIL, so two streams on two cores take
+about half the time of one; the number is fixed, not taken from the machine, so that the seed's
+replicates do not depend on it."""
+
+_SIDE_BY_SIDE = 1 << 22
+"""Below this many item draws in all (resamples x items), the streams run one after the other: a
+thread costs more than it saves."""
+
 _ONE_BLAS_THREAD = threading.Lock()
 """Held while BLAS is limited to one thread, so that concurrent bootstraps restore it in turn."""
 
@@ -44,22 +60,50 @@ def _blas() -> ThreadpoolController:
     return ThreadpoolController()
 
 
-def bootstrap_alphas(kernel: AlphaKernel, resamples: int, seed: int | None) -> FloatArray:
+def bootstrap_alphas(
+    kernel: AlphaKernel, resamples: int, seed: int | None, *, side_by_side: bool | None = None
+) -> FloatArray:
     """Alpha of ``resamples`` bootstrap replicates (NaN where a replicate's alpha is undefined).
 
     Each block's weights x features product runs on one BLAS thread: measured on 5 annotators x
     100,000 items with 20 labels, a threaded product costs twice the CPU time (its threads spin
     while this thread draws the next block) and far more on a loaded machine; numpy's own einsum
     loops cost four times as much. The limit is process-wide while it lasts (a fraction of a
-    second), and a lock makes concurrent bootstraps take it in turn.
+    second), and a lock makes concurrent bootstraps take it in turn. The :data:`STREAMS` streams
+    run on threads of their own when there are cores for them (``side_by_side`` forces the choice,
+    for tests: the replicates are the same either way).
     """
-    blocks = resampled_weights(kernel.patterns.frequency, resamples, seed, per_replicate=kernel.cells_per_row)
-    with _ONE_BLAS_THREAD, _blas().limit(limits=1, user_api="blas"):
+    frequency = kernel.patterns.frequency
+    shares = [resamples * (k + 1) // STREAMS - resamples * k // STREAMS for k in range(STREAMS)]
+    seeds = np.random.SeedSequence(seed).spawn(STREAMS)
+
+    def stream(k: int) -> FloatArray:
+        blocks = resampled_weights(frequency, shares[k], seeds[k], per_replicate=kernel.cells_per_row)
         return np.concatenate([alphas(kernel, weights) for weights in blocks] or [np.zeros(0)])
+
+    if side_by_side is None:
+        side_by_side = _cores() > 1 and resamples * int(frequency.sum()) >= _SIDE_BY_SIDE
+    with _ONE_BLAS_THREAD, _blas().limit(limits=1, user_api="blas"):
+        if side_by_side:
+            with ThreadPoolExecutor(max_workers=STREAMS, thread_name_prefix="bootstrap") as pool:
+                parts = list(pool.map(stream, range(STREAMS)))
+        else:
+            parts = [stream(k) for k in range(STREAMS)]
+    return np.concatenate(parts)
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 def resampled_weights(
-    frequency: IntArray, resamples: int, seed: int | None, *, per_replicate: int = 1
+    frequency: IntArray,
+    resamples: int,
+    seed: int | np.random.SeedSequence | None,
+    *,
+    per_replicate: int = 1,
 ) -> Iterator[FloatArray]:
     """Blocks of replicates (rows) x patterns: how many items of each pattern a replicate drew.
 
