@@ -28,20 +28,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from flask.testing import FlaskClient
+from harness import InProcessApp, in_process_services, timed
 from sqlalchemy import insert
 from sqlmodel import select
 
 from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow
-from dynaval.bootstrap import bootstrap
 from dynaval.domain.decision import Ballot, decide
 from dynaval.domain.policy import DecisionPolicy
-from dynaval.entrypoints.app import create_app, shutdown
-from dynaval.service_layer.figures_cache import FiguresCache
-from dynaval.settings import Settings
 
 LABELS = ["positive", "negative", "neutral"]
-LEAD_TOKEN = "benchmark-lead-token-0123456789"
 WORDS = (
     "the",
     "a",
@@ -168,10 +163,8 @@ def seed_round(
     return round_id, ids
 
 
-def timed(call: Callable[[], Any]) -> float:
-    started = time.perf_counter()
-    call()
-    return (time.perf_counter() - started) * 1000
+def timed_ms(call: Callable[[], object]) -> float:
+    return timed(call) * 1000
 
 
 def main() -> None:
@@ -185,19 +178,7 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as folder:
-        settings = Settings(
-            data_dir=Path(folder),
-            database_url=args.database_url or f"sqlite:///{Path(folder) / 'dynaval.sqlite3'}",
-            lead_tokens=[f"bench={LEAD_TOKEN}"],
-            writer_tokens=["benchmark-writer-token-0123456789"],
-            webhook_secret="benchmark-webhook-secret-0123456",
-            pseudonym_secret="benchmark-pseudonym-secret-01234",
-            signing_secret="benchmark-signing-secret-0123456",
-            label_studio_url="http://127.0.0.1:9",
-            embedded_worker=False,
-            reconcile_interval_s=0,
-        )
-        services = bootstrap(settings)
+        services = in_process_services(Path(folder), args.database_url)
         rng = random.Random(7)
         start = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
         started = time.perf_counter()
@@ -217,20 +198,8 @@ def main() -> None:
         backend = services.database.url.split(":")[0]
         print(f"seeded {args.candidates:,} candidates and {votes:,} votes in {seeding:.1f} s ({backend})")
 
-        app = create_app(services, start_background=False)
-        client: FlaskClient = app.test_client()
-        headers = {"Authorization": f"Bearer {LEAD_TOKEN}"}
-        cache: FiguresCache = app.extensions["dynaval_dashboard_figures"]
-
-        def get(path: str) -> Callable[[], Any]:
-            def call() -> Any:
-                response = client.get(path, headers=headers)
-                assert response.status_code == 200, (path, response.status_code, response.get_data()[:300])
-                response.get_data()
-                return response
-
-            return call
-
+        app = InProcessApp(services)
+        cache = app.cache
         middle = ids[len(ids) // 2]
         pages = [
             ("rounds page", "/dashboard/rounds"),
@@ -245,8 +214,8 @@ def main() -> None:
         ]
         rows = []
         for name, path in pages:
-            cold = timed(get(path))
-            warm = statistics.median(timed(get(path)) for _ in range(args.repeats))
+            cold = timed_ms(app.get(path))
+            warm = statistics.median(timed_ms(app.get(path)) for _ in range(args.repeats))
             rows.append((name, cold, warm))
         print(f"\n{'page':36} {'first view':>12} {'median of ' + str(args.repeats):>14}")
         for name, cold, warm in rows:
@@ -270,10 +239,10 @@ def main() -> None:
             session.commit()
         misses = cache.misses
         voted_at = time.perf_counter()
-        after_vote = timed(get("/dashboard/rounds"))
+        after_vote = timed_ms(app.get("/dashboard/rounds"))
         cache.settle()
         recomputed_in = (time.perf_counter() - voted_at) * 1000
-        again = statistics.median(timed(get("/dashboard/rounds")) for _ in range(args.repeats))
+        again = statistics.median(timed_ms(app.get("/dashboard/rounds")) for _ in range(args.repeats))
         print(f"{'rounds page after a new vote':36} {after_vote:10.1f} ms {again:11.1f} ms")
         print(
             f"  (the view after the vote waits at most {cache.wait_s * 1000:.0f} ms and shows the previous"
@@ -281,7 +250,7 @@ def main() -> None:
         )
         recomputed = cache.misses - misses
         print(f"\nfigure cache: {cache.hits} hits, {cache.misses} computations ({recomputed} after the vote)")
-        shutdown(app)
+        app.close()
 
 
 if __name__ == "__main__":

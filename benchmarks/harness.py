@@ -13,6 +13,8 @@
   stored (:func:`stored_votes`, :func:`status_counts`).
 - Realistic webhook bodies made from payloads captured from Label Studio (:class:`PayloadFactory`)
   and the load generator that posts them (:func:`send_load`).
+- The service in this process for the benchmarks that time its pages without a server
+  (:func:`in_process_services`, :class:`InProcessApp`, :func:`timed`).
 - :func:`run_main`: SIGTERM and Ctrl-C end a run through the same clean-up as an error.
 
 A benchmark opens everything it starts on one :class:`contextlib.ExitStack`, so servers, temporary
@@ -44,7 +46,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any, TypeVar, overload
+from typing import IO, TYPE_CHECKING, Any, TypeVar, overload
 from urllib.parse import urlsplit
 
 import requests
@@ -68,6 +70,10 @@ from tests.support.label_studio_server import (  # noqa: E402
 
 from dynaval.adapters.database import Database  # noqa: E402
 from dynaval.adapters.orm import AnnotationRow, CandidateRow, as_utc  # noqa: E402
+
+if TYPE_CHECKING:
+    from dynaval.service_layer.figures_cache import FiguresCache
+    from dynaval.service_layer.services import Services
 
 __all__ = ["Annotator", "LabelStudioServer", "free_port"]
 
@@ -451,6 +457,69 @@ def create_round(client: ServiceClient, name: str, policy: Mapping[str, Any]) ->
         "POST", "/api/rounds", json={"name": name, "task": "sentiment", "model": "default", "policy": policy}
     )
     return int(created["id"]), int(created["label_studio_project_id"])
+
+
+# ---------------------------------------------------------------------------------------- in process
+
+IN_PROCESS_LEAD_TOKEN = "benchmark-lead-token-0123456789"
+
+
+def in_process_services(folder: Path, database_url: str | None = None) -> Services:
+    """The service's objects in this process, over ``database_url`` (default: a SQLite file in
+    ``folder``) with its data in ``folder``: no worker, no reconciliation, Label Studio never called.
+    A lead signs in with :data:`IN_PROCESS_LEAD_TOKEN`."""
+    # Imported here: the benchmarks that start the service in a child process do not load it.
+    from dynaval.bootstrap import bootstrap
+    from dynaval.settings import Settings
+
+    settings = Settings(
+        data_dir=folder,
+        database_url=database_url or f"sqlite:///{folder / 'dynaval.sqlite3'}",
+        lead_tokens=[f"bench={IN_PROCESS_LEAD_TOKEN}"],
+        writer_tokens=["benchmark-writer-token-0123456789"],
+        webhook_secret="benchmark-webhook-secret-0123456",
+        pseudonym_secret="benchmark-pseudonym-secret-01234",
+        signing_secret="benchmark-signing-secret-0123456",
+        label_studio_url="http://127.0.0.1:9",
+        embedded_worker=False,
+        reconcile_interval_s=0,
+    )
+    return bootstrap(settings)
+
+
+class InProcessApp:
+    """The app over ``services`` without a server or background worker, asked as a lead through
+    Flask's test client; ``cache`` is its dashboard figures cache."""
+
+    def __init__(self, services: Services) -> None:
+        from dynaval.entrypoints.app import create_app
+
+        self.app = create_app(services, start_background=False)
+        self.cache: FiguresCache = self.app.extensions["dynaval_dashboard_figures"]
+        self._client = self.app.test_client()
+        self._headers = {"Authorization": f"Bearer {IN_PROCESS_LEAD_TOKEN}"}
+
+    def get(self, path: str) -> Callable[[], bytes]:
+        """A call that asks for ``path`` and reads the whole answer (which must be a 200)."""
+
+        def call() -> bytes:
+            response = self._client.get(path, headers=self._headers)
+            assert response.status_code == 200, (path, response.status_code, response.get_data()[:300])
+            return response.get_data()
+
+        return call
+
+    def close(self) -> None:
+        from dynaval.entrypoints.app import shutdown
+
+        shutdown(self.app)
+
+
+def timed(call: Callable[[], object]) -> float:
+    """The seconds ``call`` takes."""
+    started = time.perf_counter()
+    call()
+    return time.perf_counter() - started
 
 
 # ---------------------------------------------------------------------------------------- seeding

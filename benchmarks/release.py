@@ -24,9 +24,9 @@ Run from the repository root:
 
     PYTHONPATH=$PWD/src:$PWD .venv/bin/python benchmarks/release.py                 # 1,000,000 rows
     PYTHONPATH=$PWD/src:$PWD .venv/bin/python benchmarks/release.py --rows 100000   # a quick run
-    ... benchmarks/release.py --data-dir /tmp/release-bench            # keep the seeded SQLite
-    ... benchmarks/release.py --data-dir /tmp/release-bench --reuse    # and build from it again
-    ... benchmarks/release.py --rows 100000 --profile /tmp/create.prof # cProfile of one create
+    ... benchmarks/release.py --data-dir DIR                           # keep the seeded SQLite
+    ... benchmarks/release.py --data-dir DIR --reuse                   # and build from it again
+    ... benchmarks/release.py --rows 100000 --profile create.prof      # cProfile of one create
 """
 
 from __future__ import annotations

@@ -21,24 +21,18 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from flask.testing import FlaskClient
+from harness import InProcessApp, in_process_services, timed
 from sqlalchemy import insert
 
 from dynaval.adapters.orm import CandidateRow, RoundRow
-from dynaval.bootstrap import bootstrap
 from dynaval.domain.policy import DecisionPolicy
-from dynaval.entrypoints.app import create_app, shutdown
-from dynaval.service_layer.figures_cache import FiguresCache
 from dynaval.service_layer.round_health import compute_round_health
 from dynaval.service_layer.services import Services
-from dynaval.settings import Settings
 
-LEAD_TOKEN = "benchmark-lead-token-0123456789"
 CHUNK = 5000
 WARM_GOAL_MS = 100.0
 """A lead's warm view of the page: as quick as the other dashboard pages."""
@@ -102,12 +96,6 @@ def seed_round(services: Services, *, name: str, candidates: int, rng: random.Ra
     return round_id
 
 
-def timed(call: Callable[[], Any]) -> float:
-    started = time.perf_counter()
-    call()
-    return time.perf_counter() - started
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -117,19 +105,7 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as folder:
-        settings = Settings(
-            data_dir=Path(folder),
-            database_url=f"sqlite:///{Path(folder) / 'dynaval.sqlite3'}",
-            lead_tokens=[f"bench={LEAD_TOKEN}"],
-            writer_tokens=["benchmark-writer-token-0123456789"],
-            webhook_secret="benchmark-webhook-secret-0123456",
-            pseudonym_secret="benchmark-pseudonym-secret-01234",
-            signing_secret="benchmark-signing-secret-0123456",
-            label_studio_url="http://127.0.0.1:9",
-            embedded_worker=False,
-            reconcile_interval_s=0,
-        )
-        services = bootstrap(settings)
+        services = in_process_services(Path(folder))
         rng = random.Random(7)
         start = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
         seed_round(services, name="earlier round", candidates=2000, rng=rng, start=start)
@@ -138,20 +114,8 @@ def main() -> None:
         direct = timed(lambda: compute_round_health(services, big))
         health = compute_round_health(services, big)
 
-        app = create_app(services, start_background=False)
-        client: FlaskClient = app.test_client()
-        headers = {"Authorization": f"Bearer {LEAD_TOKEN}"}
-        cache: FiguresCache = app.extensions["dynaval_dashboard_figures"]
-
-        def get(path: str) -> Callable[[], Any]:
-            def call() -> Any:
-                response = client.get(path, headers=headers)
-                assert response.status_code == 200, (path, response.status_code)
-                return response.get_data()
-
-            return call
-
-        page, api = get(f"/dashboard/rounds/{big}/health"), get(f"/api/rounds/{big}/health")
+        app = InProcessApp(services)
+        page, api = app.get(f"/dashboard/rounds/{big}/health"), app.get(f"/api/rounds/{big}/health")
         first = timed(page)
         warm_page = statistics.median(timed(page) for _ in range(args.repeats))
         warm_api = statistics.median(timed(api) for _ in range(args.repeats))
@@ -171,9 +135,9 @@ def main() -> None:
             )  # fmt: skip
         after_new = timed(page)
         started = time.perf_counter()
-        cache.settle(timeout_s=600)
+        app.cache.settle(timeout_s=600)
         ready = time.perf_counter() - started + after_new
-        shutdown(app)
+        app.close()
 
     ms = 1000
     lines = [

@@ -298,19 +298,8 @@ def app(database_url: str, tmp_path: Path) -> Iterator[Flask]:
 
 
 @pytest.fixture
-def services(app: Flask) -> Services:
-    services: Services = app.extensions["dynaval"]
-    return services
-
-
-@pytest.fixture
 def seeded(services: Services) -> Seeded:
     return seed_round(services)
-
-
-@pytest.fixture
-def client(app: Flask) -> FlaskClient:
-    return app.test_client()
 
 
 # ------------------------------------------------------------------------------ who sees the pages

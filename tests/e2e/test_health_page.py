@@ -47,17 +47,6 @@ def app(database_url: str, tmp_path: Path) -> Iterator[Flask]:
 
 
 @pytest.fixture
-def services(app: Flask) -> Services:
-    services: Services = app.extensions["dynaval"]
-    return services
-
-
-@pytest.fixture
-def client(app: Flask) -> FlaskClient:
-    return app.test_client()
-
-
-@pytest.fixture
 def rounds(services: Services) -> HealthRounds:
     assert services.database is not None
     return seed_health_rounds(services.database)

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from playwright.sync_api import BrowserContext, Page
 
-from dynaval.bootstrap import bootstrap
-from dynaval.entrypoints.app import create_app
 from dynaval.service_layer import round_health
 from tests.e2e.test_dashboard_browser import (
     LOGIN_PATH,
@@ -33,31 +30,10 @@ from tests.e2e.test_dashboard_browser import (
     watch_csp,
 )
 from tests.fixtures.browser import REPO_ROOT
-from tests.fixtures.service import LEAD_TOKEN, LiveService, free_port, make_settings
+from tests.fixtures.service import LEAD_TOKEN, LiveService
 from tests.support.health_seed import MARKUP, TRICK_EDITS, seed_health_rounds
 
 DOC_IMAGES = REPO_ROOT / "docs" / "screenshots"
-
-
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[LiveService]:
-    """The service on a loopback port over SQLite, its Label Studio unreachable (never called)."""
-    port = free_port()
-    settings = make_settings(
-        database_url=f"sqlite:///{tmp_path / 'dynaval.sqlite3'}",
-        data_dir=tmp_path / "data",
-        label_studio_url=f"http://127.0.0.1:{free_port()}",
-        label_studio_api_key="unused-in-these-tests",
-        public_url=f"http://127.0.0.1:{port}",
-        model_dir=tmp_path / "no-model",
-    )
-    services = bootstrap(settings)
-    live = LiveService(app=create_app(services, start_background=False), services=services, port=port)
-    live.start_listening()
-    try:
-        yield live
-    finally:
-        live.close()
 
 
 def _chart_data(page: Page, test_id: str) -> list[list[Any]]:
@@ -71,11 +47,11 @@ def _chart_data(page: Page, test_id: str) -> list[list[Any]]:
 
 
 def test_lead_reads_the_health_page_in_a_browser(
-    served: LiveService, browser_context: BrowserContext, page: Page, screenshot_dir: Path
+    offline_live_service: LiveService, browser_context: BrowserContext, page: Page, screenshot_dir: Path
 ) -> None:
-    assert served.services.database is not None
-    rounds = seed_health_rounds(served.services.database)
-    base, second = served.url, rounds.second
+    assert offline_live_service.services.database is not None
+    rounds = seed_health_rounds(offline_live_service.services.database)
+    base, second = offline_live_service.url, rounds.second
     script_errors: list[str] = []
     page.on("pageerror", lambda error: script_errors.append(str(error)))
     csp_reports = watch_csp(browser_context, page)
@@ -92,7 +68,9 @@ def test_lead_reads_the_health_page_in_a_browser(
     # The three charts are drawn, with the server's figures.
     assert check_charts(page) == 3
     view = round_health.round_health(
-        served.services, served.app.extensions["dynaval_dashboard_figures"], second
+        offline_live_service.services,
+        offline_live_service.app.extensions["dynaval_dashboard_figures"],
+        second,
     )
     health = view.health
     [values] = _chart_data(page, "health-round-chart")

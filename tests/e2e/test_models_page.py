@@ -56,17 +56,6 @@ def app(database_url: str, tmp_path: Path) -> Iterator[Flask]:
 
 
 @pytest.fixture
-def services(app: Flask) -> Services:
-    services: Services = app.extensions["dynaval"]
-    return services
-
-
-@pytest.fixture
-def client(app: Flask) -> FlaskClient:
-    return app.test_client()
-
-
-@pytest.fixture
 def scenario(services: Services, models: dict[str, Path]) -> ModelsScenario:
     return seed_models_scenario(services, models)
 

@@ -8,14 +8,11 @@ The page is screenshotted into test-artifacts/screenshots/models.png.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import BrowserContext, Page
 
-from dynaval.bootstrap import bootstrap
-from dynaval.entrypoints.app import create_app
 from dynaval.service_layer import gate
 from tests.e2e.test_dashboard_browser import (
     LOGIN_PATH,
@@ -28,7 +25,7 @@ from tests.e2e.test_dashboard_browser import (
     watch_csp,
 )
 from tests.e2e.test_models_page import expected_cell
-from tests.fixtures.service import LEAD_TOKEN, LiveService, free_port, make_settings
+from tests.fixtures.service import LEAD_TOKEN, LiveService
 from tests.support.models_scenario import MARKUP, ModelsScenario, build_models, seed_models_scenario
 
 
@@ -37,36 +34,15 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return build_models(tmp_path_factory.mktemp("models-page-browser"))
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[LiveService]:
-    """The service on a loopback port over SQLite, its Label Studio unreachable (never called)."""
-    port = free_port()
-    settings = make_settings(
-        database_url=f"sqlite:///{tmp_path / 'dynaval.sqlite3'}",
-        data_dir=tmp_path / "data",
-        label_studio_url=f"http://127.0.0.1:{free_port()}",
-        label_studio_api_key="unused-in-these-tests",
-        public_url=f"http://127.0.0.1:{port}",
-        model_dir=tmp_path / "no-model",
-    )
-    services = bootstrap(settings)
-    live = LiveService(app=create_app(services, start_background=False), services=services, port=port)
-    live.start_listening()
-    try:
-        yield live
-    finally:
-        live.close()
-
-
 def test_lead_reads_the_models_page_in_a_browser(
-    served: LiveService,
+    offline_live_service: LiveService,
     models: dict[str, Path],
     browser_context: BrowserContext,
     page: Page,
     screenshot_dir: Path,
 ) -> None:
-    scenario: ModelsScenario = seed_models_scenario(served.services, models)
-    base, hashes = served.url, scenario.hashes
+    scenario: ModelsScenario = seed_models_scenario(offline_live_service.services, models)
+    base, hashes = offline_live_service.url, scenario.hashes
     script_errors: list[str] = []
     page.on("pageerror", lambda error: script_errors.append(str(error)))
     csp_reports = watch_csp(browser_context, page)
@@ -89,7 +65,7 @@ def test_lead_reads_the_models_page_in_a_browser(
             assert text_of(page, f"cell-{hashes[key]}-{split}") == expected_cell(scenario, key, split)
 
     # The failed gate run lists B's flips: every positive case A passed, with its text as text.
-    runs = gate.gate_runs(served.services)
+    runs = gate.gate_runs(offline_live_service.services)
     failed = next(r for r in runs if r["id"] == scenario.failed_run)
     flips = {f["case_id"]: f for f in failed["negative_flips"]}
     assert flips

@@ -228,7 +228,7 @@ def test_verify_names_each_tampering(services: Services, round_one: int, tmp_pat
         by_id = {r["example_id"]: r for r in merged}
         pq.write_table(pa.Table.from_pylist([by_id[i] for i in ids], schema=table.schema), shard)
     findings = verify_release(moved)
-    assert any(f.startswith("writers: 1 writers are in two split kinds") for f in findings), findings
+    assert any(f.startswith("writers: 1 writer is in two split kinds") for f in findings), findings
     assert any("manifest: splits." in f for f in findings), findings
 
 
@@ -262,6 +262,8 @@ def test_the_commands_create_and_verify(
     assert "not an empty folder" in capsys.readouterr().err
     (out / "manifest.json").write_text("{")
     assert cli.main(["release", "verify", str(out)]) == 1
-    assert "manifest: manifest.json is not valid JSON" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "manifest: manifest.json is not valid JSON" in printed.out
+    assert f"release {out}: 1 check failed" in printed.err
     assert cli.main(["release", "verify", str(tmp_path / "nowhere")]) == 1
     assert "is not a directory" in capsys.readouterr().out

@@ -19,6 +19,7 @@ from typing import Any
 from dynaval.domain.agreement_engine.report import round_alpha
 from dynaval.domain.release import SplitKind, SplitRule, content_hash, row_digest, split_kind_of, text_keys
 from dynaval.domain.release_rows import agreeing_validators
+from dynaval.domain.wording import counted
 
 ALPHA_RESAMPLES = 1000
 
@@ -132,32 +133,31 @@ class ReleaseTally:
         """One line per failed check over the rows."""
         found: list[str] = []
         if self.duplicate_ids:
-            found.append(
-                f"ids: {len(self.duplicate_ids)} example ids appear twice (first: {self.duplicate_ids[0]})"
-            )
+            ids = counted(len(self.duplicate_ids), "example id appears", "example ids appear")
+            found.append(f"ids: {ids} twice (first: {self.duplicate_ids[0]})")
         crossing = sorted(w for w, kinds in self.writer_kinds.items() if len(kinds) > 1)
         if crossing:
             kinds = ", ".join(sorted(k.value for k in self.writer_kinds[crossing[0]]))
-            found.append(
-                f"writers: {len(crossing)} writers are in two split kinds (first: {crossing[0]} in {kinds})"
-            )
+            writers = counted(len(crossing), "writer is", "writers are")
+            found.append(f"writers: {writers} in two split kinds (first: {crossing[0]} in {kinds})")
         texts = sum(1 for kinds in self.text_kinds.values() if len(kinds) > 1)
         if texts:
-            found.append(f"texts: {texts} normalised texts (or first fields) are in two split kinds")
+            shared = counted(
+                texts, "normalised text (or first field) is", "normalised texts (or first fields) are"
+            )
+            found.append(f"texts: {shared} in two split kinds")
         if self.own_validations:
+            examples = counted(len(self.own_validations), "example lists its", "examples list their")
             found.append(
-                f"validators: {len(self.own_validations)} examples list their writer among the validators "
-                f"(first: {self.own_validations[0]})"
+                f"validators: {examples} writer among the validators (first: {self.own_validations[0]})"
             )
         if self.weak_dev_test:
+            rows = counted(len(self.weak_dev_test), "dev/test row has", "dev/test rows have")
             found.append(
-                f"rule: {len(self.weak_dev_test)} dev/test rows have fewer than "
-                f"{self.rule.min_agreeing_validators} counted validators agreeing "
-                f"(first: {self.weak_dev_test[0]})"
+                f"rule: {rows} fewer than {self.rule.min_agreeing_validators} counted validators "
+                f"agreeing (first: {self.weak_dev_test[0]})"
             )
         if self.wrong_round:
-            found.append(
-                f"rounds: {len(self.wrong_round)} rows sit in another round's split "
-                f"(first: {self.wrong_round[0]})"
-            )
+            rows = counted(len(self.wrong_round), "row sits", "rows sit")
+            found.append(f"rounds: {rows} in another round's split (first: {self.wrong_round[0]})")
         return found

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dynaval.domain.wording import counted
+
 SHARES_HELP = "target shares of new writers, train,dev,test (default 0.8,0.1,0.1)"
 
 
@@ -76,7 +78,7 @@ def cmd_release_create(args: argparse.Namespace) -> int:
     manifest: dict[str, Any] = release.manifest
     print(f"release {release.name} {release.version} (id {release.id}), content {release.content_hash}")
     for name, split in sorted(manifest["splits"].items()):
-        print(f"  {name}: {split['rows']} rows, {split['writers']} writers")
+        print(f"  {name}: {counted(split['rows'], 'row')}, {counted(split['writers'], 'writer')}")
     reached = manifest["shares_reached"]
     print(
         "  shares reached: "
@@ -85,7 +87,7 @@ def cmd_release_create(args: argparse.Namespace) -> int:
         )
     )
     if manifest["withheld"]["count"]:
-        print(f"  withheld: {manifest['withheld']['count']} examples (reasons in manifest.json)")
+        print(f"  withheld: {counted(manifest['withheld']['count'], 'example')} (reasons in manifest.json)")
     print(f"release: {out}")
     return 0
 
@@ -98,7 +100,7 @@ def cmd_release_verify(args: argparse.Namespace) -> int:
     if findings:
         for finding in findings:
             print(finding)
-        print(f"release {root}: {len(findings)} checks failed", file=sys.stderr)
+        print(f"release {root}: {counted(len(findings), 'check')} failed", file=sys.stderr)
         return 1
     print(f"release {root}: every check passed")
     return 0

@@ -267,20 +267,20 @@ def reindex(services: Services, *, batch: int = REINDEX_BATCH) -> int:
 def _vectors_of(
     services: Services, examples: Sequence[tuple[str, str, dict[str, str]]]
 ) -> list[bytes | None]:
-    """The stored form of each example's vector (``None`` each when the semantic check is off)."""
+    """The stored form of each example's vector (``None`` each when the semantic check is off).
+    Each task type's examples are encoded together, over its fields."""
+    stored: list[bytes | None] = [None] * len(examples)
     if services.vectors is None:
-        return [None] * len(examples)
-    out: list[bytes | None] = []
-    by_task: dict[str, list[int]] = {}
-    for i, (_c, task, _inputs) in enumerate(examples):
-        by_task.setdefault(task, []).append(i)
-    vectors: dict[int, bytes] = {}
-    for task, positions in by_task.items():
-        fields = _fields(services, task, examples[positions[0]][2])
-        encoded = services.vectors.encode([examples[i][2] for i in positions], fields)
-        vectors.update({i: to_bytes(v) for i, v in zip(positions, encoded, strict=True)})
-    out.extend(vectors.get(i) for i in range(len(examples)))
-    return out
+        return stored
+    positions_by_task: dict[str, list[int]] = {}
+    for position, (_candidate_id, task, _inputs) in enumerate(examples):
+        positions_by_task.setdefault(task, []).append(position)
+    for task, positions in positions_by_task.items():
+        inputs = [examples[position][2] for position in positions]
+        encoded = services.vectors.encode(inputs, _fields(services, task, inputs[0]))
+        for position, vector in zip(positions, encoded, strict=True):
+            stored[position] = to_bytes(vector)
+    return stored
 
 
 def _fields(services: Services, task: str, inputs: dict[str, str]) -> Sequence[str]:

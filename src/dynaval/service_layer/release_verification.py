@@ -29,6 +29,7 @@ from dynaval.domain.near_duplicates import NearDuplicateRule
 from dynaval.domain.release import SplitRule
 from dynaval.domain.release_card import render_card
 from dynaval.domain.release_checks import ReleaseTally
+from dynaval.domain.wording import counted
 from dynaval.service_layer.release_leaks import cross_split_pairs
 
 MAX_PAIR_LINES = 200
@@ -100,7 +101,7 @@ def _near_duplicate_findings(
     pairs = cross_split_pairs(texts, fields, rule)
     findings = [f"{p.line()}, at or above the threshold {rule.threshold:g}" for p in pairs[:MAX_PAIR_LINES]]
     if len(pairs) > MAX_PAIR_LINES:
-        findings.append(f"near-duplicates: {len(pairs) - MAX_PAIR_LINES} more pairs across splits")
+        findings.append(f"near-duplicates: {counted(len(pairs) - MAX_PAIR_LINES, 'more pair')} across splits")
     stated = manifest.get("near_duplicates")
     if isinstance(stated, Mapping):
         said = (stated.get("across_splits") or {}).get("pairs")
@@ -148,7 +149,7 @@ def _file_findings(root: Path, manifest: Mapping[str, Any]) -> Iterator[str]:
             yield f"file {entry['path']}: cannot be read ({type(exc).__name__})"
             continue
         if rows != entry["rows"]:
-            yield f"file {entry['path']}: {rows} rows, the manifest says {entry['rows']}"
+            yield f"file {entry['path']}: {counted(rows, 'row')}, the manifest says {entry['rows']}"
     for folder in ("data", "jsonl"):
         for path in sorted((root / folder).glob("*")) if (root / folder).is_dir() else []:
             name = f"{folder}/{path.name}"

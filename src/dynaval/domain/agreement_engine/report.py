@@ -84,13 +84,20 @@ class AlphaEstimate:
             "annotators": self.annotators,
             "pairable_values": self.pairable_values,
             "votes": self.votes,
-            "ci95": list(self.ci95) if self.ci95 is not None else None,
-            "bootstrap": (
-                {"resamples": self.resamples, "defined": self.defined_resamples, "seed": self.seed}
-                if self.resamples
-                else None
-            ),
+            **interval_to_dict(self.ci95, self.resamples, self.defined_resamples, self.seed),
         }
+
+
+def interval_to_dict(
+    ci95: tuple[float, float] | None, resamples: int, defined_resamples: int, seed: int | None
+) -> dict[str, object]:
+    """The JSON of a bootstrap interval: ``ci95`` and ``bootstrap`` (None for no resampling)."""
+    return {
+        "ci95": list(ci95) if ci95 is not None else None,
+        "bootstrap": (
+            {"resamples": resamples, "defined": defined_resamples, "seed": seed} if resamples else None
+        ),
+    }
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ import numpy.typing as npt
 from scipy import sparse
 
 from dynaval.domain.agreement_engine.encoding import Id
-from dynaval.domain.agreement_engine.report import NO_PAIRABLE, NO_VOTES, round_alpha
+from dynaval.domain.agreement_engine.report import NO_PAIRABLE, NO_VOTES, interval_to_dict, round_alpha
 
 SetVote = tuple[Id, Id, frozenset[str]]
 ONE_SET = "every pairable answer is the same set ({label}), so there is no expected disagreement"
@@ -75,12 +75,7 @@ class SetAlpha:
             "undefined_reason": self.undefined_reason,
             "items": self.items,
             "pairable_values": self.pairable_values,
-            "ci95": list(self.ci95) if self.ci95 is not None else None,
-            "bootstrap": (
-                {"resamples": self.resamples, "defined": self.defined_resamples, "seed": self.seed}
-                if self.resamples
-                else None
-            ),
+            **interval_to_dict(self.ci95, self.resamples, self.defined_resamples, self.seed),
         }
 
 
