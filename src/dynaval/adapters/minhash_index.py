@@ -45,6 +45,9 @@ class MinHashIndex:
         template = MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED)
         self._permutations, self._scheme = template.permutations, template.scheme
         self._examples: dict[str, FieldShingles] = {}
+        # Each indexed example's MinHash, kept from ``add`` so that ``pairs`` queries with it
+        # instead of hashing every example a second time (about 1 KiB an example).
+        self._minhashes: dict[str, MinHash] = {}
 
     def __len__(self) -> int:
         return len(self._examples)
@@ -67,6 +70,7 @@ class MinHashIndex:
         self._examples[key] = example
         if minhash is not None:
             self._lsh.insert(key, minhash, check_duplication=False)
+            self._minhashes[key] = minhash
 
     def matches(self, example: FieldShingles) -> list[Match]:
         """The indexed examples that are near-duplicates of ``example``, most similar first."""
@@ -84,10 +88,21 @@ class MinHashIndex:
         self, keep: Callable[[str, str], bool] = lambda _a, _b: True
     ) -> Iterator[tuple[str, str, float]]:
         """Each confirmed pair of indexed examples once (keys in sorted order), where ``keep``
-        allows it."""
+        allows it: for each key in order, its partners most similar first."""
         for key in sorted(self._examples):
-            for match in self.matches(self._examples[key]):
-                if key < match.key and keep(key, match.key):
+            minhash = self._minhashes.get(key)
+            if minhash is None:
+                continue  # an example with no words matches nothing
+            example = self._examples[key]
+            found = []
+            # Only the later keys: the pair (earlier, key) was confirmed from the earlier side.
+            for other in map(str, self._lsh.query(minhash)):
+                if other > key:
+                    value = similarity(example, self._examples[other])
+                    if value >= self.rule.threshold:
+                        found.append(Match(other, round(value, 4)))
+            for match in sorted(found, key=lambda m: (-m.similarity, m.key)):
+                if keep(key, match.key):
                     yield key, match.key, match.similarity
 
 
