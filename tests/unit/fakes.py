@@ -541,11 +541,15 @@ class FakeNearDuplicateIndex:
             if c in self.store.near_duplicate_checks
         }
 
-    def flagged(self, round_id: int) -> list[str]:
+    def flagged(self, round_id: int, *, limit: int | None = None) -> list[str]:
         checks = self.store.near_duplicate_checks.values()
         ids = [c.candidate_id for c in checks if c.round_id == round_id and c.flagged]
         earliest = datetime.min.replace(tzinfo=UTC)
-        return sorted(ids, key=lambda c: (self.store.candidates[c].submitted_at or earliest, c))
+        ordered = sorted(ids, key=lambda c: (self.store.candidates[c].submitted_at or earliest, c))
+        return ordered if limit is None else ordered[:limit]
+
+    def flagged_count(self, round_id: int) -> int:
+        return len(self.flagged(round_id))
 
 
 class FakeUnitOfWork:

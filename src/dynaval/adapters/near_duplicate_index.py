@@ -184,15 +184,27 @@ class SqlNearDuplicateIndex:
         ).all()
         return {row.candidate_id: _check_of(row) for row in rows}
 
-    def flagged(self, round_id: int) -> list[str]:
-        """The ids of the round's flagged candidates, the earliest submitted first."""
-        return list(
+    def flagged(self, round_id: int, *, limit: int | None = None) -> list[str]:
+        """The ids of the round's flagged candidates, the earliest submitted first (the first
+        ``limit`` of them, when given)."""
+        statement = (
+            select(NearDuplicateCheckRow.candidate_id)
+            .join(CandidateRow, col(CandidateRow.id) == col(NearDuplicateCheckRow.candidate_id))
+            .where(NearDuplicateCheckRow.round_id == round_id, col(NearDuplicateCheckRow.flagged))
+            .order_by(col(CandidateRow.submitted_at), col(CandidateRow.id))
+        )
+        if limit is not None:
+            statement = statement.limit(limit)
+        return list(self._session.exec(statement).all())
+
+    def flagged_count(self, round_id: int) -> int:
+        """How many of the round's candidates are flagged."""
+        return int(
             self._session.exec(
-                select(NearDuplicateCheckRow.candidate_id)
-                .join(CandidateRow, col(CandidateRow.id) == col(NearDuplicateCheckRow.candidate_id))
+                select(func.count())
+                .select_from(NearDuplicateCheckRow)
                 .where(NearDuplicateCheckRow.round_id == round_id, col(NearDuplicateCheckRow.flagged))
-                .order_by(col(CandidateRow.submitted_at), col(CandidateRow.id))
-            ).all()
+            ).one()
         )
 
 

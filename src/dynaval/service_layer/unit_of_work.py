@@ -551,8 +551,13 @@ class NearDuplicateIndex(Protocol):
 
     def checks_of(self, candidate_ids: Collection[str]) -> dict[str, NearDuplicateCheck]: ...
 
-    def flagged(self, round_id: int) -> list[str]:
-        """The ids of the round's candidates flagged as near-duplicates, the earliest first."""
+    def flagged(self, round_id: int, *, limit: int | None = None) -> list[str]:
+        """The ids of the round's candidates flagged as near-duplicates, the earliest first (the
+        first ``limit``, when given)."""
+        ...
+
+    def flagged_count(self, round_id: int) -> int:
+        """How many of the round's candidates are flagged as near-duplicates."""
         ...
 
 
