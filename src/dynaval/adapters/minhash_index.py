@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from datasketch import MinHash, MinHashLSH
@@ -21,6 +21,7 @@ from dynaval.domain.near_duplicates import (
     MIN_ROUND_THRESHOLD,
     MINHASH_SEED,
     NUM_PERM,
+    SHINGLE_WORDS,
     FieldShingles,
     NearDuplicateRule,
     similarity,
@@ -113,6 +114,12 @@ INDEX_LSH_THRESHOLD = MIN_ROUND_THRESHOLD - LSH_THRESHOLD_MARGIN
 round's threshold (one set of band keys serves every round)."""
 
 
+def keys_serve(rule: NearDuplicateRule) -> bool:
+    """Whether the stored band keys find the candidate pairs of ``rule``: they are made of the
+    default shingles, for thresholds from ``MIN_ROUND_THRESHOLD`` up."""
+    return rule.shingle == SHINGLE_WORDS and rule.threshold >= MIN_ROUND_THRESHOLD
+
+
 @functools.lru_cache(maxsize=1)
 def _banding() -> tuple[list[tuple[int, int]], tuple[object, object]]:
     """The bands (datasketch's choice for ``INDEX_LSH_THRESHOLD``) and the shared permutations,
@@ -138,3 +145,43 @@ def band_keys(example: FieldShingles) -> list[int]:
         ).digest()
         keys.append(int.from_bytes(digest, "big", signed=True))
     return keys
+
+
+def connecting_pairs(
+    keyed: Iterable[tuple[int, str]],
+    shingles_of: Callable[[str], FieldShingles],
+    rule: NearDuplicateRule,
+) -> Iterator[tuple[str, str]]:
+    """From ``(band key, example key)`` rows, the pairs sharing a band key that ``rule`` confirms,
+    enough of them to connect every connected component of the near-duplicate graph: a pair whose
+    two examples are connected already is not confirmed (it could not change a component), so a
+    pattern repeated n times costs about n confirmations, not n² / 2. For clusters, not for a
+    list of every pair. ``shingles_of`` gives an example's shingles (called once per example
+    that shares a key)."""
+    buckets: dict[int, set[str]] = {}
+    for band_key, key in keyed:
+        buckets.setdefault(band_key, set()).add(key)
+    parent: dict[str, str] = {}
+
+    def root(key: str) -> str:
+        parent.setdefault(key, key)
+        while parent[key] != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    shingles: dict[str, FieldShingles] = {}
+
+    def of(key: str) -> FieldShingles:
+        if key not in shingles:
+            shingles[key] = shingles_of(key)
+        return shingles[key]
+
+    for band_key in sorted(buckets):
+        members = sorted(buckets[band_key])
+        for i, a in enumerate(members):
+            for b in members[i + 1 :]:
+                ra, rb = root(a), root(b)
+                if ra != rb and similarity(of(a), of(b)) >= rule.threshold:
+                    parent[rb] = ra
+                    yield a, b

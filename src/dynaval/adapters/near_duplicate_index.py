@@ -184,6 +184,36 @@ class SqlNearDuplicateIndex:
         ).all()
         return {row.candidate_id: _check_of(row) for row in rows}
 
+    def indexed_in_round(self, round_id: int) -> set[str]:
+        """The ids of the round's candidates that the index holds."""
+        return set(
+            self._session.exec(
+                select(NearDuplicateExampleRow.candidate_id)
+                .join(CandidateRow, col(CandidateRow.id) == col(NearDuplicateExampleRow.candidate_id))
+                .where(CandidateRow.round_id == round_id)
+            ).all()
+        )
+
+    def round_band_keys(self, round_id: int, task_type: str, *, shared_only: bool) -> list[tuple[int, str]]:
+        """``(band key, candidate id)`` of the round's indexed candidates; ``shared_only``: only
+        the keys that two of them or more share (the only ones that can pair them), counted in
+        the database so that a round of unrelated texts reads next to nothing."""
+        of_round = (
+            select(NearDuplicateKeyRow.band_key, NearDuplicateKeyRow.candidate_id)
+            .join(CandidateRow, col(CandidateRow.id) == col(NearDuplicateKeyRow.candidate_id))
+            .where(NearDuplicateKeyRow.task_type == task_type, CandidateRow.round_id == round_id)
+        )
+        if shared_only:
+            shared = (
+                select(NearDuplicateKeyRow.band_key)
+                .join(CandidateRow, col(CandidateRow.id) == col(NearDuplicateKeyRow.candidate_id))
+                .where(NearDuplicateKeyRow.task_type == task_type, CandidateRow.round_id == round_id)
+                .group_by(col(NearDuplicateKeyRow.band_key))
+                .having(func.count() > 1)
+            )
+            of_round = of_round.where(col(NearDuplicateKeyRow.band_key).in_(shared.scalar_subquery()))
+        return [(int(key), c) for key, c in self._session.exec(of_round).all()]
+
     def flagged(self, round_id: int, *, limit: int | None = None) -> list[str]:
         """The ids of the round's flagged candidates, the earliest submitted first (the first
         ``limit`` of them, when given)."""

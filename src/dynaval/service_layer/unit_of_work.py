@@ -560,6 +560,15 @@ class NearDuplicateIndex(Protocol):
         """How many of the round's candidates are flagged as near-duplicates."""
         ...
 
+    def indexed_in_round(self, round_id: int) -> set[str]:
+        """The ids of the round's candidates that the index holds."""
+        ...
+
+    def round_band_keys(self, round_id: int, task_type: str, *, shared_only: bool) -> list[tuple[int, str]]:
+        """``(band key, candidate id)`` of the round's indexed candidates; ``shared_only``: only
+        the keys that two of them or more share (the only ones that can pair them)."""
+        ...
+
 
 class UnitOfWork(Protocol):
     """One transaction and its repositories; rolled back on leaving the block unless committed."""
