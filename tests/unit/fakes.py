@@ -568,7 +568,8 @@ class FakeNearDuplicateIndex:
         ]
         if not shared_only:
             return rows
-        counts = Counter(key for key, _c in rows)
+        examples = self.store.near_duplicate_examples.values()
+        counts = Counter(key for task, keys in examples if task == task_type for key in keys)
         return [(key, c) for key, c in rows if counts[key] > 1]
 
 

@@ -195,10 +195,11 @@ class SqlNearDuplicateIndex:
         )
 
     def round_band_keys(self, round_id: int, task_type: str, *, shared_only: bool) -> list[tuple[int, str]]:
-        """``(band key, candidate id)`` of the round's indexed candidates; ``shared_only``: only
-        the keys that two of them or more share (the only ones that can pair them), counted in
-        the database so that a round of unrelated texts reads next to nothing."""
-        of_round = (
+        """``(band key, candidate id)`` of the round's indexed candidates; ``shared_only``: only the
+        keys that two examples of the task type or more share (among them every key that can pair
+        two of the round's candidates). Those keys are found on the key table's primary key alone,
+        so only their rows are joined with the round's candidates (not every key of the round)."""
+        statement = (
             select(NearDuplicateKeyRow.band_key, NearDuplicateKeyRow.candidate_id)
             .join(CandidateRow, col(CandidateRow.id) == col(NearDuplicateKeyRow.candidate_id))
             .where(NearDuplicateKeyRow.task_type == task_type, CandidateRow.round_id == round_id)
@@ -206,13 +207,12 @@ class SqlNearDuplicateIndex:
         if shared_only:
             shared = (
                 select(NearDuplicateKeyRow.band_key)
-                .join(CandidateRow, col(CandidateRow.id) == col(NearDuplicateKeyRow.candidate_id))
-                .where(NearDuplicateKeyRow.task_type == task_type, CandidateRow.round_id == round_id)
+                .where(NearDuplicateKeyRow.task_type == task_type)
                 .group_by(col(NearDuplicateKeyRow.band_key))
                 .having(func.count() > 1)
             )
-            of_round = of_round.where(col(NearDuplicateKeyRow.band_key).in_(shared.scalar_subquery()))
-        return [(int(key), c) for key, c in self._session.exec(of_round).all()]
+            statement = statement.where(col(NearDuplicateKeyRow.band_key).in_(shared.scalar_subquery()))
+        return [(int(key), c) for key, c in self._session.exec(statement).all()]
 
     def flagged(self, round_id: int, *, limit: int | None = None) -> list[str]:
         """The ids of the round's flagged candidates, the earliest submitted first (the first

@@ -565,8 +565,9 @@ class NearDuplicateIndex(Protocol):
         ...
 
     def round_band_keys(self, round_id: int, task_type: str, *, shared_only: bool) -> list[tuple[int, str]]:
-        """``(band key, candidate id)`` of the round's indexed candidates; ``shared_only``: only
-        the keys that two of them or more share (the only ones that can pair them)."""
+        """``(band key, candidate id)`` of the round's indexed candidates; ``shared_only``: only the
+        keys that two examples of the task type or more share (among them every key that can pair
+        two of the round's candidates)."""
         ...
 
 
