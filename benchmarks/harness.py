@@ -464,10 +464,13 @@ def create_round(client: ServiceClient, name: str, policy: Mapping[str, Any]) ->
 IN_PROCESS_LEAD_TOKEN = "benchmark-lead-token-0123456789"
 
 
-def in_process_services(folder: Path, database_url: str | None = None) -> Services:
+def in_process_services(
+    folder: Path, database_url: str | None = None, *, near_duplicate_semantic: bool = True
+) -> Services:
     """The service's objects in this process, over ``database_url`` (default: a SQLite file in
     ``folder``) with its data in ``folder``: no worker, no reconciliation, Label Studio never called.
-    A lead signs in with :data:`IN_PROCESS_LEAD_TOKEN`."""
+    A lead signs in with :data:`IN_PROCESS_LEAD_TOKEN`. ``near_duplicate_semantic=False`` leaves the
+    encoder out (a reindex then stores band keys only)."""
     # Imported here: the benchmarks that start the service in a child process do not load it.
     from dynaval.bootstrap import bootstrap
     from dynaval.settings import Settings
@@ -483,6 +486,7 @@ def in_process_services(folder: Path, database_url: str | None = None) -> Servic
         label_studio_url="http://127.0.0.1:9",
         embedded_worker=False,
         reconcile_interval_s=0,
+        near_duplicate_semantic=near_duplicate_semantic,
     )
     return bootstrap(settings)
 
@@ -520,6 +524,13 @@ def timed(call: Callable[[], object]) -> float:
     started = time.perf_counter()
     call()
     return time.perf_counter() - started
+
+
+def timed_cpu(call: Callable[[], object]) -> tuple[float, float]:
+    """Wall and CPU seconds of this process (the CPU time is the steadier on a shared machine)."""
+    started, cpu = time.perf_counter(), time.process_time()
+    call()
+    return time.perf_counter() - started, time.process_time() - cpu
 
 
 # ---------------------------------------------------------------------------------------- seeding

@@ -89,6 +89,20 @@ def test_the_index_is_written_with_the_candidates_and_seen_by_another_process(
     assert near_duplicates.findings(services, [edit], "desk") == [[{"similarity": 0.75, "kind": "lexical"}]]
 
 
+def test_the_dashboard_reads_the_first_flagged_candidates_and_counts_them_all(services: Services) -> None:
+    """The panel's list is cut in the database (the earliest first) and its total counted there."""
+    flag_round = capture_round(services, near_duplicates="flag")
+    ids = report(services, flag_round, VARIANTS)
+    every = near_duplicates.flagged_candidates(services, flag_round)
+    in_order = [c["id"] for c in every["candidates"]]  # one batch: one time, then by id
+    assert every["total"] == 3 and sorted(in_order) == sorted(ids[1:])
+    shown = near_duplicates.flagged_candidates(services, flag_round, limit=2)
+    assert shown["total"] == 3 and [c["id"] for c in shown["candidates"]] == in_order[:2]
+    with services.uow(read_only=True) as uow:
+        assert uow.near_duplicates.flagged(flag_round, limit=1) == in_order[:1]
+        assert uow.near_duplicates.flagged_count(flag_round) == 3
+
+
 def test_reject_stores_nothing_and_a_batch_is_refused_whole(services: Services) -> None:
     reject_round = capture_round(services, near_duplicates="reject")
     (first,) = report(services, reject_round, [VARIANTS[0]])

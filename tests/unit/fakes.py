@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -541,11 +542,35 @@ class FakeNearDuplicateIndex:
             if c in self.store.near_duplicate_checks
         }
 
-    def flagged(self, round_id: int) -> list[str]:
+    def flagged(self, round_id: int, *, limit: int | None = None) -> list[str]:
         checks = self.store.near_duplicate_checks.values()
         ids = [c.candidate_id for c in checks if c.round_id == round_id and c.flagged]
         earliest = datetime.min.replace(tzinfo=UTC)
-        return sorted(ids, key=lambda c: (self.store.candidates[c].submitted_at or earliest, c))
+        ordered = sorted(ids, key=lambda c: (self.store.candidates[c].submitted_at or earliest, c))
+        return ordered if limit is None else ordered[:limit]
+
+    def flagged_count(self, round_id: int) -> int:
+        return len(self.flagged(round_id))
+
+    def indexed_in_round(self, round_id: int) -> set[str]:
+        return {
+            c
+            for c in self.store.near_duplicate_examples
+            if c in self.store.candidates and self.store.candidates[c].round_id == round_id
+        }
+
+    def round_band_keys(self, round_id: int, task_type: str, *, shared_only: bool) -> list[tuple[int, str]]:
+        rows = [
+            (key, c)
+            for c in sorted(self.indexed_in_round(round_id))
+            if self.store.near_duplicate_examples[c][0] == task_type
+            for key in sorted(self.store.near_duplicate_examples[c][1])
+        ]
+        if not shared_only:
+            return rows
+        examples = self.store.near_duplicate_examples.values()
+        counts = Counter(key for task, keys in examples if task == task_type for key in keys)
+        return [(key, c) for key, c in rows if counts[key] > 1]
 
 
 class FakeUnitOfWork:

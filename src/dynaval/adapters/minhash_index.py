@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from datasketch import MinHash, MinHashLSH
@@ -21,6 +21,7 @@ from dynaval.domain.near_duplicates import (
     MIN_ROUND_THRESHOLD,
     MINHASH_SEED,
     NUM_PERM,
+    SHINGLE_WORDS,
     FieldShingles,
     NearDuplicateRule,
     similarity,
@@ -45,6 +46,9 @@ class MinHashIndex:
         template = MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED)
         self._permutations, self._scheme = template.permutations, template.scheme
         self._examples: dict[str, FieldShingles] = {}
+        # Each indexed example's MinHash, kept from ``add`` so that ``pairs`` queries with it
+        # instead of hashing every example a second time (about 1 KiB an example).
+        self._minhashes: dict[str, MinHash] = {}
 
     def __len__(self) -> int:
         return len(self._examples)
@@ -67,6 +71,7 @@ class MinHashIndex:
         self._examples[key] = example
         if minhash is not None:
             self._lsh.insert(key, minhash, check_duplication=False)
+            self._minhashes[key] = minhash
 
     def matches(self, example: FieldShingles) -> list[Match]:
         """The indexed examples that are near-duplicates of ``example``, most similar first."""
@@ -84,10 +89,21 @@ class MinHashIndex:
         self, keep: Callable[[str, str], bool] = lambda _a, _b: True
     ) -> Iterator[tuple[str, str, float]]:
         """Each confirmed pair of indexed examples once (keys in sorted order), where ``keep``
-        allows it."""
+        allows it: for each key in order, its partners most similar first."""
         for key in sorted(self._examples):
-            for match in self.matches(self._examples[key]):
-                if key < match.key and keep(key, match.key):
+            minhash = self._minhashes.get(key)
+            if minhash is None:
+                continue  # an example with no words matches nothing
+            example = self._examples[key]
+            found = []
+            # Only the later keys: the pair (earlier, key) was confirmed from the earlier side.
+            for other in map(str, self._lsh.query(minhash)):
+                if other > key:
+                    value = similarity(example, self._examples[other])
+                    if value >= self.rule.threshold:
+                        found.append(Match(other, round(value, 4)))
+            for match in sorted(found, key=lambda m: (-m.similarity, m.key)):
+                if keep(key, match.key):
                     yield key, match.key, match.similarity
 
 
@@ -96,6 +112,12 @@ class MinHashIndex:
 INDEX_LSH_THRESHOLD = MIN_ROUND_THRESHOLD - LSH_THRESHOLD_MARGIN
 """The shared index at submission finds candidates from this Jaccard estimate up, whatever the
 round's threshold (one set of band keys serves every round)."""
+
+
+def keys_serve(rule: NearDuplicateRule) -> bool:
+    """Whether the stored band keys find the candidate pairs of ``rule``: they are made of the
+    default shingles, for thresholds from ``MIN_ROUND_THRESHOLD`` up."""
+    return rule.shingle == SHINGLE_WORDS and rule.threshold >= MIN_ROUND_THRESHOLD
 
 
 @functools.lru_cache(maxsize=1)
@@ -123,3 +145,43 @@ def band_keys(example: FieldShingles) -> list[int]:
         ).digest()
         keys.append(int.from_bytes(digest, "big", signed=True))
     return keys
+
+
+def connecting_pairs(
+    keyed: Iterable[tuple[int, str]],
+    shingles_of: Callable[[str], FieldShingles],
+    rule: NearDuplicateRule,
+) -> Iterator[tuple[str, str]]:
+    """From ``(band key, example key)`` rows, the pairs sharing a band key that ``rule`` confirms,
+    enough of them to connect every connected component of the near-duplicate graph: a pair whose
+    two examples are connected already is not confirmed (it could not change a component), so a
+    pattern repeated n times costs about n confirmations, not n² / 2. For clusters, not for a
+    list of every pair. ``shingles_of`` gives an example's shingles (called once per example
+    that shares a key)."""
+    buckets: dict[int, set[str]] = {}
+    for band_key, key in keyed:
+        buckets.setdefault(band_key, set()).add(key)
+    parent: dict[str, str] = {}
+
+    def root(key: str) -> str:
+        parent.setdefault(key, key)
+        while parent[key] != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    shingles: dict[str, FieldShingles] = {}
+
+    def of(key: str) -> FieldShingles:
+        if key not in shingles:
+            shingles[key] = shingles_of(key)
+        return shingles[key]
+
+    for band_key in sorted(buckets):
+        members = sorted(buckets[band_key])
+        for i, a in enumerate(members):
+            for b in members[i + 1 :]:
+                ra, rb = root(a), root(b)
+                if ra != rb and similarity(of(a), of(b)) >= rule.threshold:
+                    parent[rb] = ra
+                    yield a, b

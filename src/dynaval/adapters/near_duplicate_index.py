@@ -184,15 +184,57 @@ class SqlNearDuplicateIndex:
         ).all()
         return {row.candidate_id: _check_of(row) for row in rows}
 
-    def flagged(self, round_id: int) -> list[str]:
-        """The ids of the round's flagged candidates, the earliest submitted first."""
-        return list(
+    def indexed_in_round(self, round_id: int) -> set[str]:
+        """The ids of the round's candidates that the index holds."""
+        return set(
             self._session.exec(
-                select(NearDuplicateCheckRow.candidate_id)
-                .join(CandidateRow, col(CandidateRow.id) == col(NearDuplicateCheckRow.candidate_id))
-                .where(NearDuplicateCheckRow.round_id == round_id, col(NearDuplicateCheckRow.flagged))
-                .order_by(col(CandidateRow.submitted_at), col(CandidateRow.id))
+                select(NearDuplicateExampleRow.candidate_id)
+                .join(CandidateRow, col(CandidateRow.id) == col(NearDuplicateExampleRow.candidate_id))
+                .where(CandidateRow.round_id == round_id)
             ).all()
+        )
+
+    def round_band_keys(self, round_id: int, task_type: str, *, shared_only: bool) -> list[tuple[int, str]]:
+        """``(band key, candidate id)`` of the round's indexed candidates; ``shared_only``: only the
+        keys that two examples of the task type or more share (among them every key that can pair
+        two of the round's candidates). Those keys are found on the key table's primary key alone,
+        so only their rows are joined with the round's candidates (not every key of the round)."""
+        statement = (
+            select(NearDuplicateKeyRow.band_key, NearDuplicateKeyRow.candidate_id)
+            .join(CandidateRow, col(CandidateRow.id) == col(NearDuplicateKeyRow.candidate_id))
+            .where(NearDuplicateKeyRow.task_type == task_type, CandidateRow.round_id == round_id)
+        )
+        if shared_only:
+            shared = (
+                select(NearDuplicateKeyRow.band_key)
+                .where(NearDuplicateKeyRow.task_type == task_type)
+                .group_by(col(NearDuplicateKeyRow.band_key))
+                .having(func.count() > 1)
+            )
+            statement = statement.where(col(NearDuplicateKeyRow.band_key).in_(shared.scalar_subquery()))
+        return [(int(key), c) for key, c in self._session.exec(statement).all()]
+
+    def flagged(self, round_id: int, *, limit: int | None = None) -> list[str]:
+        """The ids of the round's flagged candidates, the earliest submitted first (the first
+        ``limit`` of them, when given)."""
+        statement = (
+            select(NearDuplicateCheckRow.candidate_id)
+            .join(CandidateRow, col(CandidateRow.id) == col(NearDuplicateCheckRow.candidate_id))
+            .where(NearDuplicateCheckRow.round_id == round_id, col(NearDuplicateCheckRow.flagged))
+            .order_by(col(CandidateRow.submitted_at), col(CandidateRow.id))
+        )
+        if limit is not None:
+            statement = statement.limit(limit)
+        return list(self._session.exec(statement).all())
+
+    def flagged_count(self, round_id: int) -> int:
+        """How many of the round's candidates are flagged."""
+        return int(
+            self._session.exec(
+                select(func.count())
+                .select_from(NearDuplicateCheckRow)
+                .where(NearDuplicateCheckRow.round_id == round_id, col(NearDuplicateCheckRow.flagged))
+            ).one()
         )
 
 

@@ -199,13 +199,13 @@ def flagged_candidates(services: Services, round_id: int, *, limit: int | None =
     them all; ``limit`` keeps the first that many in ``candidates`` (the dashboard's panel)."""
     with services.uow(read_only=True) as uow:
         uow.rounds.get(round_id)  # 404 for no such round
-        every = uow.near_duplicates.flagged(round_id)
-        ids = every if limit is None else every[:limit]
+        ids = uow.near_duplicates.flagged(round_id, limit=limit)
+        total = len(ids) if limit is None else uow.near_duplicates.flagged_count(round_id)
         found = uow.candidates.get_many(ids)
         checks = uow.near_duplicates.checks_of(ids)
     return {
         "round_id": round_id,
-        "total": len(every),
+        "total": total,
         "candidates": [_flagged_public(found[c], checks[c]) for c in ids if c in found and c in checks],
     }
 

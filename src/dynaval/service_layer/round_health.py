@@ -2,20 +2,22 @@
 writer concentration, lexical diversity, repeated patterns, the fooled rate with and without them,
 and the rounds of its task type side by side (the figures: :mod:`dynaval.domain.round_health`).
 
-The near-duplicate pass reads every candidate's text and indexes it (about a minute or more for
-100,000 candidates, docs/benchmarks.md), so a round's figures are kept in the per-process
-:class:`~dynaval.service_layer.figures_cache.FiguresCache` under a fingerprint of its candidates
-(how many, the latest submission, how many scored and fooled), as the agreement figures are kept
-under one of the votes: recomputed in the background when a candidate arrives or is scored.
+The figures read every candidate's text, and the near-duplicate pass the band keys stored at
+submission (computing them for candidates not indexed yet; docs/benchmarks.md times both), so a
+round's figures are kept in the per-process :class:`~dynaval.service_layer.figures_cache.FiguresCache`
+under a fingerprint of its candidates (how many, the latest submission, how many scored and fooled),
+as the agreement figures are kept under one of the votes: recomputed in the background when a
+candidate arrives or is scored.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from dynaval.adapters.minhash_index import MinHashIndex
+from dynaval.adapters.minhash_index import MinHashIndex, band_keys, connecting_pairs, keys_serve
 from dynaval.domain.metrics import round_counts
 from dynaval.domain.near_duplicates import NearDuplicateRule, field_shingles
 from dynaval.domain.provenance import writer_pseudonym
@@ -62,24 +64,58 @@ class HealthView:
 
 def compute_round_health(services: Services, round_id: int) -> RoundHealth:
     """The round's figures, from one read of its candidates (no cache); repeated patterns are
-    near-duplicates by the round's own lexical threshold (its policy's ``near_duplicate_lexical``)."""
+    near-duplicates by the round's own lexical threshold (its policy's ``near_duplicate_lexical``).
+
+    The candidate pairs come from the band keys the submission check stored
+    (:mod:`dynaval.adapters.near_duplicate_index`), computed here only for the candidates the index
+    does not hold yet (stored before it existed, until ``dynaval near-duplicates reindex``); each
+    pair is confirmed by the exact rule, as at submission. A rule those keys were not made for
+    (see :func:`~dynaval.adapters.minhash_index.keys_serve`) is served by an index built here."""
     with services.uow(read_only=True) as uow:
         round_ = uow.rounds.get(round_id)
         written = uow.round_queries.written_candidates(round_id)
-    rule = round_.decision_policy.lexical_rule
+        rule = round_.decision_policy.lexical_rule
+        stored: list[tuple[int, str]] | None = None
+        indexed: set[str] = set()
+        if keys_serve(rule):
+            indexed = uow.near_duplicates.indexed_in_round(round_id)
+            every_indexed = all(c.id in indexed for c in written)
+            # With every candidate indexed only the shared keys can pair two of them; otherwise the
+            # computed keys of the others are matched against all the stored ones.
+            stored = uow.near_duplicates.round_band_keys(
+                round_id, round_.task_type, shared_only=every_indexed
+            )
     fields = list(services.catalog.get(round_.task_type).data_fields)
     secret = services.settings.pseudonym_secret
     writers: dict[tuple[str, str | None], str] = {}
     found: list[HealthCandidate] = []
-    index = MinHashIndex(rule)
     for c in written:
         key = (c.writer_id, c.collected_by)
         writer = writers.get(key)
         if writer is None:
             writer = writers[key] = writer_pseudonym(secret, c.writer_id, c.collected_by)
         found.append(HealthCandidate(c.id, c.inputs, writer, c.fooled, c.status))
-        index.add(c.id, field_shingles(c.inputs, fields, rule.shingle))
-    return figures_of(found, fields, ((a, b) for a, b, _sim in index.pairs()))
+    inputs = {c.id: c.inputs for c in written}
+    if stored is None:
+        return figures_of(found, fields, _computed_pairs(inputs, fields, rule))
+    keyed = [(k, c) for k, c in stored if c in inputs] + [
+        (k, c)
+        for c, its_inputs in inputs.items()
+        if c not in indexed
+        for k in band_keys(field_shingles(its_inputs, fields))
+    ]
+    pairs = connecting_pairs(keyed, lambda c: field_shingles(inputs[c], fields, rule.shingle), rule)
+    return figures_of(found, fields, pairs)
+
+
+def _computed_pairs(
+    inputs: Mapping[str, Mapping[str, str]], fields: Sequence[str], rule: NearDuplicateRule
+) -> Iterator[tuple[str, str]]:
+    """The confirmed pairs of an index built here, at the round's rule."""
+    index = MinHashIndex(rule)
+    for c, its_inputs in inputs.items():
+        index.add(c, field_shingles(its_inputs, fields, rule.shingle))
+    return ((a, b) for a, b, _sim in index.pairs())
 
 
 def cached_round_health(services: Services, cache: FiguresCache, round_id: int) -> Cached[RoundHealth]:

@@ -551,8 +551,23 @@ class NearDuplicateIndex(Protocol):
 
     def checks_of(self, candidate_ids: Collection[str]) -> dict[str, NearDuplicateCheck]: ...
 
-    def flagged(self, round_id: int) -> list[str]:
-        """The ids of the round's candidates flagged as near-duplicates, the earliest first."""
+    def flagged(self, round_id: int, *, limit: int | None = None) -> list[str]:
+        """The ids of the round's candidates flagged as near-duplicates, the earliest first (the
+        first ``limit``, when given)."""
+        ...
+
+    def flagged_count(self, round_id: int) -> int:
+        """How many of the round's candidates are flagged as near-duplicates."""
+        ...
+
+    def indexed_in_round(self, round_id: int) -> set[str]:
+        """The ids of the round's candidates that the index holds."""
+        ...
+
+    def round_band_keys(self, round_id: int, task_type: str, *, shared_only: bool) -> list[tuple[int, str]]:
+        """``(band key, candidate id)`` of the round's indexed candidates; ``shared_only``: only the
+        keys that two examples of the task type or more share (among them every key that can pair
+        two of the round's candidates)."""
         ...
 
 
