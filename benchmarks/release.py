@@ -20,6 +20,10 @@ the released rows' alpha (``ReleaseTally.round_figures``), storing the release i
 (``_store``) and the copy to ``--out`` (``copy_release``); the rest is the files and the tally.
 Each release (the copy and the one kept in the data folder) is removed after its repeat.
 
+The goals are for the lexical near-duplicate check: the builds run with
+``DYNAVAL_NEAR_DUPLICATE_SEMANTIC=false`` unless ``--semantic`` is given, since the semantic check
+encodes every row with MiniLM on the CPU (docs/near_duplicates.md, "At release").
+
 Run from the repository root:
 
     PYTHONPATH=$PWD/src:$PWD .venv/bin/python benchmarks/release.py                 # 1,000,000 rows
@@ -199,6 +203,9 @@ def main() -> None:
         "--reuse", action="store_true", help="build from the round seeded before in --data-dir"
     )
     parser.add_argument("--seed-only", action="store_true", help="seed (into --data-dir) and stop")
+    parser.add_argument(
+        "--semantic", action="store_true", help="also run the semantic near-duplicate check (MiniLM)"
+    )
     parser.add_argument("--no-phases", action="store_true", help="do not time the phases of create")
     parser.add_argument("--profile", default=None, help="write a cProfile of the first create to this file")
     args = parser.parse_args()
@@ -231,6 +238,7 @@ def main() -> None:
             return
         round_id, rows = seeded["round_id"], seeded["rows"]
         env = environment(url, folder)
+        env["DYNAVAL_NEAR_DUPLICATE_SEMANTIC"] = "true" if args.semantic else "false"
         run_tag = uuid.uuid4().hex[:8]
         print(
             f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} before the runs",

@@ -43,17 +43,32 @@ class WritersLoop(Loop):
         return str(response.json()["id"])
 
 
-def run_round(loop: WritersLoop, model: Path, name: str, writers: list[str], own: bool = False) -> list[str]:
+SIGHTS = (
+    "a red kite", "a brass band", "a fire truck", "a juggler on stilts", "a marching drummer",
+    "a float shaped like a whale", "a clown on a unicycle", "a horse carriage", "a dragon puppet",
+    "a pipe organ on wheels", "a choir of children", "a giant balloon", "a vintage tractor",
+    "a fencing duel", "a troupe of acrobats", "a police motorcycle", "a flock of pigeons", "a magician",
+    "a flower garland", "a steam locomotive model", "a samba dancer", "a knight in armour",
+    "a pirate ship float", "a fireworks display", "a chess champion", "a beekeeper", "a tiny robot",
+    "a snow sculpture", "a violin duet", "a hot dog stand", "a mountain goat", "a rowing team",
+)  # fmt: skip
+"""What each example's hypothesis says was seen, one each: hypotheses that differ by a number only
+("saw event 1") are semantic near-duplicates (MiniLM cosine above 0.8) and would all be one cluster at
+release; these stay below 0.7."""
+
+
+def run_round(
+    loop: WritersLoop, model: Path, name: str, writers: list[str], own: bool = False, first_sight: int = 0
+) -> list[str]:
     """Two examples per writer, both accepted by annotators A and B; returns the candidate ids."""
     loop.create(model, name)
     ids = []
     for n, writer in enumerate(writers):
         for k in range(2):
             premise = f"{name}: {writer} watched a parade number {k} in the old town."
+            hypothesis = f"{writer} saw {SIGHTS[first_sight + 2 * n + k]}."
             label = NLI[0] if (n + k) % 2 else NLI[2]
-            ids.append(
-                loop.submit_for(writer, {"premise": premise, "hypothesis": f"{writer} saw event {k}."}, label)
-            )
+            ids.append(loop.submit_for(writer, {"premise": premise, "hypothesis": hypothesis}, label))
     if own:  # the writer with a token writes one; they also annotate it, as Label Studio user D
         body = loop.submit({"premise": f"{name}: a cat sleeps.", "hypothesis": "A dog barks."}, NLI[2])
         ids.append(body["id"])
@@ -145,7 +160,7 @@ def test_two_rounds_are_frozen_released_verified_and_loaded(
 
     # Round two: the same writers and three new ones.
     round_two = run_round(
-        loop, model, "release round two", [*first_writers, "writer-6", "writer-7", "writer-8"]
+        loop, model, "release round two", [*first_writers, "writer-6", "writer-7", "writer-8"], first_sight=12
     )
     made = task_service.call(
         "POST",

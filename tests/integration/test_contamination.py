@@ -19,6 +19,10 @@ SENTIMENT = ["positive", "negative", "neutral"]
 LONG = "honestly the plot was not bad at all even if the ending felt rushed and the music far too loud"
 OTHER = "the waiter forgot our order twice but the soup that finally came was warm and very tasty"
 
+HOTEL = "the hotel room was filthy and the staff were rude to us"
+HOTEL_PARAPHRASE = "our hotel room was dirty and the employees treated us rudely"
+"""The same complaint in other words: no 13-gram, few shared shingles; MiniLM cosine 0.89."""
+
 PADDING = "Other reviews on this page talk about the cinema seats, the parking and the popcorn prices."
 
 
@@ -31,6 +35,7 @@ def release_dir(services: Services) -> Path:
     )  # fmt: skip
     set_inputs(services.database, seeded.candidate_ids[0], {"text": LONG})
     set_inputs(services.database, seeded.candidate_ids[1], {"text": OTHER})
+    set_inputs(services.database, seeded.candidate_ids[2], {"text": HOTEL})
     made = create_release(
         services, ReleaseRequest(round_ids=[seeded.round_id], version="1.0.0", created_by="test lead")
     )
@@ -74,7 +79,10 @@ def test_planted_overlaps_are_listed_and_a_clean_corpus_passes(
     assert run(release_dir, corpus, "--json") == 1
     report = json.loads(capsys.readouterr().out)
     found = {(c["example_id"], c["check"]): c for c in report["contaminated"]}
-    assert set(found) == {(long_id, "ngram"), (other_id, "near-duplicate")}
+    # The one-word edit is also near semantically; each check that found an example is listed.
+    assert set(found) == {(long_id, "ngram"), (other_id, "near-duplicate"), (other_id, "semantic")}
+    assert found[(other_id, "semantic")]["corpus_line"] == 4
+    assert report["near_duplicates"]["semantic"]["threshold"] == 0.8
     ngram = found[(long_id, "ngram")]
     assert ngram["split"] == long_split and ngram["corpus_line"] == 2
     assert len(ngram["ngram"].split()) == 13 and ngram["ngram"] in LONG.replace(",", "")
@@ -92,6 +100,33 @@ def test_planted_overlaps_are_listed_and_a_clean_corpus_passes(
     assert run(release_dir, clean) == 0
     printed = capsys.readouterr()
     assert printed.out == "" and "0 of" in printed.err
+
+
+def test_a_planted_paraphrase_is_found_by_the_semantic_check(
+    release_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hotel_id, hotel_split = split_of(release_dir, HOTEL)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(
+        f"An unrelated web page about gardening and tomatoes.\n{HOTEL_PARAPHRASE}\n",
+        encoding="utf-8",
+    )
+    assert run(release_dir, corpus, "--json") == 1
+    report = json.loads(capsys.readouterr().out)
+    assert [(c["example_id"], c["check"]) for c in report["contaminated"]] == [(hotel_id, "semantic")]
+    found = report["contaminated"][0]
+    assert found["split"] == hotel_split and found["corpus_line"] == 2 and 0.8 <= found["similarity"] < 1
+
+    assert run(release_dir, corpus) == 1
+    printed = capsys.readouterr()
+    assert f"{hotel_id} ({hotel_split}): semantic, corpus line 2, similarity 0.8" in printed.out
+    assert "lexical or semantic" in printed.err
+
+    # The lexical checks alone miss it.
+    assert run(release_dir, corpus, "--no-semantic", "--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["contaminated"] == []
+    assert report["near_duplicates"]["semantic"] == {"checked": False, "why": "turned off (--no-semantic)"}
 
 
 def test_bad_input_exits_2_with_one_line(

@@ -1,6 +1,7 @@
 """Leaks at release, on releases built from seeded frozen rounds (SQLite and PostgreSQL): a planted
 near-duplicate pair stays in one kind of split, ``verify`` names a pair planted across splits, and a
-train example near an earlier release's test example is withheld.
+train example near an earlier release's test example is withheld; each lexically (a one-word edit)
+and semantically (a paraphrase the lexical rule misses, with the real MiniLM encoder).
 """
 
 from __future__ import annotations
@@ -8,10 +9,12 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from dynaval.adapters.release_files import canonical_line, iter_jsonl
+from dynaval.domain.near_duplicates import NearDuplicateRule, field_shingles, similarity
 from dynaval.domain.release_splits import NEAR_DUPLICATE
 from dynaval.service_layer.release_verification import verify_release
 from dynaval.service_layer.releases import ReleaseRequest, create_release
@@ -89,8 +92,10 @@ def test_verify_names_a_near_duplicate_planted_across_splits(services: Services,
     pairs = [f for f in findings if f.startswith("near-duplicates: ")]
     assert len(pairs) == 1, findings
     a, b = sorted([(test_rows[0]["example_id"], "test_r1"), (train_rows[0]["example_id"], "train_r1")])
-    assert pairs[0].startswith(f"near-duplicates: {a[0]} ({a[1]}) and {b[0]} ({b[1]}) have similarity 0.8")
-    assert pairs[0].endswith("at or above the threshold 0.6")
+    assert pairs[0].startswith(
+        f"near-duplicates: {a[0]} ({a[1]}) and {b[0]} ({b[1]}) have lexical similarity 0.8"
+    )
+    assert pairs[0].endswith("at or above the lexical threshold 0.6")
     assert "manifest: near_duplicates.across_splits.pairs says 0, the rows give 1" in findings
 
     # A release built before the check (no near_duplicates in its manifest) is held to the default.
@@ -136,4 +141,138 @@ def test_a_train_example_near_an_earlier_releases_test_example_is_withheld(servi
     assert near["withheld"] >= 1
     assert [(r["name"], r["version"]) for r in near["earlier_tests"]["releases"]] == [("earlier", "1.0.0")]
     assert near["earlier_tests"]["pairs"] == 0  # withheld, so not in train
+    assert verify_release(root) == []
+
+
+# Paraphrases: the same thing in other words. The lexical rule misses them (few shared 3-word
+# shingles); MiniLM puts them at or above 0.8 (0.89, 0.86 and 0.83).
+HOTEL = (
+    "the hotel room was filthy and the staff were rude to us",
+    "our hotel room was dirty and the employees treated us rudely",
+)
+MUSEUM = (
+    "the museum guide was friendly and explained everything clearly",
+    "our guide at the museum was kind and made every exhibit easy to understand",
+)
+LAPTOP = (
+    "the laptop keyboard stopped working after just two weeks",
+    "after only two weeks the keys on my laptop quit working",
+)
+
+
+def lexically_apart(pair: tuple[str, str]) -> bool:
+    rule = NearDuplicateRule()
+    a, b = (field_shingles({"text": text}, ["text"], rule.shingle) for text in pair)
+    return similarity(a, b) < rule.threshold
+
+
+def test_a_planted_paraphrase_is_kept_out_of_crossing_splits(services: Services) -> None:
+    assert services.database is not None
+    assert lexically_apart(HOTEL)
+    seeded = seed_frozen_round(
+        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=120,
+        writers=30, rng=random.Random(1), name="round one",
+    )  # fmt: skip
+    # A release with the semantic check turned off by the settings: its manifest and card say so,
+    # and it shows a train writer and a test writer (a writer stays in one kind of split).
+    lexical_only = replace(
+        services, settings=services.settings.model_copy(update={"near_duplicate_semantic": False})
+    )
+    probe = build(lexical_only, [seeded.round_id], "1.0.0", name="lexical-only")
+    rule = json.loads((probe / "manifest.json").read_text())["near_duplicates"]["rule"]
+    assert rule["semantic"] == {
+        "checked": False,
+        "why": "turned off by the settings (near_duplicate_semantic)",
+    }
+    assert "The semantic check (MiniLM embeddings) did not run" in (probe / "README.md").read_text()
+    probe_rows = placed(probe)
+    first = next(i for i, (split, _row) in probe_rows.items() if split.startswith("train_"))
+    second = next(i for i, (split, _row) in probe_rows.items() if split.startswith("test_"))
+    set_text(services, first, HOTEL[0])
+    set_text(services, second, HOTEL[1])  # a writer of the test split says it in other words
+
+    root = build(services, [seeded.round_id], "1.0.0")
+    assert verify_release(root) == []
+    manifest = json.loads((root / "manifest.json").read_text())
+    rows = placed(root)
+    withheld = {e["example_id"]: e["reason"] for e in manifest["withheld"]["examples"]}
+    kinds = {rows[c][0].split("_r")[0] for c in (first, second) if c in rows}
+    assert len(kinds) == 1 or NEAR_DUPLICATE in {withheld.get(first), withheld.get(second)}
+    assert first in rows or second in rows
+    semantic = manifest["near_duplicates"]["rule"]["semantic"]
+    assert semantic["checked"] is True and semantic["threshold"] == 0.8
+    assert semantic["encoder"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert manifest["near_duplicates"]["across_splits"]["pairs"] == 0
+    assert "the cosine of their MiniLM embeddings" in (root / "README.md").read_text()
+
+    # Lexically alone, the same rows put the pair across splits.
+    lexical_rows = placed(build(lexical_only, [seeded.round_id], "1.0.0", name="lexical-again"))
+    assert {lexical_rows[c][0].split("_r")[0] for c in (first, second)} == {"train", "test"}
+
+
+def test_verify_names_a_paraphrase_planted_across_splits(services: Services, tmp_path: Path) -> None:
+    assert services.database is not None
+    assert lexically_apart(LAPTOP)
+    seeded = seed_frozen_round(
+        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=120,
+        writers=30, rng=random.Random(1), name="round one",
+    )  # fmt: skip
+    root = build(services, [seeded.round_id], "1.0.0")
+    tampered = tmp_path / "tampered"
+    shutil.copytree(root, tampered)
+    test_path, train_path = tampered / "jsonl" / "test_r1.jsonl", tampered / "jsonl" / "train_r1.jsonl"
+    test_rows = [row for _line, row in iter_jsonl(test_path)]
+    train_rows = [row for _line, row in iter_jsonl(train_path)]
+    test_rows[0]["text"], train_rows[0]["text"] = LAPTOP
+    for path, rows in ((test_path, test_rows), (train_path, train_rows)):
+        path.write_bytes(b"".join(canonical_line(r) + b"\n" for r in rows))
+
+    findings = verify_release(tampered)
+    pairs = [f for f in findings if f.startswith("near-duplicates: ")]
+    assert len(pairs) == 1, findings
+    a, b = sorted([(test_rows[0]["example_id"], "test_r1"), (train_rows[0]["example_id"], "train_r1")])
+    assert pairs[0].startswith(
+        f"near-duplicates: {a[0]} ({a[1]}) and {b[0]} ({b[1]}) have semantic similarity 0.8"
+    )
+    assert pairs[0].endswith("at or above the semantic threshold 0.8")
+    assert "manifest: near_duplicates.across_splits.pairs says 0, the rows give 1" in findings
+
+    # A release whose manifest says the semantic check was off is held to the lexical rule alone.
+    manifest = json.loads((tampered / "manifest.json").read_text())
+    manifest["near_duplicates"]["rule"]["semantic"] = {"checked": False, "why": "turned off"}
+    (tampered / "manifest.json").write_text(json.dumps(manifest))
+    assert [f for f in verify_release(tampered) if f.startswith("near-duplicates: ")] == []
+
+
+def test_a_paraphrase_of_an_earlier_releases_test_example_is_withheld(services: Services) -> None:
+    assert services.database is not None
+    assert lexically_apart(MUSEUM)
+    one = seed_frozen_round(
+        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=120,
+        writers=30, rng=random.Random(1), name="round one",
+    )  # fmt: skip
+    earlier = build(services, [one.round_id], "1.0.0", name="earlier")
+    earlier_rows = placed(earlier)
+    test_id = next(i for i, (split, _row) in earlier_rows.items() if split.startswith("test_"))
+    train_writer = next(
+        one.writers[i] for i, (split, _r) in earlier_rows.items() if split.startswith("train_")
+    )
+    (earlier / "jsonl" / "test_r1.jsonl").write_bytes(
+        b"".join(
+            canonical_line({**row, "text": MUSEUM[0]} if row["example_id"] == test_id else row) + b"\n"
+            for _line, row in iter_jsonl(earlier / "jsonl" / "test_r1.jsonl")
+        )
+    )
+    two = seed_frozen_round(
+        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=60,
+        writers=30, rng=random.Random(2), name="round two", annotation_base=10**6,
+    )  # fmt: skip
+    copier = next(c for c in two.candidate_ids if two.writers[c] == train_writer)
+    set_text(services, copier, MUSEUM[1])  # the earlier test example, in other words
+
+    root = build(services, [two.round_id], "1.0.0")
+    manifest = json.loads((root / "manifest.json").read_text())
+    withheld = {e["example_id"]: e["reason"] for e in manifest["withheld"]["examples"]}
+    assert withheld.get(copier) == NEAR_DUPLICATE
+    assert manifest["near_duplicates"]["withheld"] >= 1
     assert verify_release(root) == []

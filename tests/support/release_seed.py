@@ -51,8 +51,26 @@ class SeededRound:
     """Candidate id -> raw writer id."""
 
 
+_TOPIC_LINES = (
+    "harbour violin glacier tractor lantern volcano bakery orchard satellite canyon parrot",
+    "blanket compass dentist ferry garlic helmet island jacket kettle ladder magnet napkin oyster pencil",
+    "quilt rocket saddle tunnel umbrella vase walnut yacht zipper anchor bicycle cactus dolphin engine",
+    "feather guitar hammer igloo jungle kayak lemon mirror needle ocean pyramid rabbit spider tomato",
+    "unicorn village wizard barrel candle desert forest garden hospital library market museum prison",
+    "stadium temple theatre airport bridge castle chimney cottage factory fountain highway meadow",
+    "monastery pharmacy railway river school tower valley windmill",
+)
+TOPICS = tuple(" ".join(_TOPIC_LINES).split())
+"""Words that give each seeded text its own subject: texts drawn from ``WORDS`` alone all say much
+the same thing, so the semantic near-duplicate check (MiniLM) would join most of them."""
+
+
 def _text(rng: random.Random, n: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(n)) + f" #{rng.randrange(10**9)}"
+    words = " ".join(rng.choice(WORDS) for _ in range(n))
+    number = rng.randrange(10**9)
+    # Drawn from the number, not from ``rng``: the rounds' other draws stay as they were.
+    subject = " ".join(random.Random(number).sample(TOPICS, 4))
+    return f"{subject}: {words} #{number}"
 
 
 def seed_frozen_round(

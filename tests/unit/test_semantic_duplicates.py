@@ -11,6 +11,7 @@ from dynaval.adapters.sentence_encoder import SentenceEncoder
 from dynaval.adapters.vector_index import EXACT_UP_TO, PENDING_ROWS, VectorIndex
 from dynaval.domain.semantic_duplicates import (
     SEMANTIC_THRESHOLD,
+    SemanticRule,
     example_vector,
     example_vectors,
     field_cosines,
@@ -328,3 +329,12 @@ def test_threads_adding_and_searching_at_once_lose_nothing() -> None:
     for worker, batch in enumerate(batches):
         for i in (0, 299):
             assert index.search(batch[i], threshold=0.999, limit=1)[0][0] == f"w{worker}-{i}"
+
+
+def test_a_release_records_the_semantic_rule_or_that_it_was_off() -> None:
+    rule = SemanticRule(threshold=0.85)
+    assert SemanticRule.from_dict(rule.to_dict()) == rule
+    assert SemanticRule.from_dict(SemanticRule.off_dict("turned off")) is None
+    assert SemanticRule.from_dict(None) is None  # a release built before the semantic check
+    with pytest.raises(ValueError, match="semantic near-duplicate threshold"):
+        SemanticRule(threshold=1.5)

@@ -4,7 +4,7 @@ lm-evaluation-harness (``lm_eval/decontamination``: ``janitor.py`` and ``deconta
 benchmark document contaminated when *any* of its word 13-grams occurs in the training set; a
 document is normalised first by lower-casing it and deleting ASCII punctuation, then split on
 whitespace. An example shorter than n words has no n-gram, so it is never contaminated by this
-check (the near-duplicate check still sees it). Here an example's text is its input fields joined
+check (the near-duplicate checks still see it). Here an example's text is its input fields joined
 by one space, in the task's order (an NLI pair reads premise, then hypothesis, as a prompt would),
 and is NFKC-normalised and case-folded before lm-evaluation-harness's normalisation, so that a
 full-width or accented copy is the same text.
@@ -46,6 +46,9 @@ def example_text(row: Mapping[str, Any], fields: Sequence[str]) -> str:
 class Check(StrEnum):
     NGRAM = "ngram"
     NEAR_DUPLICATE = "near-duplicate"
+    """Lexical: MinHash over word shingles."""
+    SEMANTIC = "semantic"
+    """MiniLM cosine of the example's text and the document's."""
 
 
 @dataclass(frozen=True)

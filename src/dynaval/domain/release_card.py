@@ -86,22 +86,45 @@ def _near_duplicates(section: Mapping[str, Any] | None) -> list[str]:
     earlier = section["earlier_tests"]
     checked = earlier["releases"]
     names = ", ".join(f"{r['name']} {r['version']} ({r['test_rows']} test rows)" for r in checked)
-    return [
+    semantic = rule.get("semantic")
+    if semantic and semantic.get("checked"):
+        semantic_line = (
+            f"They are also near-duplicates when, for every input field, the cosine of their MiniLM "
+            f"embeddings ({semantic['encoder']}) is at least {_fmt(semantic['threshold'], 2)} (semantic: "
+            "the same thing said in other words)."
+        )
+    elif semantic:
+        semantic_line = f"The semantic check (MiniLM embeddings) did not run: {semantic.get('why', 'off')}."
+    else:
+        semantic_line = "The check was lexical only."
+    lines = [
         "## Near-duplicates",
         "",
         f"Two examples are near-duplicates when, for every input field, the Jaccard similarity of their "
         f"{rule['shingle']}-word shingles (after NFKC, case folding and whitespace folding) is at least "
         f"{_fmt(rule['threshold'], 2)} (MinHash LSH, {rule['num_perm']} permutations, each candidate "
-        "confirmed exactly). Near-duplicates are kept in one kind of split, like shared texts; one that "
-        "would cross, or that is near an earlier release's test example, is withheld.",
+        f"confirmed exactly; lexical). {semantic_line} Near-duplicates are kept in one kind of split, like "
+        "shared texts; one that would cross, or that is near an earlier release's test example, is withheld.",
         "",
         f"- Pairs across splits: {across['pairs']} (`dynaval release verify` recomputes them from the "
         "files, and fails on any).",
-        f"- Earlier releases' test splits checked: {names or 'none'}; train examples near one of their "
-        f"test examples: {earlier['pairs']}.",
-        f"- Withheld as near-duplicates: {section['withheld']}.",
-        "",
     ]
+    lines += [
+        f"  - {p['example_id']} ({p['split']}) and {p['other_id']} ({p['other_split']}): "
+        f"{p.get('kind', 'lexical')}, similarity {_fmt(p['similarity'], 4)}"
+        for p in across["listed"]
+    ]
+    lines.append(
+        f"- Earlier releases' test splits checked: {names or 'none'}; train examples near one of their "
+        f"test examples: {earlier['pairs']}."
+    )
+    lines += [
+        f"  - {p['example_id']} ({p['split']}) and {p['earlier_id']} ({p['earlier_release']}, "
+        f"{p['earlier_split']}): {p.get('kind', 'lexical')}, similarity {_fmt(p['similarity'], 4)}"
+        for p in earlier["listed"]
+    ]
+    lines += [f"- Withheld as near-duplicates: {section['withheld']}.", ""]
+    return lines
 
 
 def render_card(manifest: Mapping[str, Any]) -> str:

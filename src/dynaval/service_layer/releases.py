@@ -57,6 +57,7 @@ from dynaval.domain.release_checks import ALPHA_RESAMPLES, ReleaseTally
 from dynaval.domain.release_rows import release_row
 from dynaval.domain.release_splits import NEAR_DUPLICATE, SplitInput, SplitPlan, plan_splits
 from dynaval.domain.round import Round, RoundKind, RoundState
+from dynaval.domain.semantic_duplicates import SemanticRule
 from dynaval.service_layer.dataset import iter_round_dataset_pages
 from dynaval.service_layer.regression_suite import take_cases
 from dynaval.service_layer.release_leaks import LeakScan
@@ -77,6 +78,9 @@ class ReleaseRequest:
     license: str = DEFAULT_LICENSE
     rule: SplitRule = field(default_factory=SplitRule)
     near_duplicates: NearDuplicateRule = field(default_factory=NearDuplicateRule)
+    semantic: SemanticRule | None = field(default_factory=SemanticRule)
+    """The semantic near-duplicate rule; ``None``: lexical only (also when the settings turn the
+    semantic check off)."""
 
 
 @dataclass(frozen=True)
@@ -230,7 +234,7 @@ def create_release(services: Services, request: ReleaseRequest) -> Release:
         service_figures = {r.id: _round_figures(services, r, request.rule.seed) for r in plan.rounds}
         rows_file = scratch / "rows.jsonl"
         inputs: list[SplitInput] = []
-        leaks = LeakScan(fields=fields, rule=request.near_duplicates)
+        leaks = _leak_scan(services, request, fields)
         with rows_file.open("wb") as handle:
             for row in _rows(services, plan):
                 line = canonical_line(row)
@@ -336,6 +340,22 @@ def create_release(services: Services, request: ReleaseRequest) -> Release:
     except BaseException:
         shutil.rmtree(final, ignore_errors=True)
         raise
+
+
+def _leak_scan(services: Services, request: ReleaseRequest, fields: Sequence[str]) -> LeakScan:
+    if not services.settings.near_duplicate_semantic:
+        return LeakScan(
+            fields=fields,
+            rule=request.near_duplicates,
+            semantic=None,
+            semantic_off="turned off by the settings (near_duplicate_semantic)",
+        )
+    return LeakScan(
+        fields=fields,
+        rule=request.near_duplicates,
+        semantic=request.semantic,
+        semantic_off="turned off by the release request",
+    )
 
 
 def _split_input(row: dict[str, Any], fields: Sequence[str]) -> SplitInput:
