@@ -163,3 +163,28 @@ def test_a_paraphrase_is_a_semantic_near_duplicate_and_vectors_reach_another_pro
     assert services.vectors is not None and services.vectors.size("sentiment", 1) == 0  # checked when empty
     report(services, round_id, ["Refunds take forever here."])
     assert services.vectors.size("sentiment", 1) == 3
+
+
+def test_under_reject_the_first_repeat_in_a_batch_is_named_whichever_half_finds_it(
+    services: Services,
+) -> None:
+    # The lexical half of a batch's check runs while the encoder works; the refusal still names the
+    # first repeating item in the batch, here one only the semantic half finds.
+    round_id = capture_round(services, near_duplicates="reject")
+    (first,) = report(services, round_id, ["The delivery was three weeks late and nobody told me why."])
+    (variant,) = report(services, round_id, [VARIANTS[0]])
+    assert services.vectors is not None
+    with pytest.raises(NearDuplicateRefused) as refused:
+        report(
+            services,
+            round_id,
+            [UNRELATED, "The package showed up three weeks late and no one said why.", VARIANTS[1]],
+        )
+    assert refused.value.field == "captures[1].inputs"
+    assert [(m["id"], m["kind"]) for m in refused.value.near_duplicates] == [(first, "semantic")]
+    with pytest.raises(NearDuplicateRefused) as lexical:
+        report(services, round_id, [UNRELATED, VARIANTS[1]])
+    assert lexical.value.field == "captures[1].inputs"
+    assert lexical.value.near_duplicates[0]["id"] == variant
+    with services.uow(read_only=True) as uow:
+        assert uow.near_duplicates.size() == 2
