@@ -19,8 +19,8 @@ Every file and download is checked for its number of records.
     .venv/bin/python benchmarks/export.py                    # 1,000,000 rows, SQLite
     .venv/bin/python benchmarks/export.py --rows 100000      # a quick run
     .venv/bin/python benchmarks/export.py --database-url postgresql+psycopg://postgres@127.0.0.1:5432/bench
-    .venv/bin/python benchmarks/export.py --data-dir /tmp/export-bench          # keep the seeded SQLite
-    .venv/bin/python benchmarks/export.py --data-dir /tmp/export-bench --reuse  # and export it again
+    .venv/bin/python benchmarks/export.py --data-dir DIR          # keep the seeded SQLite
+    .venv/bin/python benchmarks/export.py --data-dir DIR --reuse  # and export it again
 """
 
 from __future__ import annotations
