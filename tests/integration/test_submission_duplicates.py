@@ -168,8 +168,8 @@ def test_a_paraphrase_is_a_semantic_near_duplicate_and_vectors_reach_another_pro
 def test_under_reject_the_first_repeat_in_a_batch_is_named_whichever_half_finds_it(
     services: Services,
 ) -> None:
-    # The lexical half of a batch's check runs while the encoder works; the refusal still names the
-    # first repeating item in the batch, here one only the semantic half finds.
+    # The refusal names the first repeating item in the batch, here one only the semantic half finds
+    # (a later one repeats an earlier example word for word but one).
     round_id = capture_round(services, near_duplicates="reject")
     (first,) = report(services, round_id, ["The delivery was three weeks late and nobody told me why."])
     (variant,) = report(services, round_id, [VARIANTS[0]])

@@ -7,9 +7,6 @@ work that stores the example; the row's ``seq`` only grows. A process keeps one
 :class:`~dynaval.adapters.vector_index.VectorIndex` per task type and the last ``seq`` it read, and
 before each check adds the rows stored since (by any process): so every process sees every example,
 a restart reloads them, and nothing needs to be rebuilt in memory by hand.
-
-:meth:`SemanticVectors.encode_soon` encodes on a thread of the adapter's own, so that a submission's
-model work runs while its lexical check reads the database (torch releases the GIL while it computes).
 """
 
 from __future__ import annotations
@@ -17,7 +14,6 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy
@@ -29,8 +25,6 @@ from dynaval.domain.semantic_duplicates import example_vector, field_cosines
 
 STORED_DTYPE = numpy.float16
 """How a vector is stored: half the bytes of float32, cosines within about 1e-3."""
-ENCODING_THREADS = 4
-"""Submissions encoded at once by :meth:`SemanticVectors.encode_soon` (more wait their turn)."""
 
 
 @functools.lru_cache(maxsize=4)
@@ -60,18 +54,6 @@ class SemanticVectors:
         self._encoder = encoder or shared_encoder()
         self._lock = threading.Lock()
         self._tasks: dict[tuple[str, int], _TaskVectors] = {}
-        self._encoding: ThreadPoolExecutor | None = None
-
-    def encode_soon(
-        self, examples: Sequence[Mapping[str, str]], fields: Sequence[str]
-    ) -> Future[list[npt.NDArray[numpy.float32]]]:
-        """:meth:`encode` on the adapter's encoding threads (started on first use): the caller
-        goes on and takes the vectors from the future when it needs them."""
-        with self._lock:
-            if self._encoding is None:
-                self._encoding = ThreadPoolExecutor(ENCODING_THREADS, thread_name_prefix="encoder")
-            pool = self._encoding
-        return pool.submit(self.encode, list(examples), list(fields))
 
     def encode(
         self, examples: Sequence[Mapping[str, str]], fields: Sequence[str]

@@ -12,9 +12,8 @@ matches recorded (``flag`` also marks them), in the unit of work that stores the
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy
 import numpy.typing as npt
@@ -59,35 +58,19 @@ def check_new(
     round_: Round,
     task_type: TaskType,
     new: Sequence[tuple[Candidate, str]],
-    encoded: Encoding | None = None,
+    encoded: Sequence[Vector | None] | None = None,
 ) -> list[Checked]:
     """Compare each ``(candidate, where)`` (not stored yet) with the earlier examples and the
     batch's earlier items, lexically and (``services.vectors`` set) semantically. ``encoded``: their
-    vectors from :func:`encode_new`, started before the write transaction opened (else they are
-    encoded here); the lexical half runs while they are computed. Under the round's ``reject``
-    policy the first one with a match raises :class:`~dynaval.domain.errors.NearDuplicateRefused`,
-    naming ``<where>.inputs``."""
+    vectors from :func:`encode_new`, computed before the write transaction opened (else they are
+    encoded here). Under the round's ``reject`` policy the first one with a match raises
+    :class:`~dynaval.domain.errors.NearDuplicateRefused`, naming ``<where>.inputs``."""
     policy = round_.decision_policy
     rule = policy.lexical_rule
     fields = task_type.data_fields
     semantic = services.vectors
-    pending = encoded if encoded is not None else encode_new(services, task_type, [c for c, _ in new])
-    # The lexical half first, while the encoder works.
-    lexical: list[tuple[FieldShingles, list[int], list[NearDuplicateMatch]]] = []
-    batch_shingles: list[tuple[EarlierExample, FieldShingles]] = []
-    for candidate, _where in new:
-        shingles = field_shingles(candidate.inputs, fields)
-        keys = band_keys(shingles)
-        earlier = [
-            (e, field_shingles(e.inputs, fields)) for e in uow.near_duplicates.lookup(round_.task_type, keys)
-        ]
-        lexical.append((shingles, keys, lexical_matches(shingles, earlier + batch_shingles, rule)))
-        batch_shingles.append(
-            (
-                EarlierExample(candidate.id, candidate.round_id, candidate.inputs, candidate.submitted_by),
-                shingles,
-            )
-        )
+    threshold = policy.near_duplicate_semantic or SEMANTIC_THRESHOLD
+    vectors: list[npt.NDArray[numpy.float32] | None] = [None] * len(new)
     if semantic is not None:
         width = len(fields)
         semantic.top_up(
@@ -95,13 +78,18 @@ def check_new(
             width,
             uow.near_duplicates.vectors_after(round_.task_type, semantic.last_seq(round_.task_type, width)),
         )
-    vectors = _received(pending, len(new))
-    threshold = policy.near_duplicate_semantic or SEMANTIC_THRESHOLD
-    in_batch: list[tuple[EarlierExample, FieldShingles, Vector | None]] = []
+        vectors = (
+            list(encoded) if encoded is not None else encode_new(services, task_type, [c for c, _ in new])
+        )
+    in_batch: list[tuple[EarlierExample, FieldShingles, npt.NDArray[numpy.float32] | None]] = []
     checked = []
-    for (candidate, where), (shingles, keys, matches), vector, (example, _s) in zip(
-        new, lexical, vectors, batch_shingles, strict=True
-    ):
+    for (candidate, where), vector in zip(new, vectors, strict=True):
+        shingles = field_shingles(candidate.inputs, fields)
+        keys = band_keys(shingles)
+        earlier = [
+            (e, field_shingles(e.inputs, fields)) for e in uow.near_duplicates.lookup(round_.task_type, keys)
+        ]
+        matches = lexical_matches(shingles, earlier + [(e, s) for e, s, _v in in_batch], rule)
         if semantic is not None and vector is not None:
             found = _semantic_matches(
                 semantic, uow, round_.task_type, len(fields), vector, threshold, in_batch
@@ -110,29 +98,22 @@ def check_new(
         if matches and policy.near_duplicates == "reject":
             raise _refused(candidate, matches, field=f"{where}.inputs" if where else "inputs")
         checked.append(Checked(candidate, keys, vector, matches))
-        in_batch.append((example, shingles, vector))
+        in_batch.append(
+            (
+                EarlierExample(candidate.id, candidate.round_id, candidate.inputs, candidate.submitted_by),
+                shingles,
+                vector,
+            )
+        )
     return checked
 
 
-Encoding = Future[list[Vector | None]] | Sequence[Vector | None]
-"""New examples' vectors: computed, or on their way (:func:`encode_new`)."""
-
-
-def encode_new(services: Services, task_type: TaskType, new: Sequence[Candidate]) -> Encoding:
-    """The new examples' vectors (``None`` each when the semantic check is off), on their way: the
-    model's work starts now, on the encoder's own thread, before the caller opens its write
-    transaction; :func:`check_new` takes the vectors once its lexical half is done."""
-    if services.vectors is None or not new:
+def encode_new(services: Services, task_type: TaskType, new: Sequence[Candidate]) -> list[Vector | None]:
+    """The new examples' vectors (``None`` each when the semantic check is off): the model's work,
+    done before a write transaction opens so that no write waits for it."""
+    if services.vectors is None:
         return [None] * len(new)
-    return cast(Encoding, services.vectors.encode_soon([c.inputs for c in new], task_type.data_fields))
-
-
-def _received(encoded: Encoding, count: int) -> list[Vector | None]:
-    """The vectors, waiting for them if they are on their way."""
-    vectors = list(encoded.result()) if isinstance(encoded, Future) else list(encoded)
-    if len(vectors) != count:
-        raise ValueError(f"{len(vectors)} vectors for {count} new examples")
-    return vectors
+    return list(services.vectors.encode([c.inputs for c in new], task_type.data_fields))
 
 
 def _semantic_matches(
