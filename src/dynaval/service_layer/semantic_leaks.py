@@ -7,8 +7,9 @@ similarity the smallest of its fields' cosines. The rows' texts are kept until t
 for, then encoded in batches of :data:`ENCODE_BATCH` examples into one
 :class:`~dynaval.adapters.vector_index.VectorIndex` (exact up to 20,000 rows, inverted cells past
 that); every row is searched at the threshold and each hit confirmed by its per-field cosines.
-Encoding is the cost: on two shared cores MiniLM encodes tens of short rows a second (3,000
-one-field rows took 189 s under load; docs/releases.md, "Cost"), the search a small part of it.
+Encoding is the cost: on two free cores MiniLM encodes about 300 short rows a second (3,000
+one-field rows took 8.8 s quiet and 189 s under load; docs/releases.md, "Cost"), the search a small
+part of it.
 """
 
 from __future__ import annotations
