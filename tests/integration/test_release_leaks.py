@@ -70,7 +70,12 @@ def test_a_planted_near_duplicate_pair_stays_in_one_kind_of_split(services: Serv
     assert "## Near-duplicates" in card and "Pairs across splits: 0" in card
 
 
-def test_verify_names_a_near_duplicate_planted_across_splits(services: Services, tmp_path: Path) -> None:
+def planted_across_splits(
+    services: Services, tmp_path: Path, test_text: str, train_text: str
+) -> tuple[Path, list[str]]:
+    """A copy of a one-round release with ``test_text`` in a test row and ``train_text`` in a train
+    row, written by hand, and its ``near-duplicates`` findings; checks there is exactly one, naming
+    both rows, and that the manifest's count is reported as wrong."""
     assert services.database is not None
     seeded = seed_frozen_round(
         services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=120,
@@ -82,9 +87,7 @@ def test_verify_names_a_near_duplicate_planted_across_splits(services: Services,
     test_path, train_path = tampered / "jsonl" / "test_r1.jsonl", tampered / "jsonl" / "train_r1.jsonl"
     test_rows = [row for _line, row in iter_jsonl(test_path)]
     train_rows = [row for _line, row in iter_jsonl(train_path)]
-    # A test example's text, with one word changed, under a train example's id.
-    test_rows[0]["text"] = TRICK
-    train_rows[0]["text"] = TRICK.replace("loud", "quiet")
+    test_rows[0]["text"], train_rows[0]["text"] = test_text, train_text
     for path, rows in ((test_path, test_rows), (train_path, train_rows)):
         path.write_bytes(b"".join(canonical_line(r) + b"\n" for r in rows))
 
@@ -92,11 +95,16 @@ def test_verify_names_a_near_duplicate_planted_across_splits(services: Services,
     pairs = [f for f in findings if f.startswith("near-duplicates: ")]
     assert len(pairs) == 1, findings
     a, b = sorted([(test_rows[0]["example_id"], "test_r1"), (train_rows[0]["example_id"], "train_r1")])
-    assert pairs[0].startswith(
-        f"near-duplicates: {a[0]} ({a[1]}) and {b[0]} ({b[1]}) have lexical similarity 0.8"
-    )
-    assert pairs[0].endswith("at or above the lexical threshold 0.6")
+    assert pairs[0].startswith(f"near-duplicates: {a[0]} ({a[1]}) and {b[0]} ({b[1]}) have ")
     assert "manifest: near_duplicates.across_splits.pairs says 0, the rows give 1" in findings
+    return tampered, pairs
+
+
+def test_verify_names_a_near_duplicate_planted_across_splits(services: Services, tmp_path: Path) -> None:
+    # A test example's text, with one word changed, in a train example.
+    tampered, pairs = planted_across_splits(services, tmp_path, TRICK, TRICK.replace("loud", "quiet"))
+    assert "have lexical similarity 0.8" in pairs[0]
+    assert pairs[0].endswith("at or above the lexical threshold 0.6")
 
     # A release built before the check (no near_duplicates in its manifest) is held to the default.
     manifest = json.loads((tampered / "manifest.json").read_text())
@@ -105,7 +113,11 @@ def test_verify_names_a_near_duplicate_planted_across_splits(services: Services,
     assert [f for f in verify_release(tampered) if f.startswith("near-duplicates: ")] == pairs
 
 
-def test_a_train_example_near_an_earlier_releases_test_example_is_withheld(services: Services) -> None:
+def copied_from_an_earlier_test(services: Services, earlier_text: str, copy_text: str) -> dict[str, Any]:
+    """Release "earlier" 1.0.0 of round one with ``earlier_text`` in a test row (planted in the files
+    the service keeps, which the scan reads); round two, whose train writer (a writer of round one's
+    train) wrote ``copy_text``; its release, checked to withhold the copy as a near-duplicate and to
+    verify clean. Returns that release's manifest."""
     assert services.database is not None
     one = seed_frozen_round(
         services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=120,
@@ -117,31 +129,34 @@ def test_a_train_example_near_an_earlier_releases_test_example_is_withheld(servi
     train_writer = next(
         one.writers[i] for i, (split, _r) in earlier_rows.items() if split.startswith("train_")
     )
-    # The scan reads the earlier release's files (kept by the service): plant the text there.
     (earlier / "jsonl" / "test_r1.jsonl").write_bytes(
         b"".join(
-            canonical_line({**row, "text": TRICK} if row["example_id"] == test_id else row) + b"\n"
+            canonical_line({**row, "text": earlier_text} if row["example_id"] == test_id else row) + b"\n"
             for _line, row in iter_jsonl(earlier / "jsonl" / "test_r1.jsonl")
         )
     )
-
-    # Round two: the same writers; a train writer copies the earlier test example, one word changed.
     two = seed_frozen_round(
         services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=60,
         writers=30, rng=random.Random(2), name="round two", annotation_base=10**6,
     )  # fmt: skip
     copier = next(c for c in two.candidate_ids if two.writers[c] == train_writer)
-    set_text(services, copier, TRICK.replace("music", "sound"))
+    set_text(services, copier, copy_text)
 
     root = build(services, [two.round_id], "1.0.0")  # another name: "earlier" is no parent
     manifest = json.loads((root / "manifest.json").read_text())
     withheld = {e["example_id"]: e["reason"] for e in manifest["withheld"]["examples"]}
     assert withheld.get(copier) == NEAR_DUPLICATE
+    assert manifest["near_duplicates"]["withheld"] >= 1
+    assert verify_release(root) == []
+    return manifest
+
+
+def test_a_train_example_near_an_earlier_releases_test_example_is_withheld(services: Services) -> None:
+    # A train writer of round two copies round one's test example, one word changed.
+    manifest = copied_from_an_earlier_test(services, TRICK, TRICK.replace("music", "sound"))
     near = manifest["near_duplicates"]
-    assert near["withheld"] >= 1
     assert [(r["name"], r["version"]) for r in near["earlier_tests"]["releases"]] == [("earlier", "1.0.0")]
     assert near["earlier_tests"]["pairs"] == 0  # withheld, so not in train
-    assert verify_release(root) == []
 
 
 # Paraphrases: the same thing in other words. The lexical rule misses them (few shared 3-word
@@ -211,31 +226,10 @@ def test_a_planted_paraphrase_is_kept_out_of_crossing_splits(services: Services)
 
 
 def test_verify_names_a_paraphrase_planted_across_splits(services: Services, tmp_path: Path) -> None:
-    assert services.database is not None
     assert lexically_apart(LAPTOP)
-    seeded = seed_frozen_round(
-        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=120,
-        writers=30, rng=random.Random(1), name="round one",
-    )  # fmt: skip
-    root = build(services, [seeded.round_id], "1.0.0")
-    tampered = tmp_path / "tampered"
-    shutil.copytree(root, tampered)
-    test_path, train_path = tampered / "jsonl" / "test_r1.jsonl", tampered / "jsonl" / "train_r1.jsonl"
-    test_rows = [row for _line, row in iter_jsonl(test_path)]
-    train_rows = [row for _line, row in iter_jsonl(train_path)]
-    test_rows[0]["text"], train_rows[0]["text"] = LAPTOP
-    for path, rows in ((test_path, test_rows), (train_path, train_rows)):
-        path.write_bytes(b"".join(canonical_line(r) + b"\n" for r in rows))
-
-    findings = verify_release(tampered)
-    pairs = [f for f in findings if f.startswith("near-duplicates: ")]
-    assert len(pairs) == 1, findings
-    a, b = sorted([(test_rows[0]["example_id"], "test_r1"), (train_rows[0]["example_id"], "train_r1")])
-    assert pairs[0].startswith(
-        f"near-duplicates: {a[0]} ({a[1]}) and {b[0]} ({b[1]}) have semantic similarity 0.8"
-    )
+    tampered, pairs = planted_across_splits(services, tmp_path, *LAPTOP)
+    assert "have semantic similarity 0.8" in pairs[0]
     assert pairs[0].endswith("at or above the semantic threshold 0.8")
-    assert "manifest: near_duplicates.across_splits.pairs says 0, the rows give 1" in findings
 
     # A release whose manifest says the semantic check was off is held to the lexical rule alone.
     manifest = json.loads((tampered / "manifest.json").read_text())
@@ -245,34 +239,7 @@ def test_verify_names_a_paraphrase_planted_across_splits(services: Services, tmp
 
 
 def test_a_paraphrase_of_an_earlier_releases_test_example_is_withheld(services: Services) -> None:
-    assert services.database is not None
     assert lexically_apart(MUSEUM)
-    one = seed_frozen_round(
-        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=120,
-        writers=30, rng=random.Random(1), name="round one",
-    )  # fmt: skip
-    earlier = build(services, [one.round_id], "1.0.0", name="earlier")
-    earlier_rows = placed(earlier)
-    test_id = next(i for i, (split, _row) in earlier_rows.items() if split.startswith("test_"))
-    train_writer = next(
-        one.writers[i] for i, (split, _r) in earlier_rows.items() if split.startswith("train_")
-    )
-    (earlier / "jsonl" / "test_r1.jsonl").write_bytes(
-        b"".join(
-            canonical_line({**row, "text": MUSEUM[0]} if row["example_id"] == test_id else row) + b"\n"
-            for _line, row in iter_jsonl(earlier / "jsonl" / "test_r1.jsonl")
-        )
-    )
-    two = seed_frozen_round(
-        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=60,
-        writers=30, rng=random.Random(2), name="round two", annotation_base=10**6,
-    )  # fmt: skip
-    copier = next(c for c in two.candidate_ids if two.writers[c] == train_writer)
-    set_text(services, copier, MUSEUM[1])  # the earlier test example, in other words
-
-    root = build(services, [two.round_id], "1.0.0")
-    manifest = json.loads((root / "manifest.json").read_text())
-    withheld = {e["example_id"]: e["reason"] for e in manifest["withheld"]["examples"]}
-    assert withheld.get(copier) == NEAR_DUPLICATE
-    assert manifest["near_duplicates"]["withheld"] >= 1
-    assert verify_release(root) == []
+    # The earlier test example, in other words.
+    manifest = copied_from_an_earlier_test(services, *MUSEUM)
+    assert manifest["near_duplicates"]["earlier_tests"]["pairs"] == 0
