@@ -25,6 +25,7 @@ whose rows are deleted first, extrapolated to all) with its rate.
     PYTHONPATH=$PWD/src:$PWD .venv/bin/python benchmarks/near_duplicates.py                   # 1,000,000
     PYTHONPATH=$PWD/src:$PWD .venv/bin/python benchmarks/near_duplicates.py --examples 100000 # quick
     ... --data-dir DIR [--reuse]     # keep the seeded SQLite file in DIR, and reuse it
+    ... --data-dir DIR --seed-only    # seed the file and stop (measure later, on a quiet machine)
 """
 
 from __future__ import annotations
@@ -261,7 +262,10 @@ def main() -> None:
     parser.add_argument("--rebuild-sample", type=int, default=20_000, help="rows whose band keys are rebuilt")
     parser.add_argument("--data-dir", default=None, help="keep the seeded SQLite file here")
     parser.add_argument("--reuse", action="store_true", help="reuse the seeded file in --data-dir")
+    parser.add_argument("--seed-only", action="store_true", help="seed (into --data-dir) and stop")
     args = parser.parse_args()
+    if args.seed_only and not args.data_dir:
+        parser.error("--seed-only keeps the seeded file: name its folder with --data-dir")
     folder = Path(args.data_dir) if args.data_dir else Path(tempfile.mkdtemp(prefix="dynaval-nd-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(2026)
@@ -281,6 +285,9 @@ def main() -> None:
                 f"in {time.perf_counter() - started:.0f} s"
             )
         size_mib = (folder / "dynaval.sqlite3").stat().st_size / MiB
+        if args.seed_only:
+            print(f"SQLite file {size_mib:,.0f} MiB in {folder}; run again with --reuse to measure")
+            return
         print(
             f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; "
             f"SQLite file {size_mib:,.0f} MiB"
