@@ -4,6 +4,8 @@ candidates when missing, and what a check found read back with its flag."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -188,3 +190,48 @@ def test_under_reject_the_first_repeat_in_a_batch_is_named_whichever_half_finds_
     assert lexical.value.near_duplicates[0]["id"] == variant
     with services.uow(read_only=True) as uow:
         assert uow.near_duplicates.size() == 2
+
+
+def test_two_submissions_of_one_trick_at_the_same_moment_are_checked_one_after_the_other(
+    services: Services, second: Services
+) -> None:
+    """Both wait while another write of the task type's checks is open; then one is stored and the
+    other, checked after it, refused. On PostgreSQL the test first sees both waiting on the lock."""
+    reject_round = capture_round(services, near_duplicates="reject")
+    outcomes: dict[str, object] = {}
+
+    def submit(name: str, where: Services, text: str) -> None:
+        try:
+            outcomes[name] = report(where, reject_round, [text])[0]
+        except NearDuplicateRefused as refused:
+            outcomes[name] = refused
+
+    writers = [
+        threading.Thread(target=submit, args=("first", services, VARIANTS[0])),
+        threading.Thread(target=submit, args=("second", second, VARIANTS[1])),
+    ]
+    with services.uow() as holding:
+        holding.near_duplicates.serialize_checks("sentiment")
+        for writer in writers:
+            writer.start()
+        if services.settings.database_url.startswith("postgresql"):
+            waiting = 0
+            deadline = time.monotonic() + 30
+            while waiting < 2 and time.monotonic() < deadline:
+                with second.uow(read_only=True) as uow:
+                    waiting = uow.session.execute(
+                        text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+                    ).scalar_one()
+                time.sleep(0.05)
+            assert waiting == 2, "both submissions should wait for the check lock"
+        else:
+            time.sleep(0.5)  # both are queued on the file lock, or about to be
+    # The holding unit of work ended (rolled back): the two go, one after the other.
+    for writer in writers:
+        writer.join(timeout=60)
+    stored = [o for o in outcomes.values() if isinstance(o, str)]
+    refused = [o for o in outcomes.values() if isinstance(o, NearDuplicateRefused)]
+    assert len(stored) == 1 and len(refused) == 1, outcomes
+    assert refused[0].near_duplicates[0]["id"] == stored[0]
+    with services.uow(read_only=True) as uow:
+        assert uow.near_duplicates.size() == 1

@@ -475,6 +475,9 @@ class FakeNearDuplicateIndex:
     def __init__(self, store: FakeStore) -> None:
         self.store = store
 
+    def serialize_checks(self, task_type: str) -> None:
+        """One thread at a time uses the fake store: nothing to hold."""
+
     def add(
         self, candidate_id: str, task_type: str, keys: Collection[int], vector: bytes | None = None
     ) -> None:

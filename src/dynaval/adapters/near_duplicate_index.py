@@ -6,13 +6,20 @@ the unit of work that stores it: every process sees them at once, they survive r
 lexical lookup is one query on the key table's primary key. The exact rule then confirms each
 candidate (:func:`dynaval.domain.near_duplicates.lexical_matches`). What a check found for a
 candidate is kept in ``near_duplicate_check``.
+
+Checks of one task type are serialised (:meth:`SqlNearDuplicateIndex.serialize_checks`): a check
+reads only committed examples, so two submissions of one trick checked at the same moment would
+otherwise both pass. On SQLite a write transaction holds the file's lock from its start (``BEGIN
+IMMEDIATE``) and that is enough; on PostgreSQL the check takes a transaction-level advisory lock of
+its task type.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Collection, Sequence
 
-from sqlalchemy import delete, func, insert
+from sqlalchemy import delete, func, insert, text
 from sqlmodel import Session, col, select
 
 from dynaval.adapters.orm import (
@@ -29,9 +36,23 @@ LOOKUP_LIMIT = 200
 a pattern repeated thousands of times still costs one bounded query and a bounded confirmation."""
 
 
+CHECK_LOCK_CLASS = 74202
+"""The first key of the PostgreSQL advisory locks that serialise the checks of a task type (the
+second is the task type's CRC-32); the migration lock is the single key 74201."""
+
+
 class SqlNearDuplicateIndex:
     def __init__(self, session: Session) -> None:
         self._session = session
+
+    def serialize_checks(self, task_type: str) -> None:
+        connection = self._session.connection()
+        if connection.dialect.name == "postgresql":
+            key = zlib.crc32(task_type.encode()) - (1 << 31)  # an int4, as the two-key form takes
+            connection.execute(
+                text("SELECT pg_advisory_xact_lock(:lock_class, :key)"),
+                {"lock_class": CHECK_LOCK_CLASS, "key": key},
+            )
 
     def add(
         self, candidate_id: str, task_type: str, keys: Collection[int], vector: bytes | None = None

@@ -65,6 +65,9 @@ def check_new(
     vectors from :func:`encode_new`, computed before the write transaction opened (else they are
     encoded here). Under the round's ``reject`` policy the first one with a match raises
     :class:`~dynaval.domain.errors.NearDuplicateRefused`, naming ``<where>.inputs``."""
+    # First: from here to the commit no other check of the task type runs, so the examples it
+    # reads include every one stored before it.
+    uow.near_duplicates.serialize_checks(round_.task_type)
     policy = round_.decision_policy
     rule = policy.lexical_rule
     fields = task_type.data_fields

@@ -502,6 +502,12 @@ class NearDuplicateIndex(Protocol):
     """The shared near-duplicate index at submission (every example's MinHash LSH band keys) and
     what each check found; see docs/near_duplicates.md."""
 
+    def serialize_checks(self, task_type: str) -> None:
+        """Hold, until this unit of work ends, the right to check and index new examples of
+        ``task_type``: two submissions of one trick at the same moment are checked one after the
+        other, so the second sees the first."""
+        ...
+
     def add(
         self, candidate_id: str, task_type: str, keys: Collection[int], vector: bytes | None = None
     ) -> None:
