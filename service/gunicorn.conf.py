@@ -2,7 +2,7 @@
 
 Threads matter: the model's micro-batcher serves several waiting writers per forward pass, which
 needs concurrent requests inside one worker. Environment overrides: DYNAVAL_BIND, DYNAVAL_WORKERS,
-DYNAVAL_THREADS, DYNAVAL_ACCESS_LOG; the worker takes DYNAVAL_RECEIVE_TIMEOUT_S and
+DYNAVAL_THREADS, DYNAVAL_ACCESS_LOG, DYNAVAL_CONTROL_SOCKET; the worker takes DYNAVAL_RECEIVE_TIMEOUT_S and
 DYNAVAL_MAX_BODY_BYTES from the app's settings.
 """
 
@@ -31,6 +31,12 @@ keepalive = 120
 # Errors and the service's own warnings are logged either way.
 accesslog = os.environ.get("DYNAVAL_ACCESS_LOG") or None
 errorlog = "-"
+# gunicorn's control socket (for `gunicornc`): off unless DYNAVAL_CONTROL_SOCKET names its path.
+# gunicorn's default is one path per user ($HOME/.gunicorn/gunicorn.ctl), which a second service
+# started by the same user would take over, so `gunicornc` would reach the wrong one.
+control_socket_disable = not os.environ.get("DYNAVAL_CONTROL_SOCKET")
+if not control_socket_disable:
+    control_socket = os.environ["DYNAVAL_CONTROL_SOCKET"]
 loglevel = os.environ.get("DYNAVAL_LOG_LEVEL", "info")
 
 
