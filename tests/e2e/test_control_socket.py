@@ -4,37 +4,18 @@ so two services started by one user never share gunicorn's per-user default
 
 from __future__ import annotations
 
-import os
 import stat
 from pathlib import Path
 
-from tests.fixtures.service import (
-    LEAD_TOKEN,
-    PSEUDONYM_SECRET,
-    SIGNING_SECRET,
-    WEBHOOK_SECRET,
-    WRITER_TOKEN,
-    free_port,
-)
-from tests.support.gunicorn_service import HOST, GunicornService
+from tests.fixtures.service import deployed_environment, free_port
+from tests.support.gunicorn_service import GunicornService
 
 
 def service_env(folder: Path, port: int, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DYNAVAL_") and k != "XDG_RUNTIME_DIR"}
-    return {
-        **env,
-        "HOME": str(folder / "home"),  # where gunicorn's default socket would go
-        "DYNAVAL_DATA_DIR": str(folder / "data"),
-        "DYNAVAL_LABEL_STUDIO_URL": f"http://{HOST}:{free_port()}",  # never called here
-        "DYNAVAL_PUBLIC_URL": f"http://{HOST}:{port}",
-        "DYNAVAL_WRITER_TOKENS": WRITER_TOKEN,
-        "DYNAVAL_LEAD_TOKENS": LEAD_TOKEN,
-        "DYNAVAL_WEBHOOK_SECRET": WEBHOOK_SECRET,
-        "DYNAVAL_PSEUDONYM_SECRET": PSEUDONYM_SECRET,
-        "DYNAVAL_SIGNING_SECRET": SIGNING_SECRET,
-        "DYNAVAL_EMBEDDED_WORKER": "false",
-        **extra,
-    }
+    # HOME: where gunicorn's default socket would go; XDG_RUNTIME_DIR, which it would prefer.
+    env = deployed_environment(folder, port, HOME=str(folder / "home"), **extra)
+    env.pop("XDG_RUNTIME_DIR", None)
+    return env
 
 
 def test_two_services_open_no_control_socket_unless_one_is_named(tmp_path: Path) -> None:

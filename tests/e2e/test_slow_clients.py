@@ -25,14 +25,7 @@ import pytest
 import requests
 
 from dynaval.entrypoints.serving import CHUNKED_PAST_LIMIT_BYTES
-from tests.fixtures.service import (
-    LEAD_TOKEN,
-    PSEUDONYM_SECRET,
-    SIGNING_SECRET,
-    WEBHOOK_SECRET,
-    WRITER_TOKEN,
-    free_port,
-)
+from tests.fixtures.service import WEBHOOK_SECRET, WRITER_TOKEN, deployed_environment, free_port
 from tests.support.gunicorn_service import HOST, REPO_ROOT, GunicornService
 
 RECEIVE_TIMEOUT_S = 6.0
@@ -55,21 +48,10 @@ def default_threads() -> int:
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornService]:
     folder = tmp_path_factory.mktemp("slow-clients")
     port = free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("DYNAVAL_")},
-        # One worker, its default thread count: what a slow client used to exhaust.
-        "DYNAVAL_RECEIVE_TIMEOUT_S": str(RECEIVE_TIMEOUT_S),
-        "DYNAVAL_DATA_DIR": str(folder / "data"),
-        "DYNAVAL_LABEL_STUDIO_URL": f"http://{HOST}:{free_port()}",  # never called here
-        "DYNAVAL_PUBLIC_URL": f"http://{HOST}:{port}",
-        "DYNAVAL_WRITER_TOKENS": WRITER_TOKEN,
-        "DYNAVAL_LEAD_TOKENS": LEAD_TOKEN,
-        "DYNAVAL_WEBHOOK_SECRET": WEBHOOK_SECRET,
-        "DYNAVAL_PSEUDONYM_SECRET": PSEUDONYM_SECRET,
-        "DYNAVAL_SIGNING_SECRET": SIGNING_SECRET,
-        "DYNAVAL_EMBEDDED_WORKER": "false",
-        "DYNAVAL_RATE_LIMIT": "",
-    }
+    # One worker, its default thread count: what a slow client used to exhaust.
+    env = deployed_environment(
+        folder, port, DYNAVAL_RECEIVE_TIMEOUT_S=str(RECEIVE_TIMEOUT_S), DYNAVAL_RATE_LIMIT=""
+    )
     with GunicornService(env, port, folder / "gunicorn.log") as running:
         yield running
 
