@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import os
 import random
 import threading
 import time
@@ -49,11 +48,10 @@ from dynaval.entrypoints.app import create_app
 from dynaval.settings import Settings
 from tests.fixtures.service import (
     LEAD_TOKEN,
-    PSEUDONYM_SECRET,
-    SIGNING_SECRET,
     WEBHOOK_SECRET,
     WRITER_TOKEN,
     LiveService,
+    deployed_environment,
     free_port,
     make_settings,
 )
@@ -630,26 +628,21 @@ def test_concurrent_votes_and_a_webhook_storm_on_four_gunicorn_workers_lose_no_u
 ) -> None:
     rng = random.Random(SEED + 2)
     port = free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("DYNAVAL_")},
-        "DYNAVAL_WORKERS": str(WORKERS),
-        "DYNAVAL_THREADS": "4",
-        "DYNAVAL_LOG_LEVEL": "warning",
-        "DYNAVAL_DATA_DIR": str(tmp_path / "data"),
-        "DYNAVAL_DATABASE_URL": database_url,
-        "DYNAVAL_LABEL_STUDIO_URL": label_studio_server.url,
-        "DYNAVAL_LABEL_STUDIO_API_KEY": label_studio_server.api_key,
-        "DYNAVAL_PUBLIC_URL": f"http://127.0.0.1:{port}",
-        "DYNAVAL_WRITER_TOKENS": WRITER_TOKEN,
-        "DYNAVAL_LEAD_TOKENS": LEAD_TOKEN,
-        "DYNAVAL_WEBHOOK_SECRET": WEBHOOK_SECRET,
-        "DYNAVAL_PSEUDONYM_SECRET": PSEUDONYM_SECRET,
-        "DYNAVAL_SIGNING_SECRET": SIGNING_SECRET,
-        "DYNAVAL_DEFAULT_MODEL_DIR": str(tiny_model_dir),
-        "DYNAVAL_RECONCILE_INTERVAL_S": "0",
-        "DYNAVAL_RATE_LIMIT": "",
-        "OMP_NUM_THREADS": "1",
-    }
+    env = deployed_environment(
+        tmp_path,
+        port,
+        DYNAVAL_WORKERS=str(WORKERS),
+        DYNAVAL_THREADS="4",
+        DYNAVAL_LOG_LEVEL="warning",
+        DYNAVAL_DATABASE_URL=database_url,
+        DYNAVAL_LABEL_STUDIO_URL=label_studio_server.url,
+        DYNAVAL_LABEL_STUDIO_API_KEY=label_studio_server.api_key,
+        DYNAVAL_DEFAULT_MODEL_DIR=str(tiny_model_dir),
+        DYNAVAL_RECONCILE_INTERVAL_S="0",
+        DYNAVAL_RATE_LIMIT="",
+        DYNAVAL_EMBEDDED_WORKER="true",  # the service's default: its own queue worker
+        OMP_NUM_THREADS="1",
+    )
     cases = [
         Case(
             kind="concurrent",
