@@ -5,6 +5,7 @@ where the graph cannot be made the encoder runs on torch instead of failing."""
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy
@@ -69,3 +70,18 @@ def test_where_the_graph_cannot_be_written_the_encoder_runs_on_torch_and_says_so
 def test_an_unknown_runtime_is_refused() -> None:
     with pytest.raises(ValueError, match="onnx or torch"):
         SentenceEncoder(runtime="tensorflow")  # type: ignore[arg-type]
+
+
+def test_threads_encoding_at_once_get_each_their_own_vectors(
+    tmp_path: Path, torch_vectors: numpy.ndarray
+) -> None:
+    """The service encodes in many request threads with one shared encoder (its tokenizer calls take
+    turns: see SentenceEncoder)."""
+    encoder = SentenceEncoder(cache=tmp_path)
+    encoder.encode(["load first"])
+    jobs = [[TEXTS[i % len(TEXTS)], TEXTS[(i + 1) % len(TEXTS)]] for i in range(48)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(encoder.encode, jobs))
+    for i, vectors in enumerate(results):
+        expected = torch_vectors[[i % len(TEXTS), (i + 1) % len(TEXTS)]]
+        assert numpy.abs(vectors - expected).max() < 1e-5

@@ -92,6 +92,11 @@ class SentenceEncoder:
         self._runtime: Runtime = runtime
         self._cache = cache
         self._lock = threading.Lock()
+        self._tokenizing = threading.Lock()
+        """Tokenizer calls take turns (a fraction of a ms each; the model runs in parallel): a fast
+        tokenizer shared by threads has raised "Already borrowed" when one set its padding and
+        truncation while another encoded (huggingface/transformers#47085). Not reproduced here with
+        this version, 16 threads and 400 calls; the lock costs nothing measurable."""
         self._loaded: tuple[Any, _Encode] | None = None
         self.runtime_used: Runtime | None = None
         """The runtime that encodes, once loaded (``torch`` where ONNX Runtime could not serve)."""
@@ -128,9 +133,10 @@ class SentenceEncoder:
         tokenizer, encode = self._load()
         for start in range(0, len(texts), self._batch_size):
             batch = [str(text) for text in texts[start : start + self._batch_size]]
-            tokens = tokenizer(
-                batch, padding=True, truncation=True, max_length=MAX_TOKENS, return_tensors="np"
-            )
+            with self._tokenizing:
+                tokens = tokenizer(
+                    batch, padding=True, truncation=True, max_length=MAX_TOKENS, return_tensors="np"
+                )
             out[start : start + len(batch)] = encode(
                 {name: tokens[name].astype(numpy.int64) for name in INPUTS}
             )
