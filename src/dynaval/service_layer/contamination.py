@@ -81,10 +81,9 @@ def check_contamination(
     section = manifest.get("near_duplicates")
     rule = rule or NearDuplicateRule.from_dict(section.get("rule") if isinstance(section, dict) else None)
     fields = list(manifest["fields"])
-    rule_section = section.get("rule") if isinstance(section, dict) else None
-    semantic_rule = (
-        (SemanticRule.from_dict((rule_section or {}).get("semantic")) or SemanticRule()) if semantic else None
-    )
+    # Unlike verify, the corpus is checked semantically even where the release's own check was off
+    # or not recorded (the default rule then); only --no-semantic turns it off.
+    semantic_rule = (SemanticRule.from_manifest(manifest) or SemanticRule()) if semantic else None
     described = {
         **rule.to_dict(),
         "semantic": semantic_rule.to_dict()
