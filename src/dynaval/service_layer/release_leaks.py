@@ -68,34 +68,64 @@ def merged(
     return pairs
 
 
+class CrossSplitScan:
+    """The rows of a release's splits, for their near-duplicate pairs across kinds of split (train
+    and dev or test, dev and test). The lexical pairs are found once and kept, so that where the
+    encoder cannot load (``release verify`` without it) they stand alone without a second pass."""
+
+    def __init__(
+        self, fields: Sequence[str], rule: NearDuplicateRule, semantic: SemanticRule | None = None
+    ) -> None:
+        self.rule = rule
+        self.semantic = semantic
+        self._index = MinHashIndex(rule)
+        self._vectors = SemanticRows(fields, semantic) if semantic is not None else None
+        self._fields = list(fields)
+        self._splits: dict[str, str] = {}
+        self._lexical: list[tuple[str, str, float]] | None = None
+
+    def add(self, example_id: str, split: str, row: Mapping[str, Any]) -> None:
+        if example_id in self._splits:
+            return  # a repeated id is the id check's finding
+        self._splits[example_id] = split
+        self._index.add(example_id, field_shingles(row, self._fields, self.rule.shingle))
+        if self._vectors is not None:
+            self._vectors.add(example_id, row)
+
+    def _crossing(self, a: str, b: str) -> bool:
+        return split_kind_of(self._splits[a]) is not split_kind_of(self._splits[b])
+
+    def lexical(self) -> list[tuple[str, str, float]]:
+        """The lexical pairs across kinds of split ``(a, b, similarity)``, in id order (found once)."""
+        if self._lexical is None:
+            self._lexical = list(self._index.pairs(self._crossing))
+        return self._lexical
+
+    def pairs(self, *, semantic: bool = True) -> list[Pair]:
+        """Every pair across kinds of split, each once: the lexical ones in id order, then the
+        semantic ones (a semantic rule given, ``semantic`` true) not found lexically. Raises
+        ``InvalidInput`` or ``ImportError`` when the encoder cannot load; the lexical pairs are
+        kept, for ``pairs(semantic=False)``."""
+        lexical = self.lexical()
+        found = []
+        if semantic and self._vectors is not None:
+            found = [p for p in self._vectors.pairs() if self._crossing(p[0], p[1])]
+        splits = self._splits
+        return [Pair(a, splits[a], b, splits[b], sim, kind) for a, b, sim, kind in merged(lexical, found)]
+
+
 def cross_split_pairs(
     rows: Iterable[tuple[str, str, Mapping[str, Any]]],
     fields: Sequence[str],
     rule: NearDuplicateRule,
     semantic: SemanticRule | None = None,
 ) -> list[Pair]:
-    """Near-duplicate pairs of ``(example_id, split, row)`` whose splits are of different kinds
-    (train and dev or test, dev and test), each once: the lexical ones in id order, then the
-    semantic ones (``semantic`` set) not found lexically."""
-    index = MinHashIndex(rule)
-    vectors = SemanticRows(fields, semantic) if semantic is not None else None
-    splits: dict[str, str] = {}
+    """Near-duplicate pairs of ``(example_id, split, row)`` whose splits are of different kinds,
+    each once (:meth:`CrossSplitScan.pairs`)."""
+    scan = CrossSplitScan(fields, rule, semantic)
     for example_id, split, row in rows:
-        if example_id in splits:
-            continue  # a repeated id is the id check's finding
-        splits[example_id] = split
-        index.add(example_id, field_shingles(row, fields, rule.shingle))
-        if vectors is not None:
-            vectors.add(example_id, row)
-
-    def crossing(a: str, b: str) -> bool:
-        return split_kind_of(splits[a]) is not split_kind_of(splits[b])
-
-    lexical = index.pairs(crossing)
-    semantic_found = [p for p in vectors.pairs() if crossing(p[0], p[1])] if vectors is not None else []
-    return [
-        Pair(a, splits[a], b, splits[b], sim, kind) for a, b, sim, kind in merged(lexical, semantic_found)
-    ]
+        scan.add(example_id, split, row)
+    return scan.pairs()
 
 
 def earlier_test_rows(releases: Sequence[Release]) -> Iterator[tuple[Release, str, dict[str, Any]]]:
