@@ -109,7 +109,9 @@ class CrossSplitScan:
         lexical = self.lexical()
         found = []
         if semantic and self._vectors is not None:
-            found = [p for p in self._vectors.pairs() if self._crossing(p[0], p[1])]
+            # Searched kind against kind without a cap: a row with many near rows of its own kind
+            # hides none across.
+            found = self._vectors.crossing_pairs(lambda key: split_kind_of(self._splits[key]))
         splits = self._splits
         return [Pair(a, splits[a], b, splits[b], sim, kind) for a, b, sim, kind in merged(lexical, found)]
 
@@ -208,7 +210,9 @@ class LeakScan:
     def clusters(self) -> tuple[dict[str, tuple[str, ...]], dict[str, SplitKind]]:
         """Example id -> its cluster key (for :class:`~dynaval.domain.release_splits.SplitInput`),
         and the cluster keys an earlier release's test split already holds."""
-        members = clusters((a, b) for a, b, _sim, _kind in self.pairs())
+        # With the semantic links beyond a row's capped pairs: a cluster loses no link to the cap.
+        links = self.vectors.links() if self.vectors is not None else []
+        members = clusters([*((a, b) for a, b, _sim, _kind in self.pairs()), *links])
         near_keys: dict[str, tuple[str, ...]] = {}
         placed: dict[str, SplitKind] = {}
         for key, name in members.items():
