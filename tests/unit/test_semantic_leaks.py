@@ -46,3 +46,10 @@ def test_a_cluster_keeps_its_link_behind_more_than_hits_per_row_nearer_rows() ->
     near_keys, placed = scan.clusters()
     assert set(near_keys) == set(keys) and placed == {}
     assert {near_keys[key] for key in keys} == {("near\x1fa000",)}
+
+    # Were they across kinds of split anyway (as a parent release's unchanged splits may hold
+    # them), the manifest would count every pair across, as verify does.
+    splits = {key: "train_r1" if key.startswith("a") else "test_r1" for key in keys}
+    across = scan.report(splits, withheld=0)["across_splits"]
+    assert across["pairs"] == COPIES * COPIES
+    assert {entry["kind"] for entry in across["listed"]} == {"semantic"}

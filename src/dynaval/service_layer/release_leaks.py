@@ -207,12 +207,38 @@ class LeakScan:
         )
         return {**self.rule.to_dict(), "semantic": semantic}
 
+    def _components(self) -> dict[str, str]:
+        """Each key in a pair -> its cluster's name, with the semantic links beyond a row's capped
+        pairs: a cluster loses no link to the cap."""
+        links = self.vectors.links() if self.vectors is not None else []
+        return clusters([*((a, b) for a, b, _sim, _kind in self.pairs()), *links])
+
+    def _across(self, splits: Mapping[str, str]) -> list[Pair]:
+        """The pairs of this release's rows in splits of different kinds, every one (as ``verify``
+        finds them). None unless a cluster spans two kinds of split; then the semantic ones are
+        searched again, kind against kind, since a row's capped pairs may leave some out."""
+        kinds: dict[str, set[SplitKind]] = {}
+        for key, name in self._components().items():
+            if key in splits:
+                kinds.setdefault(name, set()).add(split_kind_of(splits[key]))
+        if all(len(found) < 2 for found in kinds.values()):
+            return []
+
+        def crossing(a: str, b: str) -> bool:
+            return a in splits and b in splits and split_kind_of(splits[a]) is not split_kind_of(splits[b])
+
+        lexical = [(a, b, sim) for a, b, sim, kind in self.pairs() if kind == "lexical" and crossing(a, b)]
+        semantic = (
+            self.vectors.crossing_pairs(lambda key: split_kind_of(splits[key]) if key in splits else None)
+            if self.vectors is not None
+            else []
+        )
+        return [Pair(a, splits[a], b, splits[b], sim, kind) for a, b, sim, kind in merged(lexical, semantic)]
+
     def clusters(self) -> tuple[dict[str, tuple[str, ...]], dict[str, SplitKind]]:
         """Example id -> its cluster key (for :class:`~dynaval.domain.release_splits.SplitInput`),
         and the cluster keys an earlier release's test split already holds."""
-        # With the semantic links beyond a row's capped pairs: a cluster loses no link to the cap.
-        links = self.vectors.links() if self.vectors is not None else []
-        members = clusters([*((a, b) for a, b, _sim, _kind in self.pairs()), *links])
+        members = self._components()
         near_keys: dict[str, tuple[str, ...]] = {}
         placed: dict[str, SplitKind] = {}
         for key, name in members.items():
@@ -227,12 +253,10 @@ class LeakScan:
         """The manifest's ``near_duplicates``: the rule, the pairs left across this release's splits,
         and the train examples near an earlier release's test example (both possible only through
         a parent release's unchanged splits), with how many examples were withheld for them."""
-        across: list[Pair] = []
+        across = self._across(splits)
         earlier: list[dict[str, Any]] = []
         for a, b, sim, kind in self.pairs():
             if a in splits and b in splits:
-                if split_kind_of(splits[a]) is not split_kind_of(splits[b]):
-                    across.append(Pair(a, splits[a], b, splits[b], sim, kind))
                 continue
             ours, theirs = (a, b) if a in splits else (b, a)
             if ours in splits and theirs in self.earlier and splits[ours].startswith("train_"):
