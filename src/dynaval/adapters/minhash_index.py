@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -152,12 +153,24 @@ def connecting_pairs(
     shingles_of: Callable[[str], FieldShingles],
     rule: NearDuplicateRule,
 ) -> Iterator[tuple[str, str]]:
-    """From ``(band key, example key)`` rows, the pairs sharing a band key that ``rule`` confirms,
-    enough of them to connect every connected component of the near-duplicate graph: a pair whose
-    two examples are connected already is not confirmed (it could not change a component), so a
-    pattern repeated n times costs about n confirmations, not n² / 2. For clusters, not for a
-    list of every pair. ``shingles_of`` gives an example's shingles (called once per example
-    that shares a key)."""
+    """From ``(band key, example key)`` rows, pairs sharing a band key that ``rule`` confirms (keys
+    in sorted order), enough of them to connect every connected component of the near-duplicate
+    graph (whose edges are the confirmed pairs sharing a band key). A pair whose two examples are
+    connected already is not confirmed (it could not change a component): for clusters, not for a
+    list of every pair. ``shingles_of`` gives an example's shingles (called once per example that
+    shares a key).
+
+    The cost per bucket (the examples sharing one band key) is about linear in its size, however
+    often a pattern repeats. A bucket whose members are connected already costs one root lookup a
+    member. Otherwise each member is compared once with the bucket's first member (the pivot), and
+    the members are swept in order of their distance to it (``1 - similarity``, a metric: the
+    largest of the fields' Jaccard distances). A member is compared only with members at most
+    ``1 - threshold`` nearer the pivot than itself (the triangle inequality rules the others out),
+    and within those with one after another of each other component's members until one is
+    similar. So n copies of a pattern cost about 2n similarities, and two patterns colliding in a
+    band key about 2n more, not n² / 4. The worst case is still quadratic: many members at about
+    the same distance from the pivot, in many components that are not near each other. Unrelated
+    texts seldom share a band key (LSH), so a bucket holds few components."""
     buckets: dict[int, set[str]] = {}
     for band_key, key in keyed:
         buckets.setdefault(band_key, set()).add(key)
@@ -177,11 +190,48 @@ def connecting_pairs(
             shingles[key] = shingles_of(key)
         return shingles[key]
 
+    def ordered(a: str, b: str) -> tuple[str, str]:
+        return (a, b) if a < b else (b, a)
+
+    reach = 1.0 - rule.threshold + 1e-9  # the farthest a near-duplicate can be (a hair for rounding)
     for band_key in sorted(buckets):
         members = sorted(buckets[band_key])
-        for i, a in enumerate(members):
-            for b in members[i + 1 :]:
-                ra, rb = root(a), root(b)
-                if ra != rb and similarity(of(a), of(b)) >= rule.threshold:
-                    parent[rb] = ra
-                    yield a, b
+        if len({root(key) for key in members}) < 2:
+            continue  # one component already (or one member)
+        pivot = members[0]
+        by_distance: list[tuple[float, str]] = [(0.0, pivot)]
+        for key in members[1:]:
+            value = similarity(of(pivot), of(key))
+            if value >= rule.threshold and root(pivot) != root(key):
+                parent[root(key)] = root(pivot)
+                yield ordered(pivot, key)
+            by_distance.append((1.0 - value, key))
+        by_distance.sort()
+        # The members swept so far within ``reach`` of the current one, by their component's root.
+        window: deque[tuple[float, str]] = deque()
+        groups: dict[str, set[str]] = {}
+        for distance, key in by_distance:
+            while window and window[0][0] < distance - reach:
+                _gone, left = window.popleft()
+                group = groups[root(left)]
+                group.discard(left)
+                if not group:
+                    del groups[root(left)]
+            own = root(key)
+            for other in list(groups):
+                if other == own or other not in groups:
+                    continue
+                near = next((m for m in groups[other] if similarity(of(m), of(key)) >= rule.threshold), None)
+                if near is None:
+                    continue
+                yield ordered(near, key)
+                parent[own] = other
+                mine = groups.pop(own, set())
+                theirs = groups.pop(other)
+                if len(mine) > len(theirs):
+                    mine, theirs = theirs, mine
+                theirs |= mine
+                groups[other] = theirs
+                own = other
+            groups.setdefault(own, set()).add(key)
+            window.append((distance, key))

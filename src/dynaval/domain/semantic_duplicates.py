@@ -129,3 +129,14 @@ class SemanticRule:
         if not data or not data.get("checked"):
             return None
         return cls(threshold=float(data.get("threshold", SEMANTIC_THRESHOLD)))
+
+    @classmethod
+    def from_manifest(cls, manifest: Mapping[str, Any]) -> SemanticRule | None:
+        """The rule of a release's manifest (its ``near_duplicates.rule.semantic``), as
+        :meth:`from_dict` reads it: ``None`` when the check was off or the section is missing, or
+        when a section on the way is not a mapping (read as missing). A threshold that is not a
+        number, or out of range, raises ``ValueError`` or ``TypeError``."""
+        near = manifest.get("near_duplicates")
+        rule = near.get("rule") if isinstance(near, Mapping) else None
+        semantic = rule.get("semantic") if isinstance(rule, Mapping) else None
+        return cls.from_dict(semantic if isinstance(semantic, Mapping) else None)

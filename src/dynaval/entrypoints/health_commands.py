@@ -71,8 +71,9 @@ def add_health_commands(commands: Any) -> None:
     contamination.add_argument(
         "--no-semantic",
         action="store_true",
-        help="skip the semantic check: it encodes every corpus document with MiniLM on the CPU (tens of "
-        "short documents a second on two cores), where the lexical checks read hundreds of thousands",
+        help="skip the semantic check: it encodes every corpus document with MiniLM on the CPU (about "
+        "300 short documents a second on two free cores, fewer under load), where the lexical checks "
+        "read hundreds of thousands",
     )
     contamination.add_argument("--json", action="store_true", help="print the report as JSON")
     contamination.set_defaults(run=cmd_health_contamination)

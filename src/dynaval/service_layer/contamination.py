@@ -13,8 +13,9 @@ with MiniLM (:mod:`dynaval.adapters.sentence_encoder`, offline), :data:`DOCUMENT
 and searches the release's example vectors (each example's text, its fields joined, encoded once)
 for those whose cosine with it reaches the release's semantic threshold: a paraphrase shares neither
 13 words nor many shingles. The model reads at most 256 tokens, so a long document is compared by its
-beginning (the n-gram check covers the rest). Encoding the corpus is the cost: tens of short
-documents a second on two cores, where the lexical checks read hundreds of thousands.
+beginning (the n-gram check covers the rest). Encoding the corpus is the cost: about 300 short
+documents a second on two free cores, far fewer under load (docs/releases.md, "Cost"), where the
+lexical checks read hundreds of thousands.
 """
 
 from __future__ import annotations
@@ -80,10 +81,9 @@ def check_contamination(
     section = manifest.get("near_duplicates")
     rule = rule or NearDuplicateRule.from_dict(section.get("rule") if isinstance(section, dict) else None)
     fields = list(manifest["fields"])
-    rule_section = section.get("rule") if isinstance(section, dict) else None
-    semantic_rule = (
-        (SemanticRule.from_dict((rule_section or {}).get("semantic")) or SemanticRule()) if semantic else None
-    )
+    # Unlike verify, the corpus is checked semantically even where the release's own check was off
+    # or not recorded (the default rule then); only --no-semantic turns it off.
+    semantic_rule = (SemanticRule.from_manifest(manifest) or SemanticRule()) if semantic else None
     described = {
         **rule.to_dict(),
         "semantic": semantic_rule.to_dict()

