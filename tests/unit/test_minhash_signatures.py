@@ -125,11 +125,13 @@ def test_the_index_finds_datasketchs_pairs_and_matches(rule: NearDuplicateRule) 
     rng = random.Random(11)
     rows = varied_rows(rng, 2 * HASH_BATCH + 123)  # several batches, the last one partial
     index, reference = MinHashIndex(rule), ReferenceIndex(rule)
+    by_inputs = MinHashIndex(rule)  # keeping the texts, shingled again when compared
     for i, row in enumerate(rows):
         key = f"e{rng.randrange(10**6):06d}-{i}"  # added out of key order
         example = field_shingles(row, NLI, rule.shingle)
         index.add(key, example)
         reference.add(key, example)
+        by_inputs.add_inputs(key, row, NLI)
 
     def keep(a: str, b: str) -> bool:
         return (len(a) + len(b)) % 3 != 0
@@ -138,9 +140,14 @@ def test_the_index_finds_datasketchs_pairs_and_matches(rule: NearDuplicateRule) 
     assert found == list(reference.pairs(lambda _a, _b: True))
     assert len(found) > 100  # the small vocabulary makes many
     assert list(index.pairs(keep)) == list(reference.pairs(keep))
+    assert list(by_inputs.pairs()) == found
+    assert list(by_inputs.pairs(keep)) == list(reference.pairs(keep))
+    with pytest.raises(ValueError):
+        by_inputs.add_inputs(next(iter(reference.examples)), rows[0], NLI)
     for row in varied_rows(random.Random(3), 60):
         query = field_shingles(row, NLI, rule.shingle)
         assert [(m.key, m.similarity) for m in index.matches(query)] == reference.matches(query)
+        assert [(m.key, m.similarity) for m in by_inputs.matches(query)] == reference.matches(query)
     # Added after a query: found too.
     late = field_shingles(rows[5], NLI, rule.shingle)
     index.add("late", late)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from hashlib import sha1
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +28,7 @@ from dynaval.domain.near_duplicates import (
     SHINGLE_WORDS,
     FieldShingles,
     NearDuplicateRule,
+    shingles,
     similarity,
     tagged,
 )
@@ -58,6 +60,10 @@ class MinHashIndex:
         self._width = self._ranges[-1][1]
         self._permutations = _permutations(self._width)
         self._examples: dict[str, FieldShingles] = {}
+        self._texts: dict[str, tuple[str, ...]] = {}
+        """The examples added by :meth:`add_inputs`: their fields' texts, shingled again when
+        compared (a text is a tenth of its shingles' memory)."""
+        self._fields: tuple[str, ...] = ()
         self._hashed: list[str] = []
         """The keys of the examples with words, in the order of the signatures' rows."""
         self._blocks: list[npt.NDArray[np.uint32]] = []
@@ -65,13 +71,35 @@ class MinHashIndex:
         self._bands: list[_Band] | None = None
 
     def __len__(self) -> int:
-        return len(self._examples)
+        return len(self._examples) + len(self._texts)
 
     def add(self, key: str, example: FieldShingles) -> None:
         """Index ``example`` under ``key`` (a key is added once)."""
-        if key in self._examples:
+        if key in self._examples or key in self._texts:
             raise ValueError(f"{key} is in the index already")
         self._examples[key] = example
+        self._hash(key, example)
+
+    def add_inputs(self, key: str, inputs: Mapping[str, Any], fields: Sequence[str]) -> None:
+        """Index the example with these input ``fields`` under ``key``, as :meth:`add` does its
+        shingles (``field_shingles`` at the rule's shingle size), keeping only its texts: for the
+        many examples of a release, of which few are ever compared."""
+        if key in self._examples or key in self._texts:
+            raise ValueError(f"{key} is in the index already")
+        if self._texts and tuple(fields) != self._fields:
+            raise ValueError("an index's examples added by their inputs have the same fields")
+        self._fields = tuple(fields)
+        texts = tuple(str(inputs.get(name) or "") for name in fields)
+        self._texts[key] = texts
+        self._hash(key, tuple(shingles(text, self.rule.shingle) for text in texts))
+
+    def _shingles(self, key: str) -> FieldShingles:
+        example = self._examples.get(key)
+        if example is None:
+            example = tuple(shingles(text, self.rule.shingle) for text in self._texts[key])
+        return example
+
+    def _hash(self, key: str, example: FieldShingles) -> None:
         values = tagged(example)
         if values:  # an example with no words has nothing to compare: it is never a candidate
             self._hashed.append(key)
@@ -112,7 +140,7 @@ class MinHashIndex:
         found = []
         for row in candidates:
             key = self._hashed[row]
-            value = similarity(example, self._examples[key])
+            value = similarity(example, self._shingles(key))
             if value >= self.rule.threshold:
                 found.append(Match(key, round(value, 4)))
         return sorted(found, key=lambda m: (-m.similarity, m.key))
@@ -131,15 +159,16 @@ class MinHashIndex:
                     memberships.setdefault(row, []).append(len(groups))
                 groups.append(group)
         keys = self._hashed
+        shingled = functools.cache(self._shingles)  # each compared example shingled once
         for row in sorted(memberships, key=keys.__getitem__):
             key = keys[row]
-            example = self._examples[key]
+            example = shingled(key)
             others = {keys[other] for g in memberships[row] for other in groups[g]}
             found = []
             # Only the later keys: the pair (earlier, key) was confirmed from the earlier side.
             for other in others:
                 if other > key:
-                    value = similarity(example, self._examples[other])
+                    value = similarity(example, shingled(other))
                     if value >= self.rule.threshold:
                         found.append(Match(other, round(value, 4)))
             for match in sorted(found, key=lambda m: (-m.similarity, m.key)):

@@ -133,7 +133,7 @@ class LeakScan:
         self.vectors = SemanticRows(self.fields, self.semantic) if self.semantic is not None else None
 
     def add(self, example_id: str, row: Mapping[str, Any]) -> None:
-        self.index.add(example_id, field_shingles(row, self.fields, self.rule.shingle))
+        self.index.add_inputs(example_id, row, self.fields)
         if self.vectors is not None:
             self.vectors.add(example_id, row)
 
@@ -146,7 +146,7 @@ class LeakScan:
                 "split": split,
                 "example_id": row["example_id"],
             }
-            self.index.add(key, field_shingles(row, self.fields, self.rule.shingle))
+            self.index.add_inputs(key, row, self.fields)
             if self.vectors is not None:
                 self.vectors.add(key, row)
             counts[release.id] = counts.get(release.id, 0) + 1
