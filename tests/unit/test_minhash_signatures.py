@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from datasketch import MinHash, MinHashLSH
 
-from dynaval.adapters.minhash_index import HASH_BATCH, MinHashIndex, band_keys, signatures
+from dynaval.adapters.minhash_index import HASH_BATCH_VALUES, MinHashIndex, band_keys, signatures
 from dynaval.domain.near_duplicates import (
     MINHASH_SEED,
     NUM_PERM,
@@ -123,7 +123,9 @@ def test_the_batched_signatures_are_datasketchs_hash_values() -> None:
 )
 def test_the_index_finds_datasketchs_pairs_and_matches(rule: NearDuplicateRule) -> None:
     rng = random.Random(11)
-    rows = varied_rows(rng, 2 * HASH_BATCH + 123)  # several batches, the last one partial
+    rows = varied_rows(rng, 4_000)
+    values = sum(len(tagged(field_shingles(row, NLI, rule.shingle))) for row in rows)
+    assert values > 2 * HASH_BATCH_VALUES  # several batches, the last one partial
     index, reference = MinHashIndex(rule), ReferenceIndex(rule)
     by_inputs = MinHashIndex(rule)  # keeping the texts, shingled again when compared
     for i, row in enumerate(rows):

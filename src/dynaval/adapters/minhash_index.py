@@ -68,6 +68,7 @@ class MinHashIndex:
         """The keys of the examples with words, in the order of the signatures' rows."""
         self._blocks: list[npt.NDArray[np.uint32]] = []
         self._pending: list[list[bytes]] = []
+        self._pending_values = 0
         self._bands: list[_Band] | None = None
 
     def __len__(self) -> int:
@@ -104,7 +105,8 @@ class MinHashIndex:
         if values:  # an example with no words has nothing to compare: it is never a candidate
             self._hashed.append(key)
             self._pending.append(values)
-            if len(self._pending) >= HASH_BATCH:
+            self._pending_values += len(values)
+            if self._pending_values >= HASH_BATCH_VALUES:
                 self._hash_pending()
         self._bands = None
 
@@ -112,6 +114,7 @@ class MinHashIndex:
         if self._pending:
             self._blocks.append(signatures(self._pending, self._permutations))
             self._pending = []
+            self._pending_values = 0
 
     def _signatures(self) -> npt.NDArray[np.uint32]:
         self._hash_pending()
@@ -176,9 +179,9 @@ class MinHashIndex:
                     yield key, match.key, match.similarity
 
 
-HASH_BATCH = 2_048
-"""Examples whose signatures are computed together (about 13 MB of intermediate values for
-2,048 examples of 13 shingles)."""
+HASH_BATCH_VALUES = 16_384
+"""Tagged shingles whose hash values are computed together, a batch of examples at a time: their
+permuted values are 8 MB at 125 permutations (about 1,300 examples of 13 shingles)."""
 
 _FMIX32 = (np.uint32(16), np.uint32(0x85EBCA6B), np.uint32(13), np.uint32(0xC2B2AE35), np.uint32(16))
 _MIX64 = np.uint64(0x9E3779B97F4A7C15)
