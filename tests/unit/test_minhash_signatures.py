@@ -1,0 +1,168 @@
+"""The index's batched MinHash signatures and banded candidates are datasketch's, value for value:
+the signatures equal ``MinHash.update_batch``'s hash values, and the pairs and matches equal those
+of an index over datasketch's ``MinHash`` and ``MinHashLSH`` (the index's implementation before the
+batching, kept here as the reference), on varied rows."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import pytest
+from datasketch import MinHash, MinHashLSH
+
+from dynaval.adapters.minhash_index import HASH_BATCH_VALUES, MinHashIndex, band_keys, signatures
+from dynaval.domain.near_duplicates import (
+    MINHASH_SEED,
+    NUM_PERM,
+    FieldShingles,
+    NearDuplicateRule,
+    field_shingles,
+    similarity,
+    tagged,
+)
+
+NLI = ["premise", "hypothesis"]
+FULLWIDTH = "".join(chr(ord(c) + 0xFEE0) for c in "FULL")
+WORDS = [
+    *["the", "a", "movie", "film", "was", "not", "bad", "good", "great", "plot", "actors", "cast"],
+    *["and", "in", "every", "scene", "café", "München", "großartig", "Kaffee", "映画", "とても"],
+    *["良かった", "\ufb01lm", FULLWIDTH, "naïve"],
+]
+
+
+class ReferenceIndex:
+    """The index as it was: a datasketch ``MinHash`` per example in a ``MinHashLSH``."""
+
+    def __init__(self, rule: NearDuplicateRule) -> None:
+        self.rule = rule
+        self.lsh = MinHashLSH(threshold=rule.lsh_threshold, num_perm=NUM_PERM)
+        self.examples: dict[str, FieldShingles] = {}
+        self.minhashes: dict[str, MinHash] = {}
+
+    def minhash(self, example: FieldShingles) -> MinHash | None:
+        values = tagged(example)
+        if not values:
+            return None
+        minhash = MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED)
+        minhash.update_batch(values)
+        return minhash
+
+    def add(self, key: str, example: FieldShingles) -> None:
+        self.examples[key] = example
+        minhash = self.minhash(example)
+        if minhash is not None:
+            self.lsh.insert(key, minhash)
+            self.minhashes[key] = minhash
+
+    def matches(self, example: FieldShingles) -> list[tuple[str, float]]:
+        minhash = self.minhash(example)
+        if minhash is None:
+            return []
+        found = [(str(k), round(similarity(example, self.examples[k]), 4)) for k in self.lsh.query(minhash)]
+        return sorted(((k, s) for k, s in found if s >= self.rule.threshold), key=lambda m: (-m[1], m[0]))
+
+    def pairs(self, keep: Callable[[str, str], bool]) -> Iterator[tuple[str, str, float]]:
+        for key in sorted(self.examples):
+            minhash = self.minhashes.get(key)
+            if minhash is None:
+                continue
+            found = []
+            for other in map(str, self.lsh.query(minhash)):
+                if other > key:
+                    value = similarity(self.examples[key], self.examples[other])
+                    if value >= self.rule.threshold:
+                        found.append((other, round(value, 4)))
+            for other, value in sorted(found, key=lambda m: (-m[1], m[0])):
+                if keep(key, other):
+                    yield key, other, value
+
+
+def sentence(rng: random.Random, most: int = 14) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, most)))
+
+
+def varied_rows(rng: random.Random, count: int) -> list[dict[str, str]]:
+    """NLI rows: small vocabulary (many near-duplicates), non-ASCII, empty fields, long texts,
+    exact copies and one-word edits."""
+    rows: list[dict[str, str]] = []
+    for i in range(count):
+        if rows and i % 7 == 0:
+            copy = dict(rng.choice(rows))
+            copy["hypothesis"] = copy["hypothesis"].replace("the", "a", 1)
+            rows.append(copy)
+        elif i % 11 == 0:
+            rows.append({"premise": sentence(rng, 200), "hypothesis": ""})
+        else:
+            rows.append({"premise": sentence(rng), "hypothesis": sentence(rng) if i % 3 else ""})
+    return rows
+
+
+def test_the_batched_signatures_are_datasketchs_hash_values() -> None:
+    rng = random.Random(7)
+    examples = [field_shingles(row, NLI) for row in varied_rows(rng, 300)]
+    examples += [
+        field_shingles({"premise": "Das Café in München", "hypothesis": f"{FULLWIDTH} width"}, NLI),
+        field_shingles({"premise": "one", "hypothesis": ""}, NLI),  # a single shingle
+        field_shingles({"premise": "", "hypothesis": "この映画は とても 良かった です"}, NLI),
+    ]
+    values = [tagged(e) for e in examples if tagged(e)]
+    permutations = MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED).permutations
+    computed = signatures(values, permutations)
+    assert computed.dtype == np.uint32 and computed.shape == (len(values), NUM_PERM)
+    for row, example in zip(computed, values, strict=True):
+        expected = MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED)
+        expected.update_batch(example)
+        assert row.tolist() == expected.hashvalues.tolist()
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [NearDuplicateRule(), NearDuplicateRule(threshold=0.9), NearDuplicateRule(shingle=3, threshold=0.5)],
+)
+def test_the_index_finds_datasketchs_pairs_and_matches(rule: NearDuplicateRule) -> None:
+    rng = random.Random(11)
+    rows = varied_rows(rng, 4_000)
+    values = sum(len(tagged(field_shingles(row, NLI, rule.shingle))) for row in rows)
+    assert values > 2 * HASH_BATCH_VALUES  # several batches, the last one partial
+    index, reference = MinHashIndex(rule), ReferenceIndex(rule)
+    by_inputs = MinHashIndex(rule)  # keeping the texts, shingled again when compared
+    for i, row in enumerate(rows):
+        key = f"e{rng.randrange(10**6):06d}-{i}"  # added out of key order
+        example = field_shingles(row, NLI, rule.shingle)
+        index.add(key, example)
+        reference.add(key, example)
+        by_inputs.add_inputs(key, row, NLI)
+
+    def keep(a: str, b: str) -> bool:
+        return (len(a) + len(b)) % 3 != 0
+
+    found = list(index.pairs())
+    assert found == list(reference.pairs(lambda _a, _b: True))
+    assert len(found) > 100  # the small vocabulary makes many
+    assert list(index.pairs(keep)) == list(reference.pairs(keep))
+    assert list(by_inputs.pairs()) == found
+    assert list(by_inputs.pairs(keep)) == list(reference.pairs(keep))
+    with pytest.raises(ValueError):
+        by_inputs.add_inputs(next(iter(reference.examples)), rows[0], NLI)
+    for row in varied_rows(random.Random(3), 60):
+        query = field_shingles(row, NLI, rule.shingle)
+        assert [(m.key, m.similarity) for m in index.matches(query)] == reference.matches(query)
+        assert [(m.key, m.similarity) for m in by_inputs.matches(query)] == reference.matches(query)
+    # Added after a query: found too.
+    late = field_shingles(rows[5], NLI, rule.shingle)
+    index.add("late", late)
+    reference.add("late", late)
+    assert [(m.key, m.similarity) for m in index.matches(late)] == reference.matches(late)
+    assert list(index.pairs()) == list(reference.pairs(lambda _a, _b: True))
+
+
+def test_an_index_of_examples_without_words_finds_nothing() -> None:
+    index = MinHashIndex()
+    index.add("a", field_shingles({"premise": "", "hypothesis": ""}, NLI))
+    index.add("b", field_shingles({"premise": "  ", "hypothesis": ""}, NLI))
+    assert len(index) == 2
+    assert list(index.pairs()) == []
+    assert index.matches(field_shingles({"premise": "", "hypothesis": ""}, NLI)) == []
+    assert band_keys(field_shingles({"premise": "", "hypothesis": ""}, NLI)) == []
