@@ -9,6 +9,7 @@ import pytest
 from dynaval.adapters import minhash_index
 from dynaval.adapters.minhash_index import MinHashIndex, band_keys, connecting_pairs
 from dynaval.domain.near_duplicates import (
+    Components,
     FieldShingles,
     NearDuplicateRule,
     clusters,
@@ -205,3 +206,15 @@ def test_connecting_pairs_gives_the_components_of_every_confirmed_pair_sharing_a
     found, _calls = connected(texts, collide=True, monkeypatch=monkeypatch)
     assert found == expected
     assert len(set(expected.values())) > 1  # more than one component to keep apart
+
+
+def test_components_join_links_and_keep_the_target_s_root() -> None:
+    components = Components()
+    assert components.root("a") == "a"
+    components.attach("b", to="a")
+    components.attach("c", to="b")
+    components.attach("x", to="y")
+    assert {components.root(k) for k in "abc"} == {"a"}
+    assert components.root("x") == components.root("y") == "y"
+    components.attach("y", to="c")  # joins the two: the target's root stays
+    assert {components.root(k) for k in "abcxy"} == {"a"}

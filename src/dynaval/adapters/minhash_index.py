@@ -27,6 +27,7 @@ from dynaval.domain.near_duplicates import (
     MINHASH_SEED,
     NUM_PERM,
     SHINGLE_WORDS,
+    Components,
     FieldShingles,
     NearDuplicateRule,
     shingles,
@@ -329,15 +330,8 @@ def connecting_pairs(
     buckets: dict[int, set[str]] = {}
     for band_key, key in keyed:
         buckets.setdefault(band_key, set()).add(key)
-    parent: dict[str, str] = {}
-
-    def root(key: str) -> str:
-        parent.setdefault(key, key)
-        while parent[key] != key:
-            parent[key] = parent[parent[key]]
-            key = parent[key]
-        return key
-
+    components = Components()
+    root = components.root
     shingles: dict[str, FieldShingles] = {}
 
     def of(key: str) -> FieldShingles:
@@ -358,7 +352,7 @@ def connecting_pairs(
         for key in members[1:]:
             value = similarity(of(pivot), of(key))
             if value >= rule.threshold and root(pivot) != root(key):
-                parent[root(key)] = root(pivot)
+                components.attach(key, to=pivot)
                 yield ordered(pivot, key)
             by_distance.append((1.0 - value, key))
         by_distance.sort()
@@ -380,7 +374,7 @@ def connecting_pairs(
                 if near is None:
                     continue
                 yield ordered(near, key)
-                parent[own] = other
+                components.attach(own, to=other)
                 mine = groups.pop(own, set())
                 theirs = groups.pop(other)
                 if len(mine) > len(theirs):

@@ -127,6 +127,26 @@ def is_near_duplicate(a: FieldShingles, b: FieldShingles, rule: NearDuplicateRul
     return similarity(a, b) >= (rule or NearDuplicateRule()).threshold
 
 
+class Components:
+    """Connected components grown one link at a time (union-find with path halving), for the passes
+    that skip a comparison when its two examples are connected already."""
+
+    def __init__(self) -> None:
+        self._parent: dict[str, str] = {}
+
+    def root(self, key: str) -> str:
+        parent = self._parent
+        parent.setdefault(key, key)
+        while parent[key] != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    def attach(self, key: str, *, to: str) -> None:
+        """Join ``key``'s component to ``to``'s; ``to``'s root stays the root."""
+        self._parent[self.root(key)] = self.root(to)
+
+
 def clusters(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
     """Connected components of the near-duplicate graph: each example in a pair -> its cluster's
     name (the smallest key in it). Near-duplication is not transitive, but a chain of small edits

@@ -28,6 +28,7 @@ import numpy.typing as npt
 from dynaval.adapters.semantic_index import shared_encoder
 from dynaval.adapters.sentence_encoder import SentenceEncoder
 from dynaval.adapters.vector_index import VectorIndex
+from dynaval.domain.near_duplicates import Components
 from dynaval.domain.semantic_duplicates import SemanticRule, example_vectors, field_cosines
 
 ENCODE_BATCH = 512
@@ -98,15 +99,8 @@ class SemanticRows:
         index.add(self._keys, vectors)
         found: dict[tuple[str, str], float] = {}
         fields, threshold = len(self.fields), self.rule.threshold
-        parent: dict[str, str] = {}
-
-        def root(key: str) -> str:
-            parent.setdefault(key, key)
-            while parent[key] != key:
-                parent[key] = parent[parent[key]]
-                key = parent[key]
-            return key
-
+        components = Components()
+        root = components.root
         for position, key in enumerate(self._keys):
             # Every hit (the search finds them all at the threshold): the nearest are pairs, the
             # rest only links where they join what is not connected yet. The index ranks by mean
@@ -121,12 +115,12 @@ class SemanticRows:
                         value = field_cosines(vectors[position], index.vector(other), fields)
                         if value >= threshold:
                             found[pair] = round(value, 4)
-                            parent[root(other)] = root(key)
+                            components.attach(other, to=key)
                 elif (
                     root(key) != root(other)
                     and field_cosines(vectors[position], index.vector(other), fields) >= threshold
                 ):
-                    parent[root(other)] = root(key)
+                    components.attach(other, to=key)
                     self._links.append(pair)
         return [(a, b, sim) for (a, b), sim in sorted(found.items())]
 
