@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dynaval.adapters.band_key_index import BandKeyIndex
 from dynaval.adapters.database import Database
 from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.label_studio import LabelStudioGateway, SdkLabelStudioGateway
@@ -54,6 +55,7 @@ def bootstrap(
         label_studio=gateway,
         models=models,
         writer_links=WriterAnnotatorLinks(settings.writer_label_studio_links, gateway),
+        band_keys=BandKeyIndex(),
         vectors=SemanticVectors() if settings.near_duplicate_semantic else None,
     )
     # The task queue's tasks call the use cases, which ask for work through services.work.

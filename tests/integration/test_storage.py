@@ -272,3 +272,60 @@ def test_a_long_read_does_not_hold_up_a_writer(database: Database) -> None:
     with database.reading() as reader:
         row = reader.get(RoundRow, round_id)
         assert row is not None and row.name == "renamed while a read was open"  # reads keep nothing
+
+
+def test_the_band_keys_of_examples_indexed_before_0018_are_copied_beside_them(database_url: str) -> None:
+    """0018 gives every example indexed earlier its band keys from ``near_duplicate_key``, sorted,
+    as the in-memory index reads them; an example without keys keeps none."""
+    from alembic import command
+    from sqlalchemy import text
+
+    from dynaval.adapters.band_key_index import keys_from_bytes
+
+    db = Database(database_url)
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    try:
+        with db.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "0017")
+        round_id = new_round(db)
+        with db.unit_of_work() as session:
+            rows = [candidate(round_id) for _ in range(3)]
+            session.add_all(rows)
+            session.commit()
+        keyed, other, keyless = (row.id for row in rows)
+        with db.engine.begin() as connection:
+            for seq, candidate_id in enumerate((keyed, other, keyless), start=1):
+                connection.execute(
+                    text(
+                        "INSERT INTO near_duplicate_example (seq, candidate_id, task_type) "
+                        "VALUES (:seq, :candidate_id, 'sentiment')"
+                    ),
+                    {"seq": seq, "candidate_id": candidate_id},
+                )
+            connection.execute(
+                text(
+                    "INSERT INTO near_duplicate_key (task_type, band_key, candidate_id) "
+                    "VALUES ('sentiment', :band_key, :candidate_id)"
+                ),
+                [
+                    {"band_key": key, "candidate_id": candidate_id}
+                    for candidate_id, key in (
+                        (keyed, 2**62),
+                        (keyed, -5),
+                        (keyed, 7),
+                        (other, 7),
+                    )
+                ],
+            )
+        db.migrate()
+        with db.engine.connect() as connection:
+            stored = dict(
+                connection.execute(text("SELECT candidate_id, band_keys FROM near_duplicate_example")).all()
+            )
+        assert keys_from_bytes(stored[keyed]).tolist() == [-5, 7, 2**62]
+        assert keys_from_bytes(stored[other]).tolist() == [7]
+        assert stored[keyless] is None
+    finally:
+        db.dispose()

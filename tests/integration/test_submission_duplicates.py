@@ -165,6 +165,35 @@ def test_a_paraphrase_is_a_semantic_near_duplicate_and_vectors_reach_another_pro
     assert services.vectors is not None and services.vectors.size("sentiment", 1) == 0  # checked when empty
     report(services, round_id, ["Refunds take forever here."])
     assert services.vectors.size("sentiment", 1) == 3
+    assert services.band_keys.size("sentiment") == 3  # and its band keys, the same way
+
+
+def test_an_example_given_its_vector_later_keeps_its_band_keys(services: Services) -> None:
+    """Indexed while the semantic check was off, then given a vector by ``reindex``: its row is
+    written again under a new ``seq``, with its band keys, so a process started afterwards still
+    finds it lexically, and one that held it already does not hold it twice."""
+    lexical_only = bootstrap(services.settings.model_copy(update={"near_duplicate_semantic": False}))
+    started_after: Services | None = None
+    try:
+        round_id = capture_round(services, near_duplicates="flag")
+        (first,) = report(lexical_only, round_id, [VARIANTS[0]])
+        (unrelated,) = report(lexical_only, round_id, [UNRELATED])  # its check read `first` in
+        assert lexical_only.band_keys.size("sentiment") == 1
+        with services.uow(read_only=True) as uow:
+            assert [c for c, _t, _i in uow.near_duplicates.without_vectors(10)] == [first, unrelated]
+        assert near_duplicates.reindex(services) == 2
+        started_after = bootstrap(services.settings)
+        (edit,) = report(started_after, round_id, [VARIANTS[1]])
+        with services.uow(read_only=True) as uow:
+            assert uow.near_duplicates.without_vectors(10) == []
+            check = uow.near_duplicates.checks_of([edit])[edit]
+        assert (check.matches[0].id, check.matches[0].kind) == (first, "lexical")
+        report(lexical_only, round_id, ["Refunds take forever here."])
+        assert lexical_only.band_keys.size("sentiment") == 3  # first once, unrelated, edit
+    finally:
+        lexical_only.close()
+        if started_after is not None:
+            started_after.close()
 
 
 def test_under_reject_the_first_repeat_in_a_batch_is_named_whichever_half_finds_it(

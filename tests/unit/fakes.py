@@ -18,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from dynaval.adapters.band_key_index import keys_to_bytes
 from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.label_studio import ExportedTask, LabelStudioUnavailable
 from dynaval.domain.audit import AuditEvent
@@ -503,6 +504,16 @@ class FakeNearDuplicateIndex:
         ]
         return rows[:limit] if limit is not None else rows
 
+    def keys_after(
+        self, task_type: str, seq: int, *, limit: int | None = None
+    ) -> list[tuple[int, str, bytes | None]]:
+        rows = [
+            (i, c, keys_to_bytes(self.store.near_duplicate_examples[c][1]))
+            for i, (c, t, _v) in enumerate(self.store.near_duplicate_vectors, start=1)
+            if t == task_type and i > seq
+        ]
+        return rows[:limit] if limit is not None else rows
+
     def without_vectors(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:
         latest = {c: (t, v) for c, t, v in self.store.near_duplicate_vectors}
         missing = [(c, t, dict(self.store.candidates[c].inputs)) for c, (t, v) in latest.items() if v is None]
@@ -510,20 +521,6 @@ class FakeNearDuplicateIndex:
 
     def set_vectors(self, vectors: Sequence[tuple[str, str, bytes]]) -> None:
         self.store.near_duplicate_vectors.extend(vectors)
-
-    def lookup(self, task_type: str, keys: Collection[int], *, limit: int = 200) -> list[EarlierExample]:
-        shared = {
-            c: len(its_keys & set(keys))
-            for c, (task, its_keys) in self.store.near_duplicate_examples.items()
-            if task == task_type and its_keys & set(keys)
-        }
-        found = sorted(shared, key=lambda c: (-shared[c], c))[:limit]
-        return [
-            EarlierExample(
-                c, (cand := self.store.candidates[c]).round_id, dict(cand.inputs), cand.submitted_by
-            )
-            for c in found
-        ]
 
     def unindexed(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:
         missing = [

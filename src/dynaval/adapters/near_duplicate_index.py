@@ -1,11 +1,12 @@
 """The shared near-duplicate index at submission, kept in the database.
 
-Every example (candidate or capture) has a row in ``near_duplicate_example`` and its MinHash LSH
-band keys (:func:`dynaval.adapters.minhash_index.band_keys`) in ``near_duplicate_key``, written in
-the unit of work that stores it: every process sees them at once, they survive restarts, and a
-lexical lookup is one query on the key table's primary key. The exact rule then confirms each
-candidate (:func:`dynaval.domain.near_duplicates.lexical_matches`). What a check found for a
-candidate is kept in ``near_duplicate_check``.
+Every example (candidate or capture) has a row in ``near_duplicate_example``, with its MinHash LSH
+band keys (:func:`dynaval.adapters.minhash_index.band_keys`) and its vector, written in the unit of
+work that stores it: every process sees them at once, and they survive restarts. A process holds
+them in memory (:mod:`dynaval.adapters.band_key_index`, :mod:`dynaval.adapters.semantic_index`),
+topped up by ``seq`` before each check. The keys are also kept one row each in
+``near_duplicate_key``, which the round's Health reads for its repeated patterns. What a check found
+for a candidate is kept in ``near_duplicate_check``.
 
 Checks of one task type are serialised (:meth:`SqlNearDuplicateIndex.serialize_checks`): a check
 reads only committed examples, so two submissions of one trick checked at the same moment would
@@ -22,6 +23,7 @@ from collections.abc import Collection, Sequence
 from sqlalchemy import delete, func, insert, text
 from sqlmodel import Session, col, select
 
+from dynaval.adapters.band_key_index import keys_to_bytes
 from dynaval.adapters.orm import (
     CandidateRow,
     NearDuplicateCheckRow,
@@ -30,11 +32,6 @@ from dynaval.adapters.orm import (
     RoundRow,
 )
 from dynaval.domain.near_duplicates import EarlierExample, NearDuplicateCheck, NearDuplicateMatch
-
-LOOKUP_LIMIT = 200
-"""At most this many candidates (those sharing the most band keys first) are confirmed per check:
-a pattern repeated thousands of times still costs one bounded query and a bounded confirmation."""
-
 
 CHECK_LOCK_CLASS = 74202
 """The first key of the PostgreSQL advisory locks that serialise the checks of a task type (the
@@ -60,7 +57,12 @@ class SqlNearDuplicateIndex:
         """Index a candidate (added in this unit of work, or stored earlier) under its band keys,
         with its vector (``None``: none computed)."""
         self._session.add(
-            NearDuplicateExampleRow(candidate_id=candidate_id, task_type=task_type, embedding=vector)
+            NearDuplicateExampleRow(
+                candidate_id=candidate_id,
+                task_type=task_type,
+                band_keys=keys_to_bytes(keys),
+                embedding=vector,
+            )
         )
         self._session.add_all(
             NearDuplicateKeyRow(task_type=task_type, band_key=key, candidate_id=candidate_id)
@@ -74,7 +76,10 @@ class SqlNearDuplicateIndex:
         connection = self._session.connection()
         connection.execute(
             insert(NearDuplicateExampleRow),
-            [{"candidate_id": c, "task_type": t, "embedding": v} for c, t, _keys, v in examples],
+            [
+                {"candidate_id": c, "task_type": t, "band_keys": keys_to_bytes(keys), "embedding": v}
+                for c, t, keys, v in examples
+            ],
         )
         rows = [
             {"task_type": t, "band_key": key, "candidate_id": c}
@@ -83,34 +88,6 @@ class SqlNearDuplicateIndex:
         ]
         if rows:
             connection.execute(insert(NearDuplicateKeyRow), rows)
-
-    def lookup(
-        self, task_type: str, keys: Collection[int], *, limit: int = LOOKUP_LIMIT
-    ) -> list[EarlierExample]:
-        """The indexed examples of ``task_type`` sharing a band key with ``keys``, those sharing
-        the most first, at most ``limit``."""
-        if not keys:
-            return []
-        shared = func.count().label("shared")
-        found = self._session.exec(
-            select(NearDuplicateKeyRow.candidate_id, shared)
-            .where(
-                NearDuplicateKeyRow.task_type == task_type,
-                col(NearDuplicateKeyRow.band_key).in_(sorted(set(keys))),
-            )
-            .group_by(col(NearDuplicateKeyRow.candidate_id))
-            .order_by(shared.desc(), col(NearDuplicateKeyRow.candidate_id))
-            .limit(limit)
-        ).all()
-        ids = [candidate_id for candidate_id, _count in found]
-        if not ids:
-            return []
-        rows = self._session.exec(
-            select(
-                CandidateRow.id, CandidateRow.round_id, CandidateRow.inputs, CandidateRow.submitted_by
-            ).where(col(CandidateRow.id).in_(ids))
-        ).all()
-        return [EarlierExample(i, r, dict(inputs), by) for i, r, inputs, by in rows]
 
     def examples(self, candidate_ids: Collection[str]) -> dict[str, EarlierExample]:
         """The stored examples with these ids (a semantic match names only the id)."""
@@ -140,6 +117,24 @@ class SqlNearDuplicateIndex:
             statement = statement.limit(limit)
         return [(int(q or 0), c, v) for q, c, v in self._session.exec(statement).all()]
 
+    def keys_after(
+        self, task_type: str, seq: int, *, limit: int | None = None
+    ) -> list[tuple[int, str, bytes | None]]:
+        """The examples of ``task_type`` indexed after ``seq``: ``(seq, candidate id, band keys)``,
+        in order."""
+        statement = (
+            select(
+                NearDuplicateExampleRow.seq,
+                NearDuplicateExampleRow.candidate_id,
+                NearDuplicateExampleRow.band_keys,
+            )
+            .where(NearDuplicateExampleRow.task_type == task_type, col(NearDuplicateExampleRow.seq) > seq)
+            .order_by(col(NearDuplicateExampleRow.seq))
+        )
+        if limit is not None:
+            statement = statement.limit(limit)
+        return [(int(q or 0), c, k) for q, c, k in self._session.exec(statement).all()]
+
     def without_vectors(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:
         """Indexed examples with no vector ``(id, task type, inputs)`` (indexed while the semantic
         check was off)."""
@@ -154,17 +149,27 @@ class SqlNearDuplicateIndex:
 
     def set_vectors(self, vectors: Sequence[tuple[str, str, bytes]]) -> None:
         """Give indexed examples their vectors ``(id, task type, vector)``: each row is written
-        again, under a new ``seq``, so that running processes top up with it."""
+        again (its band keys kept), under a new ``seq``, so that running processes top up with it."""
         if not vectors:
             return
         ids = [c for c, _t, _v in vectors]
         connection = self._session.connection()
+        keys: dict[str, bytes | None] = dict(
+            connection.execute(
+                select(NearDuplicateExampleRow.candidate_id, NearDuplicateExampleRow.band_keys).where(
+                    col(NearDuplicateExampleRow.candidate_id).in_(ids)
+                )
+            ).all()
+        )
         connection.execute(
             delete(NearDuplicateExampleRow).where(col(NearDuplicateExampleRow.candidate_id).in_(ids))
         )
         connection.execute(
             insert(NearDuplicateExampleRow),
-            [{"candidate_id": c, "task_type": t, "embedding": v} for c, t, v in vectors],
+            [
+                {"candidate_id": c, "task_type": t, "band_keys": keys.get(c), "embedding": v}
+                for c, t, v in vectors
+            ],
         )
 
     def unindexed(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:

@@ -450,8 +450,9 @@ class RevalidationRow(SQLModel, table=True):
 class NearDuplicateExampleRow(SQLModel, table=True):
     """An example (a candidate or capture, release rows among them) in the near-duplicate index:
     written in the unit of work that stores the candidate. ``seq`` only grows, so a process tops
-    up its in-memory vectors with the rows after the last it read; ``embedding`` is the example's
-    vector (float32 bytes) for the semantic check, NULL until computed."""
+    up its in-memory band keys and vectors with the rows after the last it read; ``band_keys`` are
+    the example's MinHash LSH band keys (sorted little-endian int64 bytes) for the lexical check;
+    ``embedding`` is its vector (float16 bytes) for the semantic check, NULL until computed."""
 
     __tablename__ = "near_duplicate_example"
     __table_args__ = (Index("ix_near_duplicate_example_task_seq", "task_type", "seq"),)
@@ -459,6 +460,7 @@ class NearDuplicateExampleRow(SQLModel, table=True):
     seq: int | None = Field(default=None, primary_key=True)
     candidate_id: str = Field(foreign_key="candidate.id", unique=True, max_length=36)
     task_type: str = Field(max_length=40)
+    band_keys: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
     embedding: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
 
 

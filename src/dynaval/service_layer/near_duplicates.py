@@ -3,10 +3,12 @@ example of its task type (every round's candidates and captures, release rows am
 earlier items of its own batch), and its round's policy decides what a match leads to.
 
 The lexical rule is the one releases use (:mod:`dynaval.domain.near_duplicates`, at the round's
-threshold); the shared index in the database finds its candidates
-(:mod:`dynaval.adapters.near_duplicate_index`). Under ``reject`` a match refuses the whole request
-(409 naming ``inputs``) before anything is stored; otherwise the new examples are indexed, and their
-matches recorded (``flag`` also marks them), in the unit of work that stores them.
+threshold); the band keys of the shared index in the database
+(:mod:`dynaval.adapters.near_duplicate_index`), held in each process's memory
+(:mod:`dynaval.adapters.band_key_index`), find its candidates. Under ``reject`` a match refuses
+the whole request (409 naming ``inputs``) before anything is stored; otherwise the new examples
+are indexed, and their matches recorded (``flag`` also marks them), in the unit of work that
+stores them.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import UnitOfWork
 
 REINDEX_BATCH = 2000
+LOOKUP_LIMIT = 200
+"""At most this many earlier examples (those sharing the most band keys first) are confirmed per
+check: a pattern repeated thousands of times still costs a bounded confirmation."""
 Vector = npt.NDArray[numpy.float32]
 
 
@@ -71,6 +76,11 @@ def check_new(
     policy = round_.decision_policy
     rule = policy.lexical_rule
     fields = task_type.data_fields
+    lexical = services.band_keys
+    lexical.top_up(
+        round_.task_type,
+        uow.near_duplicates.keys_after(round_.task_type, lexical.last_seq(round_.task_type)),
+    )
     semantic = services.vectors
     threshold = policy.near_duplicate_semantic or SEMANTIC_THRESHOLD
     vectors: list[npt.NDArray[numpy.float32] | None] = [None] * len(new)
@@ -89,9 +99,9 @@ def check_new(
     for (candidate, where), vector in zip(new, vectors, strict=True):
         shingles = field_shingles(candidate.inputs, fields)
         keys = band_keys(shingles)
-        earlier = [
-            (e, field_shingles(e.inputs, fields)) for e in uow.near_duplicates.lookup(round_.task_type, keys)
-        ]
+        found_ids = lexical.lookup(round_.task_type, keys, limit=LOOKUP_LIMIT)
+        stored = uow.near_duplicates.examples(found_ids)
+        earlier = [(stored[i], field_shingles(stored[i].inputs, fields)) for i in found_ids if i in stored]
         matches = lexical_matches(shingles, earlier + [(e, s) for e, s, _v in in_batch], rule)
         if semantic is not None and vector is not None:
             found = _semantic_matches(

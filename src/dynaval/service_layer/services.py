@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dynaval import __version__
+from dynaval.adapters.band_key_index import BandKeyIndex
 from dynaval.adapters.database import Database
 from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.label_studio import LabelStudioGateway
@@ -103,6 +104,9 @@ class Services:
     """The huey instance behind ``work`` (the composition root sets both), or None."""
     writer_links: WriterAnnotatorLinks | None = None
     """Writers' Label Studio users (the composition root sets it): their own votes never count."""
+    band_keys: BandKeyIndex = field(default_factory=BandKeyIndex)
+    """The lexical near-duplicate check's band keys held in memory (topped up from the database
+    before each check)."""
     vectors: SemanticVectors | None = None
     """The semantic near-duplicate check's encoder and in-memory vectors (the composition root sets
     it when ``DYNAVAL_NEAR_DUPLICATE_SEMANTIC`` is on); ``None``: the lexical check alone."""

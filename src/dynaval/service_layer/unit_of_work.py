@@ -499,8 +499,9 @@ class RevalidationRepository(Protocol):
 
 
 class NearDuplicateIndex(Protocol):
-    """The shared near-duplicate index at submission (every example's MinHash LSH band keys) and
-    what each check found; see docs/near_duplicates.md."""
+    """The shared near-duplicate index at submission (every example's MinHash LSH band keys and
+    vector, which each process holds in memory) and what each check found; see
+    docs/near_duplicates.md."""
 
     def serialize_checks(self, task_type: str) -> None:
         """Hold, until this unit of work ends, the right to check and index new examples of
@@ -530,17 +531,19 @@ class NearDuplicateIndex(Protocol):
         ``(seq, candidate id, vector)``, in order."""
         ...
 
+    def keys_after(
+        self, task_type: str, seq: int, *, limit: int | None = None
+    ) -> list[tuple[int, str, bytes | None]]:
+        """The examples of ``task_type`` indexed after ``seq``: ``(seq, candidate id, band keys as
+        stored by :func:`~dynaval.adapters.band_key_index.keys_to_bytes`)``, in order."""
+        ...
+
     def without_vectors(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:
         """Indexed examples with no vector: ``(id, task type, inputs)``."""
         ...
 
     def set_vectors(self, vectors: Sequence[tuple[str, str, bytes]]) -> None:
         """Give indexed examples their vectors ``(id, task type, vector)``, under a new ``seq``."""
-        ...
-
-    def lookup(self, task_type: str, keys: Collection[int], *, limit: int = ...) -> list[EarlierExample]:
-        """The indexed examples of ``task_type`` sharing a band key with ``keys``, those sharing
-        the most first, at most ``limit``."""
         ...
 
     def unindexed(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:

@@ -1,0 +1,65 @@
+"""near-duplicates at submission: each indexed example's band keys beside its vector, so that every
+process can hold them in memory (read in one pass, topped up by ``seq``)
+
+The keys of the examples indexed before this revision are copied from ``near_duplicate_key``.
+
+Revision ID: 0018
+Revises: 0017
+Create Date: 2026-12-05 01:30:00
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0018"
+down_revision = "0017"
+branch_labels = None
+depends_on = None
+
+BATCH = 5000
+
+
+def upgrade() -> None:
+    op.add_column("near_duplicate_example", sa.Column("band_keys", sa.LargeBinary(), nullable=True))
+    connection = op.get_bind()
+    keys = sa.table(
+        "near_duplicate_key", sa.column("band_key", sa.BigInteger()), sa.column("candidate_id", sa.String())
+    )
+    examples = sa.table(
+        "near_duplicate_example",
+        sa.column("candidate_id", sa.String()),
+        sa.column("band_keys", sa.LargeBinary()),
+    )
+    rows = connection.execute(
+        sa.select(keys.c.candidate_id, keys.c.band_key).order_by(keys.c.candidate_id, keys.c.band_key)
+    ).all()
+    grouped: dict[str, list[int]] = {}
+    for candidate_id, band_key in rows:
+        grouped.setdefault(candidate_id, []).append(int(band_key))
+    update = (
+        sa.update(examples)
+        .where(examples.c.candidate_id == sa.bindparam("example_id"))
+        .values(band_keys=sa.bindparam("stored_keys"))
+    )
+    items = list(grouped.items())
+    for start in range(0, len(items), BATCH):
+        connection.execute(
+            update,
+            [
+                {"example_id": candidate_id, "stored_keys": _stored(band_keys)}
+                for candidate_id, band_keys in items[start : start + BATCH]
+            ],
+        )
+
+
+def _stored(band_keys: list[int]) -> bytes:
+    """As :func:`dynaval.adapters.band_key_index.keys_to_bytes` stores them (kept here as it was
+    at this revision): sorted, distinct, little-endian int64."""
+    return b"".join(key.to_bytes(8, "little", signed=True) for key in sorted(set(band_keys)))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("near_duplicate_example") as batch:
+        batch.drop_column("band_keys")
