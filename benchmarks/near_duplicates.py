@@ -2,11 +2,11 @@
 submission, the process's memory, and the time to rebuild the index from the database.
 
 ``--examples`` earlier sentiment examples (1,000,000 by default) are seeded in bulk into a SQLite
-file (raw ``executemany`` in one transaction): one candidate row each, its row in
-``near_duplicate_example`` with a stored vector, and its 32 MinHash LSH band keys in
-``near_duplicate_key``, computed by the same :func:`~dynaval.adapters.minhash_index.band_keys` the
-service uses. The texts are synthetic review sentences (10 to 20 words from a few hundred words of
-vocabulary, so many share function-word bigrams, as real reviews do). Encoding a million texts with
+file (raw ``executemany`` in one transaction): one candidate row each, and its row in
+``near_duplicate_example`` with its 32 MinHash LSH band keys, computed by the same
+:func:`~dynaval.adapters.minhash_index.band_keys` the service uses, and a stored vector. The texts
+are synthetic review sentences (10 to 20 words from a few hundred words of vocabulary, so many
+share function-word bigrams, as real reviews do). Encoding a million texts with
 MiniLM on two CPU cores takes hours, so the stored vectors of the seeded examples are random unit
 vectors, except for the ``--checks / 2`` sentences the probes repeat, which get their real MiniLM
 vectors: the exact search's cost does not depend on the values, and the planted pairs are found.
@@ -165,11 +165,7 @@ def seed(database: Database, examples: int, planted: list[str], rng: random.Rand
     raw = database.engine.raw_connection()
     try:
         cursor = raw.cursor()
-        # A million examples' 32 band keys are 32 million rows of a B-tree in random key order:
-        # inserted chunk by chunk, each chunk would rewrite most of the tree. So they are staged in
-        # a heap table and inserted once, in key order, at the end; all in one transaction.
         cursor.execute("PRAGMA cache_size = -1048576")  # 1 GiB
-        cursor.execute("CREATE TEMP TABLE staged_key (band_key INTEGER, candidate_id TEXT)")
         cursor.execute("BEGIN")
         cursor.execute(
             "INSERT INTO round (name, task_type, state, model_dir, model_name, model_hash, labels, "
@@ -209,20 +205,10 @@ def seed(database: Database, examples: int, planted: list[str], rng: random.Rand
                 ],
             )
             seq += size
-            cursor.executemany(
-                "INSERT INTO staged_key (band_key, candidate_id) VALUES (?, ?)",
-                [(key, cid) for cid, its_keys in zip(ids, keys, strict=True) for key in its_keys],
-            )
             if (start // chunk) % 10 == 0:
                 done = start + size
                 print(f"  seeded {done:,} in {time.perf_counter() - started:.0f} s", flush=True)
-        cursor.execute(
-            "INSERT OR IGNORE INTO near_duplicate_key (task_type, band_key, candidate_id) "
-            "SELECT 'sentiment', band_key, candidate_id FROM staged_key ORDER BY band_key, candidate_id"
-        )
-        cursor.execute("DROP TABLE staged_key")
         cursor.execute("COMMIT")
-        print(f"  band keys in place after {time.perf_counter() - started:.0f} s", flush=True)
     finally:
         raw.close()
     return round_id
@@ -353,9 +339,6 @@ def main() -> None:
                 marks = ",".join("?" * len(ids[start : start + 500]))
                 part = tuple(ids[start : start + 500])
                 connection.exec_driver_sql(
-                    f"DELETE FROM near_duplicate_key WHERE candidate_id IN ({marks})", part
-                )
-                connection.exec_driver_sql(
                     f"DELETE FROM near_duplicate_example WHERE candidate_id IN ({marks})", part
                 )
         for label, services in (("band keys only", lexical_only), ("band keys and MiniLM vectors", both)):
@@ -372,9 +355,6 @@ def main() -> None:
                     for start in range(0, len(ids), 500):
                         marks = ",".join("?" * len(ids[start : start + 500]))
                         part = tuple(ids[start : start + 500])
-                        connection.exec_driver_sql(
-                            f"DELETE FROM near_duplicate_key WHERE candidate_id IN ({marks})", part
-                        )
                         connection.exec_driver_sql(
                             f"DELETE FROM near_duplicate_example WHERE candidate_id IN ({marks})", part
                         )

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from flask import Flask
-from sqlalchemy import delete
+from sqlalchemy import update
 from sqlmodel import col
 
 from dynaval.adapters.minhash_index import band_keys
-from dynaval.adapters.orm import NearDuplicateKeyRow
+from dynaval.adapters.orm import NearDuplicateExampleRow
 from dynaval.domain.near_duplicates import field_shingles, is_near_duplicate
 from dynaval.domain.round_health import HealthCandidate, RoundHealth, round_health
 from dynaval.entrypoints.app import shutdown
@@ -106,6 +106,8 @@ def test_indexed_candidates_are_paired_by_their_stored_keys(services: Services, 
     assert services.database is not None
     with services.database.engine.begin() as connection:
         connection.execute(
-            delete(NearDuplicateKeyRow).where(col(NearDuplicateKeyRow.candidate_id).in_(rounds.trick_ids))
+            update(NearDuplicateExampleRow)
+            .where(col(NearDuplicateExampleRow.candidate_id).in_(rounds.trick_ids))
+            .values(band_keys=None)
         )
     assert compute_round_health(services, rounds.second).clusters == []

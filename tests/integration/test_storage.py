@@ -276,7 +276,8 @@ def test_a_long_read_does_not_hold_up_a_writer(database: Database) -> None:
 
 def test_the_band_keys_of_examples_indexed_before_0018_are_copied_beside_them(database_url: str) -> None:
     """0018 gives every example indexed earlier its band keys from ``near_duplicate_key``, sorted,
-    as the in-memory index reads them; an example without keys keeps none."""
+    as the in-memory index reads them (an example without keys keeps none), and drops the key
+    rows; a downgrade makes them again from the copies."""
     from alembic import command
     from sqlalchemy import text
 
@@ -327,5 +328,14 @@ def test_the_band_keys_of_examples_indexed_before_0018_are_copied_beside_them(da
         assert keys_from_bytes(stored[keyed]).tolist() == [-5, 7, 2**62]
         assert keys_from_bytes(stored[other]).tolist() == [7]
         assert stored[keyless] is None
+        assert "near_duplicate_key" not in inspect(db.engine).get_table_names()
+        with db.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.downgrade(config, "0017")
+        with db.engine.connect() as connection:
+            key_rows = connection.execute(
+                text("SELECT candidate_id, band_key FROM near_duplicate_key ORDER BY band_key")
+            ).all()
+        assert [tuple(row) for row in key_rows] == [(keyed, -5), (keyed, 7), (other, 7), (keyed, 2**62)]
     finally:
         db.dispose()

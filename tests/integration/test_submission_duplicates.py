@@ -91,6 +91,24 @@ def test_the_index_is_written_with_the_candidates_and_seen_by_another_process(
     assert near_duplicates.findings(services, [edit], "desk") == [[{"similarity": 0.75, "kind": "lexical"}]]
 
 
+def test_a_process_reads_the_stored_band_keys_a_page_at_a_time(
+    services: Services, second: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first check of a process reads every stored example's keys in pages; none is missed at a
+    page's edge, the first page's included."""
+    monkeypatch.setattr(near_duplicates, "TOP_UP_PAGE", 2)
+    round_id = capture_round(services, near_duplicates="flag")
+    texts = [f"{UNRELATED} number {n}" for n in ("one", "two", "three", "four")]
+    ids = report(services, round_id, [VARIANTS[0], *texts])
+    (edit,) = report(second, round_id, [VARIANTS[1]])
+    (late,) = report(second, round_id, [f"{texts[3]} again"])
+    assert second.band_keys.size("sentiment") == 6
+    with second.uow(read_only=True) as uow:
+        checks = uow.near_duplicates.checks_of([edit, late])
+    assert [m.id for m in checks[edit].matches] == [ids[0]]
+    assert ids[4] in [m.id for m in checks[late].matches]
+
+
 def test_the_dashboard_reads_the_first_flagged_candidates_and_counts_them_all(services: Services) -> None:
     """The panel's list is cut in the database (the earliest first) and its total counted there."""
     flag_round = capture_round(services, near_duplicates="flag")
@@ -130,7 +148,6 @@ def test_the_index_survives_a_restart_and_is_rebuilt_when_missing(
         # The index lost (as after restoring an older backup): rebuilt from the stored candidates.
         assert restarted.database is not None
         with restarted.database.engine.begin() as connection:
-            connection.execute(text("DELETE FROM near_duplicate_key"))
             connection.execute(text("DELETE FROM near_duplicate_example"))
         assert near_duplicates.reindex(restarted, batch=2) == 3
         cli_environment(restarted, monkeypatch)  # the command, as an operator runs it after a restore

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -559,18 +558,11 @@ class FakeNearDuplicateIndex:
             if c in self.store.candidates and self.store.candidates[c].round_id == round_id
         }
 
-    def round_band_keys(self, round_id: int, task_type: str, *, shared_only: bool) -> list[tuple[int, str]]:
-        rows = [
-            (key, c)
+    def round_band_keys(self, round_id: int) -> dict[str, bytes | None]:
+        return {
+            c: keys_to_bytes(self.store.near_duplicate_examples[c][1])
             for c in sorted(self.indexed_in_round(round_id))
-            if self.store.near_duplicate_examples[c][0] == task_type
-            for key in sorted(self.store.near_duplicate_examples[c][1])
-        ]
-        if not shared_only:
-            return rows
-        examples = self.store.near_duplicate_examples.values()
-        counts = Counter(key for task, keys in examples if task == task_type for key in keys)
-        return [(key, c) for key, c in rows if counts[key] > 1]
+        }
 
 
 class FakeUnitOfWork:

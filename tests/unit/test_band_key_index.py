@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from dynaval.adapters.band_key_index import BandKeyIndex, keys_from_bytes, keys_to_bytes
+from dynaval.adapters.band_key_index import BandKeyIndex, keys_from_bytes, keys_to_bytes, shared_keys
 
 
 def test_keys_are_stored_sorted_and_distinct_and_read_back() -> None:
@@ -15,6 +15,14 @@ def test_keys_are_stored_sorted_and_distinct_and_read_back() -> None:
     assert keys_from_bytes(keys_to_bytes(keys)).tolist() == [-(2**63), -1, 5, 2**63 - 1]
     assert keys_from_bytes(keys_to_bytes([])).tolist() == []
     assert keys_from_bytes(None).tolist() == []
+
+
+def test_only_keys_two_examples_hold_can_pair_them() -> None:
+    held = [("a", [1, 2]), ("b", [2, 3]), ("c", [3]), ("d", []), ("e", [9])]
+    found = shared_keys((c, keys_from_bytes(keys_to_bytes(k))) for c, k in held)
+    assert found == [(2, "a"), (2, "b"), (3, "b"), (3, "c")]
+    assert shared_keys([]) == []
+    assert shared_keys([("d", keys_from_bytes(None))]) == []
 
 
 def test_the_examples_sharing_most_keys_come_first_then_the_earliest() -> None:

@@ -68,19 +68,22 @@ class _TaskKeys:
         self.runs: list[_Run] = []
         self.last_seq = 0
 
-    def add(self, examples: list[tuple[str, Int64s]]) -> None:
+    def add(self, examples: list[tuple[str, bytes]]) -> None:
+        """Hold new examples ``(id, stored keys)``: their keys become a run, merged as needed."""
         first = len(self.ids)
-        for candidate_id, _keys in examples:
-            self.ids.append(candidate_id)
-            self.known.add(candidate_id)
-        counts = numpy.fromiter((len(k) for _c, k in examples), dtype=numpy.int64, count=len(examples))
+        self.ids.extend(candidate_id for candidate_id, _data in examples)
+        counts = numpy.fromiter(
+            (len(data) // KEY_DTYPE.itemsize for _c, data in examples), dtype=numpy.int64, count=len(examples)
+        )
         if not counts.sum():
             return
-        keys = numpy.concatenate([k for _c, k in examples])
+        keys = numpy.frombuffer(b"".join(data for _c, data in examples), dtype=KEY_DTYPE).astype(numpy.int64)
         owners = numpy.repeat(numpy.arange(first, first + len(examples), dtype=numpy.int32), counts)
         self.runs.append(_Run(keys, owners))
         while len(self.runs) > 1 and 2 * len(self.runs[-1]) >= len(self.runs[-2]):
             newer, older = self.runs.pop(), self.runs.pop()
+            # Two sorted runs, one after the other: the stable sort (a merge sort that finds runs)
+            # merges them in about linear time.
             self.runs.append(
                 _Run(
                     numpy.concatenate([older.keys, newer.keys]),
@@ -110,7 +113,7 @@ class BandKeyIndex:
         example held already (its row written again, under a new ``seq``) is passed over."""
         with self._lock:
             held = self._keys(task_type)
-            new: list[tuple[str, Int64s]] = []
+            new: list[tuple[str, bytes]] = []
             for seq, candidate_id, data in rows:
                 if seq <= held.last_seq:
                     continue
@@ -118,7 +121,7 @@ class BandKeyIndex:
                 if candidate_id in held.known:
                     continue
                 held.known.add(candidate_id)
-                new.append((candidate_id, keys_from_bytes(data)))
+                new.append((candidate_id, data or b""))
             if new:
                 held.add(new)
 
@@ -147,3 +150,21 @@ class BandKeyIndex:
         """Drop every key held in memory (the next check reloads them from the database)."""
         with self._lock:
             self._tasks.clear()
+
+
+def shared_keys(examples: Iterable[tuple[str, Int64s]]) -> list[tuple[int, str]]:
+    """``(band key, example id)`` of the keys that two of ``examples`` or more hold (each example's
+    keys distinct, as :func:`keys_to_bytes` stores them): the only keys that can pair two of them."""
+    ids: list[str] = []
+    arrays: list[Int64s] = []
+    for example_id, keys in examples:
+        ids.append(example_id)
+        arrays.append(keys)
+    if not ids:
+        return []
+    counts = numpy.fromiter((len(k) for k in arrays), dtype=numpy.int64, count=len(arrays))
+    keys = numpy.concatenate(arrays) if counts.sum() else numpy.zeros(0, dtype=numpy.int64)
+    owners = numpy.repeat(numpy.arange(len(ids)), counts)
+    _distinct, inverse, held = numpy.unique(keys, return_inverse=True, return_counts=True)
+    kept = held[inverse] > 1
+    return [(key, ids[owner]) for key, owner in zip(keys[kept].tolist(), owners[kept].tolist(), strict=True)]

@@ -4,9 +4,8 @@ Every example (candidate or capture) has a row in ``near_duplicate_example``, wi
 band keys (:func:`dynaval.adapters.minhash_index.band_keys`) and its vector, written in the unit of
 work that stores it: every process sees them at once, and they survive restarts. A process holds
 them in memory (:mod:`dynaval.adapters.band_key_index`, :mod:`dynaval.adapters.semantic_index`),
-topped up by ``seq`` before each check. The keys are also kept one row each in
-``near_duplicate_key``, which the round's Health reads for its repeated patterns. What a check found
-for a candidate is kept in ``near_duplicate_check``.
+topped up by ``seq`` before each check; the round's Health reads the same keys for its repeated
+patterns. What a check found for a candidate is kept in ``near_duplicate_check``.
 
 Checks of one task type are serialised (:meth:`SqlNearDuplicateIndex.serialize_checks`): a check
 reads only committed examples, so two submissions of one trick checked at the same moment would
@@ -28,7 +27,6 @@ from dynaval.adapters.orm import (
     CandidateRow,
     NearDuplicateCheckRow,
     NearDuplicateExampleRow,
-    NearDuplicateKeyRow,
     RoundRow,
 )
 from dynaval.domain.near_duplicates import EarlierExample, NearDuplicateCheck, NearDuplicateMatch
@@ -64,10 +62,6 @@ class SqlNearDuplicateIndex:
                 embedding=vector,
             )
         )
-        self._session.add_all(
-            NearDuplicateKeyRow(task_type=task_type, band_key=key, candidate_id=candidate_id)
-            for key in sorted(set(keys))
-        )
 
     def add_many(self, examples: Sequence[tuple[str, str, Collection[int], bytes | None]]) -> None:
         """Index stored candidates in bulk ``(candidate id, task type, keys, vector)`` (the rebuild)."""
@@ -81,13 +75,6 @@ class SqlNearDuplicateIndex:
                 for c, t, keys, v in examples
             ],
         )
-        rows = [
-            {"task_type": t, "band_key": key, "candidate_id": c}
-            for c, t, keys, _v in examples
-            for key in sorted(set(keys))
-        ]
-        if rows:
-            connection.execute(insert(NearDuplicateKeyRow), rows)
 
     def examples(self, candidate_ids: Collection[str]) -> dict[str, EarlierExample]:
         """The stored examples with these ids (a semantic match names only the id)."""
@@ -220,25 +207,14 @@ class SqlNearDuplicateIndex:
             ).all()
         )
 
-    def round_band_keys(self, round_id: int, task_type: str, *, shared_only: bool) -> list[tuple[int, str]]:
-        """``(band key, candidate id)`` of the round's indexed candidates; ``shared_only``: only the
-        keys that two examples of the task type or more share (among them every key that can pair
-        two of the round's candidates). Those keys are found on the key table's primary key alone,
-        so only their rows are joined with the round's candidates (not every key of the round)."""
-        statement = (
-            select(NearDuplicateKeyRow.band_key, NearDuplicateKeyRow.candidate_id)
-            .join(CandidateRow, col(CandidateRow.id) == col(NearDuplicateKeyRow.candidate_id))
-            .where(NearDuplicateKeyRow.task_type == task_type, CandidateRow.round_id == round_id)
-        )
-        if shared_only:
-            shared = (
-                select(NearDuplicateKeyRow.band_key)
-                .where(NearDuplicateKeyRow.task_type == task_type)
-                .group_by(col(NearDuplicateKeyRow.band_key))
-                .having(func.count() > 1)
-            )
-            statement = statement.where(col(NearDuplicateKeyRow.band_key).in_(shared.scalar_subquery()))
-        return [(int(key), c) for key, c in self._session.exec(statement).all()]
+    def round_band_keys(self, round_id: int) -> dict[str, bytes | None]:
+        """The stored band keys of the round's indexed candidates, by candidate id."""
+        rows = self._session.exec(
+            select(NearDuplicateExampleRow.candidate_id, NearDuplicateExampleRow.band_keys)
+            .join(CandidateRow, col(CandidateRow.id) == col(NearDuplicateExampleRow.candidate_id))
+            .where(CandidateRow.round_id == round_id)
+        ).all()
+        return dict(rows)
 
     def flagged(self, round_id: int, *, limit: int | None = None) -> list[str]:
         """The ids of the round's flagged candidates, the earliest submitted first (the first

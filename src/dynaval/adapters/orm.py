@@ -464,18 +464,6 @@ class NearDuplicateExampleRow(SQLModel, table=True):
     embedding: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
 
 
-class NearDuplicateKeyRow(SQLModel, table=True):
-    """One MinHash LSH band of an example: two examples sharing a band key of their task type are
-    candidate near-duplicates, which the exact rule then confirms. The primary key is the lookup's
-    index: a lexical check is one indexed query."""
-
-    __tablename__ = "near_duplicate_key"
-
-    task_type: str = Field(primary_key=True, max_length=40)
-    band_key: int = Field(primary_key=True, sa_type=BigInteger, sa_column_kwargs={"autoincrement": False})
-    candidate_id: str = Field(primary_key=True, foreign_key="candidate.id", max_length=36)
-
-
 class NearDuplicateCheckRow(SQLModel, table=True):
     """What the check at submission found for a candidate that has near-duplicates (the matches,
     at most five, with the earlier examples' submitters), and whether its round's policy flagged it."""

@@ -20,6 +20,7 @@ from typing import Any
 import numpy
 import numpy.typing as npt
 
+from dynaval.adapters.band_key_index import BandKeyIndex
 from dynaval.adapters.minhash_index import band_keys
 from dynaval.adapters.semantic_index import SemanticVectors, to_bytes
 from dynaval.domain.candidate import Candidate
@@ -41,6 +42,8 @@ from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import UnitOfWork
 
 REINDEX_BATCH = 2000
+TOP_UP_PAGE = 50_000
+"""Stored examples' band keys read per query when a process tops its in-memory keys up."""
 LOOKUP_LIMIT = 200
 """At most this many earlier examples (those sharing the most band keys first) are confirmed per
 check: a pattern repeated thousands of times still costs a bounded confirmation."""
@@ -77,10 +80,7 @@ def check_new(
     rule = policy.lexical_rule
     fields = task_type.data_fields
     lexical = services.band_keys
-    lexical.top_up(
-        round_.task_type,
-        uow.near_duplicates.keys_after(round_.task_type, lexical.last_seq(round_.task_type)),
-    )
+    _top_up_band_keys(lexical, uow, round_.task_type)
     semantic = services.vectors
     threshold = policy.near_duplicate_semantic or SEMANTIC_THRESHOLD
     vectors: list[npt.NDArray[numpy.float32] | None] = [None] * len(new)
@@ -119,6 +119,16 @@ def check_new(
             )
         )
     return checked
+
+
+def _top_up_band_keys(lexical: BandKeyIndex, uow: UnitOfWork, task: str) -> None:
+    """Add the task type's examples stored since the last this process read, a page at a time (the
+    first check of a process reads them all)."""
+    while True:
+        rows = uow.near_duplicates.keys_after(task, lexical.last_seq(task), limit=TOP_UP_PAGE)
+        lexical.top_up(task, rows)
+        if len(rows) < TOP_UP_PAGE:
+            return
 
 
 def encode_new(services: Services, task_type: TaskType, new: Sequence[Candidate]) -> list[Vector | None]:

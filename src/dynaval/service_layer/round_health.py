@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from dynaval.adapters.band_key_index import Int64s, keys_from_bytes, keys_to_bytes, shared_keys
 from dynaval.adapters.minhash_index import MinHashIndex, band_keys, connecting_pairs, keys_serve
 from dynaval.domain.metrics import round_counts
 from dynaval.domain.near_duplicates import NearDuplicateRule, field_shingles
@@ -75,16 +76,7 @@ def compute_round_health(services: Services, round_id: int) -> RoundHealth:
         round_ = uow.rounds.get(round_id)
         written = uow.round_queries.written_candidates(round_id)
         rule = round_.decision_policy.lexical_rule
-        stored: list[tuple[int, str]] | None = None
-        indexed: set[str] = set()
-        if keys_serve(rule):
-            indexed = uow.near_duplicates.indexed_in_round(round_id)
-            every_indexed = all(c.id in indexed for c in written)
-            # With every candidate indexed only the shared keys can pair two of them; otherwise the
-            # computed keys of the others are matched against all the stored ones.
-            stored = uow.near_duplicates.round_band_keys(
-                round_id, round_.task_type, shared_only=every_indexed
-            )
+        stored = uow.near_duplicates.round_band_keys(round_id) if keys_serve(rule) else None
     fields = list(services.catalog.get(round_.task_type).data_fields)
     secret = services.settings.pseudonym_secret
     writers: dict[tuple[str, str | None], str] = {}
@@ -98,14 +90,17 @@ def compute_round_health(services: Services, round_id: int) -> RoundHealth:
     inputs = {c.id: c.inputs for c in written}
     if stored is None:
         return figures_of(found, fields, _computed_pairs(inputs, fields, rule))
-    keyed = [(k, c) for k, c in stored if c in inputs] + [
-        (k, c)
+    keyed = shared_keys(
+        (c, keys_from_bytes(stored[c]) if c in stored else _computed_keys(its_inputs, fields))
         for c, its_inputs in inputs.items()
-        if c not in indexed
-        for k in band_keys(field_shingles(its_inputs, fields))
-    ]
+    )
     pairs = connecting_pairs(keyed, lambda c: field_shingles(inputs[c], fields, rule.shingle), rule)
     return figures_of(found, fields, pairs)
+
+
+def _computed_keys(inputs: Mapping[str, str], fields: Sequence[str]) -> Int64s:
+    """The band keys of a candidate the index does not hold yet, as the check would store them."""
+    return keys_from_bytes(keys_to_bytes(band_keys(field_shingles(inputs, fields))))
 
 
 def _computed_pairs(

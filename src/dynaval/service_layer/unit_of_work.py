@@ -573,10 +573,8 @@ class NearDuplicateIndex(Protocol):
         """The ids of the round's candidates that the index holds."""
         ...
 
-    def round_band_keys(self, round_id: int, task_type: str, *, shared_only: bool) -> list[tuple[int, str]]:
-        """``(band key, candidate id)`` of the round's indexed candidates; ``shared_only``: only the
-        keys that two examples of the task type or more share (among them every key that can pair
-        two of the round's candidates)."""
+    def round_band_keys(self, round_id: int) -> dict[str, bytes | None]:
+        """The stored band keys of the round's indexed candidates, by candidate id."""
         ...
 
 
