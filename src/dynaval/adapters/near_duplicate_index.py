@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Collection, Sequence
+from typing import Any
 
-from sqlalchemy import delete, func, insert, text
+from sqlalchemy import bindparam, delete, func, insert, text
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from dynaval.adapters.band_key_index import keys_to_bytes
@@ -80,12 +82,14 @@ class SqlNearDuplicateIndex:
         """The stored examples with these ids (a semantic match names only the id)."""
         if not candidate_ids:
             return {}
-        rows = self._session.exec(
-            select(
-                CandidateRow.id, CandidateRow.round_id, CandidateRow.inputs, CandidateRow.submitted_by
-            ).where(col(CandidateRow.id).in_(list(candidate_ids)))
-        ).all()
-        return {i: EarlierExample(i, r, dict(inputs), by) for i, r, inputs, by in rows}
+        # Up to 200 rows on every check: a Core statement on the session's connection, which skips
+        # the ORM's loading (a fifth of this read's time).
+        table: Any = CandidateRow.__table__  # type: ignore[attr-defined]
+        statement = sa_select(table.c.id, table.c.round_id, table.c.inputs, table.c.submitted_by).where(
+            table.c.id.in_(bindparam("ids", expanding=True))
+        )
+        rows = self._session.connection().execute(statement, {"ids": list(candidate_ids)}).all()
+        return {i: EarlierExample(i, r, inputs, by) for i, r, inputs, by in rows}
 
     def vectors_after(
         self, task_type: str, seq: int, *, limit: int | None = None
