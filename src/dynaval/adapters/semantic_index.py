@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy
@@ -54,6 +55,7 @@ class SemanticVectors:
         self._encoder = encoder or shared_encoder()
         self._lock = threading.Lock()
         self._tasks: dict[tuple[str, int], _TaskVectors] = {}
+        self._searcher: ThreadPoolExecutor | None = None
 
     def encode(
         self, examples: Sequence[Mapping[str, str]], fields: Sequence[str]
@@ -110,6 +112,24 @@ class SemanticVectors:
                     confirmed.append((key, round(value, 4)))
         confirmed.sort(key=lambda hit: (-hit[1], hit[0]))
         return confirmed[:limit]
+
+    def matches_soon(
+        self, task_type: str, fields: int, vector: npt.NDArray[numpy.float32], *, threshold: float, limit: int
+    ) -> Future[list[tuple[str, float]]]:
+        """:meth:`matches`, run on a thread of its own: the search (faiss, which lets go of the GIL)
+        proceeds while the caller does the lexical half of the check."""
+        with self._lock:
+            if self._searcher is None:
+                self._searcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="semantic-search")
+            searcher = self._searcher
+        return searcher.submit(self.matches, task_type, fields, vector, threshold=threshold, limit=limit)
+
+    def close(self) -> None:
+        """Stop the search thread (a later search starts another)."""
+        with self._lock:
+            searcher, self._searcher = self._searcher, None
+        if searcher is not None:
+            searcher.shutdown(wait=True)
 
     def size(self, task_type: str, fields: int) -> int:
         with self._lock:

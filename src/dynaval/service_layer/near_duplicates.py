@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from dynaval.adapters.band_key_index import BandKeyIndex
 from dynaval.adapters.minhash_index import band_keys
-from dynaval.adapters.semantic_index import SemanticVectors, to_bytes
+from dynaval.adapters.semantic_index import to_bytes
 from dynaval.domain.candidate import Candidate
 from dynaval.domain.errors import NearDuplicateRefused
 from dynaval.domain.near_duplicates import (
@@ -97,16 +97,22 @@ def check_new(
     in_batch: list[tuple[EarlierExample, FieldShingles, npt.NDArray[numpy.float32] | None]] = []
     checked = []
     for (candidate, where), vector in zip(new, vectors, strict=True):
+        # The vector search runs on its own thread while the lexical half runs here.
+        searching = (
+            semantic.matches_soon(
+                round_.task_type, len(fields), vector, threshold=threshold, limit=MAX_REPORTED
+            )
+            if semantic is not None and vector is not None
+            else None
+        )
         shingles = field_shingles(candidate.inputs, fields)
         keys = band_keys(shingles)
         found_ids = lexical.lookup(round_.task_type, keys, limit=LOOKUP_LIMIT)
         stored = uow.near_duplicates.examples(found_ids)
         earlier = [(stored[i], field_shingles(stored[i].inputs, fields)) for i in found_ids if i in stored]
         matches = lexical_matches(shingles, earlier + [(e, s) for e, s, _v in in_batch], rule)
-        if semantic is not None and vector is not None:
-            found = _semantic_matches(
-                semantic, uow, round_.task_type, len(fields), vector, threshold, in_batch
-            )
+        if searching is not None and vector is not None:
+            found = _semantic_matches(searching.result(), uow, len(fields), vector, threshold, in_batch)
             matches = best(matches + found)
         if matches and policy.near_duplicates == "reject":
             raise _refused(candidate, matches, field=f"{where}.inputs" if where else "inputs")
@@ -140,17 +146,15 @@ def encode_new(services: Services, task_type: TaskType, new: Sequence[Candidate]
 
 
 def _semantic_matches(
-    semantic: SemanticVectors,
+    hits: Sequence[tuple[str, float]],
     uow: UnitOfWork,
-    task: str,
     fields: int,
     vector: npt.NDArray[numpy.float32],
     threshold: float,
     in_batch: Sequence[tuple[EarlierExample, FieldShingles, npt.NDArray[numpy.float32] | None]],
 ) -> list[NearDuplicateMatch]:
-    """The stored examples (and the batch's earlier items) whose every field's cosine with
-    ``vector`` reaches ``threshold``."""
-    hits = semantic.matches(task, fields, vector, threshold=threshold, limit=MAX_REPORTED)
+    """The stored examples the vector search found (``hits``: id and smallest field cosine) and the
+    batch's earlier items whose every field's cosine with ``vector`` reaches ``threshold``."""
     found = uow.near_duplicates.examples([key for key, _ in hits])
     matches = [
         NearDuplicateMatch(key, found[key].round_id, value, "semantic", found[key].submitted_by)

@@ -124,5 +124,7 @@ class Services:
 
     def close(self) -> None:
         self.models.close()
+        if self.vectors is not None:
+            self.vectors.close()
         if self.database is not None:
             self.database.dispose()
