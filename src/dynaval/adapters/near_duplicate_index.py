@@ -95,36 +95,27 @@ class SqlNearDuplicateIndex:
         self, task_type: str, seq: int, *, limit: int | None = None
     ) -> list[tuple[int, str, bytes | None]]:
         """The examples of ``task_type`` indexed after ``seq``: ``(seq, candidate id, vector)``, in order."""
-        statement = (
-            select(
-                NearDuplicateExampleRow.seq,
-                NearDuplicateExampleRow.candidate_id,
-                NearDuplicateExampleRow.embedding,
-            )
-            .where(NearDuplicateExampleRow.task_type == task_type, col(NearDuplicateExampleRow.seq) > seq)
-            .order_by(col(NearDuplicateExampleRow.seq))
-        )
-        if limit is not None:
-            statement = statement.limit(limit)
-        return [(int(q or 0), c, v) for q, c, v in self._session.exec(statement).all()]
+        return self._after(task_type, seq, NearDuplicateExampleRow.embedding, limit)
 
     def keys_after(
         self, task_type: str, seq: int, *, limit: int | None = None
     ) -> list[tuple[int, str, bytes | None]]:
         """The examples of ``task_type`` indexed after ``seq``: ``(seq, candidate id, band keys)``,
         in order."""
+        return self._after(task_type, seq, NearDuplicateExampleRow.band_keys, limit)
+
+    def _after(
+        self, task_type: str, seq: int, stored: bytes | None, limit: int | None
+    ) -> list[tuple[int, str, bytes | None]]:
+        """``(seq, candidate id, the stored column)`` of the task type's rows after ``seq``, in order."""
         statement = (
-            select(
-                NearDuplicateExampleRow.seq,
-                NearDuplicateExampleRow.candidate_id,
-                NearDuplicateExampleRow.band_keys,
-            )
+            select(NearDuplicateExampleRow.seq, NearDuplicateExampleRow.candidate_id, stored)
             .where(NearDuplicateExampleRow.task_type == task_type, col(NearDuplicateExampleRow.seq) > seq)
             .order_by(col(NearDuplicateExampleRow.seq))
         )
         if limit is not None:
             statement = statement.limit(limit)
-        return [(int(q or 0), c, k) for q, c, k in self._session.exec(statement).all()]
+        return [(int(q or 0), c, v) for q, c, v in self._session.exec(statement).all()]
 
     def without_vectors(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:
         """Indexed examples with no vector ``(id, task type, inputs)`` (indexed while the semantic
