@@ -74,7 +74,7 @@ def test_stored_and_computed_band_keys_give_the_same_clusters(
     assert [c.size for c in computed.clusters] == [10]
     assert computed.clusters[0].candidate_ids == rounds.trick_ids
     with services.uow() as uow:
-        assert uow.near_duplicates.indexed_in_round(rounds.second) == set()
+        assert set(uow.near_duplicates.round_band_keys(rounds.second)) == set()
         half = uow.near_duplicates.unindexed(1000)[::2]
         uow.near_duplicates.add_many(
             [
@@ -85,12 +85,12 @@ def test_stored_and_computed_band_keys_give_the_same_clusters(
         )
         uow.commit()
     with services.uow(read_only=True) as uow:
-        partly = uow.near_duplicates.indexed_in_round(rounds.second)
+        partly = set(uow.near_duplicates.round_band_keys(rounds.second))
     assert 0 < len(partly) < len(rounds.texts[rounds.second])
     mixed = compute_round_health(services, rounds.second)
     reindex(services)
     with services.uow(read_only=True) as uow:
-        assert len(uow.near_duplicates.indexed_in_round(rounds.second)) == len(rounds.texts[rounds.second])
+        assert len(uow.near_duplicates.round_band_keys(rounds.second)) == len(rounds.texts[rounds.second])
     stored = compute_round_health(services, rounds.second)
     for health in (mixed, stored):
         assert health.clusters == computed.clusters

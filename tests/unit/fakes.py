@@ -551,17 +551,11 @@ class FakeNearDuplicateIndex:
     def flagged_count(self, round_id: int) -> int:
         return len(self.flagged(round_id))
 
-    def indexed_in_round(self, round_id: int) -> set[str]:
-        return {
-            c
-            for c in self.store.near_duplicate_examples
-            if c in self.store.candidates and self.store.candidates[c].round_id == round_id
-        }
-
     def round_band_keys(self, round_id: int) -> dict[str, bytes | None]:
         return {
-            c: keys_to_bytes(self.store.near_duplicate_examples[c][1])
-            for c in sorted(self.indexed_in_round(round_id))
+            c: keys_to_bytes(keys)
+            for c, (_task, keys) in sorted(self.store.near_duplicate_examples.items())
+            if c in self.store.candidates and self.store.candidates[c].round_id == round_id
         }
 
 

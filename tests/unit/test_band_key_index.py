@@ -56,8 +56,6 @@ def test_a_top_up_reads_only_rows_after_the_last_and_an_example_once() -> None:
     assert index.last_seq("sentiment") == 7
     assert index.lookup("sentiment", [1], limit=10) == ["a"]
     assert index.size("sentiment") == 1
-    index.forget()
-    assert index.last_seq("sentiment") == 0 and index.size("sentiment") == 0
 
 
 @pytest.mark.parametrize("top_up_size", [1, 7, 250])

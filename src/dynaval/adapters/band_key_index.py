@@ -146,11 +146,6 @@ class BandKeyIndex:
         with self._lock:
             return len(self._keys(task_type).ids)
 
-    def forget(self) -> None:
-        """Drop every key held in memory (the next check reloads them from the database)."""
-        with self._lock:
-            self._tasks.clear()
-
 
 def shared_keys(examples: Iterable[tuple[str, Int64s]]) -> list[tuple[int, str]]:
     """``(band key, example id)`` of the keys that two of ``examples`` or more hold (each example's

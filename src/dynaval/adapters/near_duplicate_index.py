@@ -105,7 +105,7 @@ class SqlNearDuplicateIndex:
         return self._after(task_type, seq, NearDuplicateExampleRow.band_keys, limit)
 
     def _after(
-        self, task_type: str, seq: int, stored: bytes | None, limit: int | None
+        self, task_type: str, seq: int, stored: Any, limit: int | None
     ) -> list[tuple[int, str, bytes | None]]:
         """``(seq, candidate id, the stored column)`` of the task type's rows after ``seq``, in order."""
         statement = (
@@ -191,16 +191,6 @@ class SqlNearDuplicateIndex:
             )
         ).all()
         return {row.candidate_id: _check_of(row) for row in rows}
-
-    def indexed_in_round(self, round_id: int) -> set[str]:
-        """The ids of the round's candidates that the index holds."""
-        return set(
-            self._session.exec(
-                select(NearDuplicateExampleRow.candidate_id)
-                .join(CandidateRow, col(CandidateRow.id) == col(NearDuplicateExampleRow.candidate_id))
-                .where(CandidateRow.round_id == round_id)
-            ).all()
-        )
 
     def round_band_keys(self, round_id: int) -> dict[str, bytes | None]:
         """The stored band keys of the round's indexed candidates, by candidate id."""

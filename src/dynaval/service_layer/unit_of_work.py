@@ -569,10 +569,6 @@ class NearDuplicateIndex(Protocol):
         """How many of the round's candidates are flagged as near-duplicates."""
         ...
 
-    def indexed_in_round(self, round_id: int) -> set[str]:
-        """The ids of the round's candidates that the index holds."""
-        ...
-
     def round_band_keys(self, round_id: int) -> dict[str, bytes | None]:
         """The stored band keys of the round's indexed candidates, by candidate id."""
         ...
