@@ -35,6 +35,7 @@ from sqlalchemy import delete, func
 from sqlmodel import col, select
 from werkzeug.test import TestResponse
 
+from dynaval.adapters import queries as round_queries_module
 from dynaval.adapters.orm import (
     AnnotationRow,
     AnnotatorStatusRow,
@@ -49,6 +50,7 @@ from dynaval.adapters.orm import (
 from dynaval.adapters.repositories import record_of
 from dynaval.adapters.unit_of_work import SqlUnitOfWork
 from dynaval.bootstrap import bootstrap
+from dynaval.domain.agreement_engine.report import round_alpha
 from dynaval.domain.policy import DecisionPolicy
 from dynaval.domain.provenance import pseudonym
 from dynaval.domain.votes import current_votes
@@ -1243,9 +1245,14 @@ def test_the_export_page_serves_the_apis_files(client: FlaskClient, seeded: Seed
 # ------------------------------------------------------------------------- the round's votes
 
 
-def test_the_rounds_votes_are_each_annotators_current_vote(services: Services) -> None:
+def test_the_rounds_votes_are_each_annotators_current_vote(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The column query behind the round figures counts the same votes as the domain's
-    ``current_votes``: the latest non-cancelled annotation saying something, ties by id."""
+    ``current_votes``: the latest non-cancelled annotation saying something, ties by id. It reads
+    in pages (three rows here, so that a candidate's rows straddle pages), and the integer columns
+    a release's alpha is computed from give exactly the tuples' alpha and interval."""
+    monkeypatch.setattr(round_queries_module, "VOTE_PAGE", 3)
     seeded = seed_round(services, fillers=0)
     rid = seeded.round_id
     rng = random.Random(5)
@@ -1296,10 +1303,26 @@ def test_the_rounds_votes_are_each_annotators_current_vote(services: Services) -
             for vote in current_votes([record_of(r) for r in group])
             if vote.label is not None
         )
+        writer_id = session.exec(select(CandidateRow.writer_id).where(CandidateRow.round_id == rid)).first()
     with SqlUnitOfWork(services.database, read_only=True) as uow:
         assert sorted(uow.round_queries.labelled_votes(rid)) == expected
         assert sorted(uow.round_queries.counted_votes(rid)) == [v for v in expected if v[1] != "13"]
         assert len(expected) > 5
+        # The writer who is annotator "12" too: their votes on their own examples never count.
+        links = {str(writer_id): "12"}
+        for writer_annotators in (None, links):
+            counted = uow.round_queries.counted_votes(rid, writer_annotators)
+            codes = uow.round_queries.counted_vote_codes(rid, writer_annotators)
+            assert len(codes.items) == len(counted)
+            assert codes.labels.tolist() == [label for _c, _a, label in counted]
+            from_tuples = round_alpha(counted, values=LABELS, bootstrap=300, seed=4)
+            assert round_alpha(codes, values=LABELS, bootstrap=300, seed=4) == from_tuples
+            assert from_tuples.ci95 is not None
+        assert len(uow.round_queries.counted_votes(rid, links)) < len(uow.round_queries.counted_votes(rid))
+    with SqlUnitOfWork(services.database, read_only=True) as uow:
+        empty = uow.round_queries.counted_vote_codes(10**6)
+        assert len(empty.items) == 0
+        assert round_alpha(empty, values=LABELS).alpha is None
 
 
 # ----------------------------------------------------------------------- with a real Label Studio

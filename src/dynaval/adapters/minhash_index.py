@@ -48,10 +48,13 @@ class MinHashIndex:
     The signatures are datasketch's (its ``affine32`` MinHash: SHA-1 of each tagged shingle, the
     MurmurHash3 finalizer, ``NUM_PERM`` affine permutations drawn with ``MINHASH_SEED``), computed
     for a batch of examples at a time with numpy instead of one ``MinHash`` object each, and kept in
-    one array (4 bytes a permutation an example). The candidates are datasketch's ``MinHashLSH``
-    candidates (its bands for the rule's LSH threshold: two examples are candidates when all the
-    values of one band are equal), found by sorting each band's 64-bit digest and comparing the
-    values of equal digests exactly, instead of a dict of sets per band.
+    one array. The candidates are datasketch's ``MinHashLSH`` candidates (its bands for the rule's
+    LSH threshold: two examples are candidates when all the values of one band are equal), found by
+    sorting each band's 64-bit digest instead of a dict of sets per band. Only the digests are kept
+    (8 bytes a band an example, not 4 a permutation: 200 bytes an example instead of 500, for a
+    million-row release). Two examples whose band values differ share a digest with a chance of
+    about one in 2^64; such a candidate is no pair unless the exact similarity confirms it, as every
+    candidate must.
     """
 
     def __init__(self, rule: NearDuplicateRule | None = None) -> None:
@@ -68,7 +71,8 @@ class MinHashIndex:
         self._fields: tuple[str, ...] = ()
         self._hashed: list[str] = []
         """The keys of the examples with words, in the order of the signatures' rows."""
-        self._blocks: list[npt.NDArray[np.uint32]] = []
+        self._blocks: list[npt.NDArray[np.uint64]] = []
+        """The examples' band digests (a row an example, a column a band), a batch a block."""
         self._pending: list[list[bytes]] = []
         self._pending_values = 0
         self._bands: list[_Band] | None = None
@@ -114,23 +118,26 @@ class MinHashIndex:
 
     def _hash_pending(self) -> None:
         if self._pending:
-            self._blocks.append(signatures(self._pending, self._permutations))
+            rows = signatures(self._pending, self._permutations)
+            self._blocks.append(np.stack([_band_digests(rows[:, a:b]) for a, b in self._ranges], axis=1))
             self._pending = []
             self._pending_values = 0
 
-    def _signatures(self) -> npt.NDArray[np.uint32]:
+    def _digests(self) -> npt.NDArray[np.uint64]:
         self._hash_pending()
         if len(self._blocks) != 1:
             joined = (
-                np.concatenate(self._blocks) if self._blocks else np.empty((0, self._width), dtype=np.uint32)
+                np.concatenate(self._blocks)
+                if self._blocks
+                else np.empty((0, len(self._ranges)), dtype=np.uint64)
             )
             self._blocks = [joined]
         return self._blocks[0]
 
     def _banded(self) -> list[_Band]:
         if self._bands is None:
-            rows = self._signatures()
-            self._bands = [_Band(rows, start, end) for start, end in self._ranges]
+            digests = self._digests()
+            self._bands = [_Band(digests[:, band]) for band in range(len(self._ranges))]
         return self._bands
 
     def matches(self, example: FieldShingles) -> list[Match]:
@@ -138,10 +145,10 @@ class MinHashIndex:
         values = tagged(example)
         if not values:
             return []
-        query = signatures([values], self._permutations)[0]
+        query = signatures([values], self._permutations)
         candidates: set[int] = set()
-        for band in self._banded():
-            candidates.update(band.rows_like(query))
+        for band, (start, end) in zip(self._banded(), self._ranges, strict=True):
+            candidates.update(band.rows_like(_band_digests(query[:, start:end])[0]))
         found = []
         for row in candidates:
             key = self._hashed[row]
@@ -155,11 +162,11 @@ class MinHashIndex:
     ) -> Iterator[tuple[str, str, float]]:
         """Each confirmed pair of indexed examples once (keys in sorted order), where ``keep``
         allows it: for each key in order, its partners most similar first."""
-        rows = self._signatures()
+        digests = self._digests()
         groups: list[list[int]] = []
         memberships: dict[int, list[int]] = {}
-        for start, end in self._ranges:  # one band at a time: each band's sort is freed after it
-            for group in _Band(rows, start, end).groups():
+        for band in range(len(self._ranges)):  # one band at a time: each band's sort is freed after it
+            for group in _Band(digests[:, band]).groups():
                 for row in group:
                     memberships.setdefault(row, []).append(len(groups))
                 groups.append(group)
@@ -222,18 +229,14 @@ def signatures(
 
 
 class _Band:
-    """One band of the signatures: each row's 64-bit digest of its values, sorted, to find the
-    rows whose values are all equal (a digest in common is checked against the values)."""
+    """One band: each row's 64-bit digest of its values, sorted, to find the rows sharing one."""
 
-    def __init__(self, rows: npt.NDArray[np.uint32], start: int, end: int) -> None:
-        self.values = rows[:, start:end]
-        self.start, self.end = start, end
-        digests = _band_digests(self.values)
+    def __init__(self, digests: npt.NDArray[np.uint64]) -> None:
         self.order = np.argsort(digests, kind="stable")
         self.sorted = digests[self.order]
 
     def groups(self) -> Iterator[list[int]]:
-        """The rows (two or more) whose band values are equal, group by group."""
+        """The rows (two or more) whose band digests are equal, group by group."""
         count = len(self.sorted)
         if count < 2:
             return
@@ -241,19 +244,14 @@ class _Band:
         starts = np.concatenate(([0], edges))
         ends = np.concatenate((edges, [count]))
         for shared in np.flatnonzero(ends - starts >= 2):
-            rows = self.order[starts[shared] : ends[shared]]
-            exact: dict[bytes, list[int]] = {}
-            for row in rows.tolist():
-                exact.setdefault(self.values[row].tobytes(), []).append(row)
-            yield from (group for group in exact.values() if len(group) >= 2)
+            yield self.order[starts[shared] : ends[shared]].tolist()
 
-    def rows_like(self, query: npt.NDArray[np.uint32]) -> list[int]:
-        """The rows whose band values equal the query signature's."""
-        wanted = query[self.start : self.end]
-        digest = _band_digests(wanted[None, :])[0]
+    def rows_like(self, digest: np.uint64) -> list[int]:
+        """The rows whose band digest is ``digest``."""
         low = int(np.searchsorted(self.sorted, digest, side="left"))
         high = int(np.searchsorted(self.sorted, digest, side="right"))
-        return [row for row in self.order[low:high].tolist() if np.array_equal(self.values[row], wanted)]
+        rows: list[int] = self.order[low:high].tolist()
+        return rows
 
 
 def _band_digests(values: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint64]:

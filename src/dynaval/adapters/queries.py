@@ -5,10 +5,12 @@ Plain columns, aggregated by the database; no domain object is built for a round
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
 from sqlalchemy import delete, func, or_, update
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
@@ -23,10 +25,14 @@ from dynaval.adapters.orm import (
     as_utc,
 )
 from dynaval.adapters.repositories import candidate_of, record_of
+from dynaval.domain.agreement_engine.encoding import VoteColumns
 from dynaval.domain.candidate import Candidate
 from dynaval.domain.lead_session import LeadSessionRecord
 from dynaval.domain.votes import AnnotationRecord
 from dynaval.service_layer.unit_of_work import LateAnnotation, WrittenCandidate
+
+VOTE_PAGE = 20_000
+"""Vote rows fetched from the database at a time."""
 
 
 class SqlRoundQueries:
@@ -51,6 +57,11 @@ class SqlRoundQueries:
         latest vote hides an earlier label), read as plain columns and ordered by the database: a
         round of 250,000 annotations takes about a second, not the many that ORM rows would.
         """
+        return list(self._current_votes(round_id))
+
+    def _current_votes(self, round_id: int) -> Iterator[tuple[str, str, str]]:
+        """:meth:`labelled_votes` one at a time, read in pages: a million candidates' votes are
+        never held as rows (ordered by candidate, so a candidate's votes come together)."""
         rows = self._session.exec(
             select(AnnotationRow.candidate_id, AnnotationRow.annotator_id, AnnotationRow.label)
             .where(
@@ -64,18 +75,25 @@ class SqlRoundQueries:
                 col(AnnotationRow.annotator_id),
                 col(AnnotationRow.updated_at),
                 col(AnnotationRow.id),
-            )
-        ).all()
-        latest: dict[tuple[str, str], str | None] = {}
+            ),
+            execution_options={"yield_per": VOTE_PAGE},
+        )
+        # Ordered: of each (candidate, annotator)'s rows the last is the vote.
+        previous: tuple[str, str, str | None] | None = None
         for candidate_id, annotator, label in rows:
-            latest[(candidate_id, annotator)] = label  # ordered: the last one is the vote
-        return [(c, a, label) for (c, a), label in latest.items() if label is not None]
+            if (
+                previous is not None
+                and previous[2] is not None
+                and (previous[0] != candidate_id or previous[1] != annotator)
+            ):
+                yield previous[0], previous[1], previous[2]
+            previous = (candidate_id, annotator, label)
+        if previous is not None and previous[2] is not None:
+            yield previous[0], previous[1], previous[2]
 
-    def counted_votes(
-        self, round_id: int, writer_annotators: Mapping[str, str] | None = None
-    ) -> list[tuple[str, str, str]]:
-        """:meth:`labelled_votes` without the excluded annotators' votes, nor the writers' votes on
-        their own examples: what the round counts."""
+    def _counted(
+        self, round_id: int, writer_annotators: Mapping[str, str] | None
+    ) -> Iterator[tuple[str, str, str]]:
         excluded = set(
             self._session.exec(
                 select(AnnotatorStatusRow.annotator_id).where(
@@ -94,11 +112,40 @@ class SqlRoundQueries:
                 )
             ).all()
             own = {candidate_id: writer_annotators[writer] for candidate_id, writer in written}
-        return [
-            vote
-            for vote in self.labelled_votes(round_id)
-            if vote[1] not in excluded and own.get(vote[0]) != vote[1]
-        ]
+        for vote in self._current_votes(round_id):
+            if vote[1] not in excluded and own.get(vote[0]) != vote[1]:
+                yield vote
+
+    def counted_votes(
+        self, round_id: int, writer_annotators: Mapping[str, str] | None = None
+    ) -> list[tuple[str, str, str]]:
+        """:meth:`labelled_votes` without the excluded annotators' votes, nor the writers' votes on
+        their own examples: what the round counts."""
+        return list(self._counted(round_id, writer_annotators))
+
+    def counted_vote_codes(
+        self, round_id: int, writer_annotators: Mapping[str, str] | None = None
+    ) -> VoteColumns:
+        """:meth:`counted_votes` as integer columns, for the round's alpha without a tuple per vote:
+        items and annotators numbered in the order :meth:`counted_votes` first gives them (so
+        alpha and its seeded interval come out exactly as from the tuples), labels as text."""
+        items, annotators, labels = array("q"), array("q"), array("q")
+        annotator_codes: dict[str, int] = {}
+        label_codes: dict[str, int] = {}
+        item = -1
+        last_item: str | None = None
+        for candidate_id, annotator, label in self._counted(round_id, writer_annotators):
+            if candidate_id != last_item:
+                item, last_item = item + 1, candidate_id
+            items.append(item)
+            annotators.append(annotator_codes.setdefault(annotator, len(annotator_codes)))
+            labels.append(label_codes.setdefault(label, len(label_codes)))
+        names = np.array(list(label_codes) or [""])
+        return VoteColumns(
+            items=np.frombuffer(items, dtype=np.int64),
+            annotators=np.frombuffer(annotators, dtype=np.int64),
+            labels=names[np.frombuffer(labels, dtype=np.int64)],
+        )
 
     def validated_candidates(self, round_id: int) -> int:
         """Candidates whose task is in Label Studio."""

@@ -3,6 +3,7 @@ each writer's sticky split kind per task type."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from datetime import datetime
 
@@ -89,16 +90,21 @@ class SqlReleaseRepository:
         return {example_id: FixedPlace(split, reason) for example_id, split, reason in rows}
 
     def add_places(self, release_id: int, splits: Mapping[str, str], withheld: Mapping[str, str]) -> None:
-        rows = [
-            {"release_id": release_id, "example_id": e, "split": s, "withheld_reason": None}
-            for e, s in splits.items()
-        ]
-        rows += [
-            {"release_id": release_id, "example_id": e, "split": None, "withheld_reason": r}
-            for e, r in withheld.items()
-        ]
-        for start in range(0, len(rows), INSERT_CHUNK):
-            self._session.execute(insert(ReleaseExampleRow), rows[start : start + INSERT_CHUNK])
+        places = itertools.chain(
+            ((e, s, None) for e, s in splits.items()), ((e, None, r) for e, r in withheld.items())
+        )
+        # A chunk of rows at a time, as plain Core inserts: a million places are never all built as
+        # dicts at once, and skip the ORM's per-row bookkeeping.
+        connection = self._session.connection()
+        statement = insert(ReleaseExampleRow.__table__)  # type: ignore[attr-defined]
+        while chunk := list(itertools.islice(places, INSERT_CHUNK)):
+            connection.execute(
+                statement,
+                [
+                    {"release_id": release_id, "example_id": e, "split": s, "withheld_reason": r}
+                    for e, s, r in chunk
+                ],
+            )
 
     def assign_writers(
         self, task_type: str, kinds: Mapping[str, SplitKind], *, release_id: int, at: datetime

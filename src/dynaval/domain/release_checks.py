@@ -10,12 +10,15 @@ can never compute them differently.
 from __future__ import annotations
 
 import functools
-import sys
+from array import array
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from dynaval.domain.agreement_engine.encoding import VoteColumns
 from dynaval.domain.agreement_engine.report import round_alpha
 from dynaval.domain.release import SplitKind, SplitRule, content_hash, row_digest, split_kind_of, text_keys
 from dynaval.domain.release_rows import agreeing_validators
@@ -24,10 +27,12 @@ from dynaval.domain.wording import counted
 ALPHA_RESAMPLES = 1000
 
 
-def _interned(value: Any) -> Any:
-    """One shared object per distinct string (annotators and labels repeat over millions of votes);
-    anything else (a tampered file's) as it is."""
-    return sys.intern(value) if type(value) is str else value
+def _code(codes: dict[Any, int], value: Any) -> int:
+    """``value``'s number in ``codes``, numbered as they first come."""
+    found = codes.get(value)
+    if found is None:
+        found = codes[value] = len(codes)
+    return found
 
 
 _NO_KINDS: frozenset[SplitKind] = frozenset()
@@ -48,6 +53,26 @@ class _SplitFigures:
 
 
 @dataclass
+class _RoundVotes:
+    """A round's counted votes as integer columns (a tuple per vote would cost 64 bytes, for
+    millions): items numbered as they first come, annotators and labels as :class:`VoteColumns`
+    takes them. Alpha from these is alpha from the ``(example, annotator, label)`` tuples."""
+
+    rows: int = 0
+    items: array[int] = field(default_factory=lambda: array("q"))
+    annotators: array[int] = field(default_factory=lambda: array("q"))
+    labels: array[int] = field(default_factory=lambda: array("q"))
+
+    def columns(self, annotator_codes: Mapping[str, int], label_codes: Mapping[str, int]) -> VoteColumns:
+        names = np.array(list(label_codes) or [""], dtype=object)
+        return VoteColumns(
+            items=np.frombuffer(self.items, dtype=np.int64),
+            annotators=np.frombuffer(self.annotators, dtype=np.int64),
+            labels=names[np.frombuffer(self.labels, dtype=np.int64)],
+        )
+
+
+@dataclass
 class ReleaseTally:
     """Figures and check findings over a release's rows."""
 
@@ -55,23 +80,30 @@ class ReleaseTally:
     labels: Sequence[str]
     rule: SplitRule
     splits: dict[str, _SplitFigures] = field(default_factory=lambda: defaultdict(_SplitFigures))
-    digests: list[tuple[str, bytes]] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    """Every row's id, in the order added; ``row_digests`` holds their SHA-256 digests, 32 bytes each."""
+    row_digests: bytearray = field(default_factory=bytearray)
     duplicate_ids: list[str] = field(default_factory=list)
     writer_kinds: dict[str, set[SplitKind]] = field(default_factory=lambda: defaultdict(set))
     text_kinds: dict[str, frozenset[SplitKind]] = field(default_factory=dict)
     own_validations: list[str] = field(default_factory=list)
     weak_dev_test: list[str] = field(default_factory=list)
     wrong_round: list[str] = field(default_factory=list)
-    votes_by_round: dict[int, list[tuple[str, str, str]]] = field(default_factory=lambda: defaultdict(list))
-    labels_by_round: dict[int, dict[str, str]] = field(default_factory=lambda: defaultdict(dict))
+    votes_by_round: dict[int, _RoundVotes] = field(default_factory=lambda: defaultdict(_RoundVotes))
+    """Each round's distinct rows and their counted votes (a repeated id's row counts once: its
+    repetition is a finding of its own)."""
+    _annotator_codes: dict[str, int] = field(default_factory=dict)
+    _label_codes: dict[str, int] = field(default_factory=dict)
     _ids: set[str] = field(default_factory=set)
 
     def add(self, split: str, line: bytes, row: Mapping[str, Any]) -> None:
         example_id = row["example_id"]
-        if example_id in self._ids:
+        repeated = example_id in self._ids
+        if repeated:
             self.duplicate_ids.append(example_id)
         self._ids.add(example_id)
-        self.digests.append((example_id, row_digest(line)))
+        self.ids.append(example_id)
+        self.row_digests += row_digest(line)
         kind = split_kind_of(split)
         figures = self.splits[split]
         figures.rows += 1
@@ -91,18 +123,26 @@ class ReleaseTally:
             self.weak_dev_test.append(example_id)
         if split.rsplit("_r", 1)[1] != str(row["round"]):
             self.wrong_round.append(example_id)
-        round_index = int(row["round"])
-        self.labels_by_round[round_index][example_id] = _interned(row["label"])
+        if not repeated:
+            self._add_votes(self.votes_by_round[int(row["round"])], votes)
+
+    def _add_votes(self, counted_votes: _RoundVotes, votes: Sequence[Mapping[str, Any]]) -> None:
+        item = -1
         for v in votes:
             if v["counted"] and v["label"] is not None:
-                # Interned: a release has few annotators and labels, and millions of votes.
-                vote = (example_id, _interned(v["annotator"]), _interned(v["label"]))
-                self.votes_by_round[round_index].append(vote)
+                if item < 0:  # numbered among the round's rows with a counted vote, in order
+                    item = len(counted_votes.items) and counted_votes.items[-1] + 1
+                counted_votes.items.append(item)
+                counted_votes.annotators.append(_code(self._annotator_codes, v["annotator"]))
+                counted_votes.labels.append(_code(self._label_codes, v["label"]))
+        counted_votes.rows += 1
 
     # ------------------------------------------------------------------ figures
 
     def content_hash(self) -> str:
-        return content_hash(self.digests)
+        ids, digests = self.ids, self.row_digests
+        order = sorted(range(len(ids)), key=ids.__getitem__)
+        return content_hash((ids[i], bytes(digests[32 * i : 32 * i + 32])) for i in order)
 
     def split_figures(self) -> dict[str, dict[str, Any]]:
         return {
@@ -119,12 +159,16 @@ class ReleaseTally:
     def round_figures(self, seed: int) -> dict[int, dict[str, Any]]:
         """Per round index: the released rows and the alpha of their counted votes, with its 95% CI."""
         figures: dict[int, dict[str, Any]] = {}
-        for round_index, labels in sorted(self.labels_by_round.items()):
-            votes = self.votes_by_round.get(round_index, [])
+        for round_index, counted_votes in sorted(self.votes_by_round.items()):
+            votes = counted_votes.columns(self._annotator_codes, self._label_codes)
             estimate = round_alpha(
                 votes, level="nominal", values=list(self.labels), bootstrap=ALPHA_RESAMPLES, seed=seed
             )
-            figures[round_index] = {"rows": len(labels), "votes": len(votes), "alpha": estimate.to_dict()}
+            figures[round_index] = {
+                "rows": counted_votes.rows,
+                "votes": len(counted_votes.items),
+                "alpha": estimate.to_dict(),
+            }
         return figures
 
     # ------------------------------------------------------------------- checks

@@ -245,8 +245,13 @@ def plan_splits(
     # 5. DynaSent's balance of dev and test.
     if rule.balance_dev_test:
         chosen = _balanced(chosen, kinds, rule, plan)
+    names: dict[tuple[SplitKind, int], str] = {}  # one string per split, not one per example
     for e in chosen:
-        plan.splits[e.example_id] = split_name(kinds[e.writer], e.round_index)
+        where = (kinds[e.writer], e.round_index)
+        name = names.get(where)
+        if name is None:
+            name = names[where] = split_name(*where)
+        plan.splits[e.example_id] = name
     return plan
 
 

@@ -165,7 +165,8 @@ def _round_figures(services: Services, round_: Round, seed: int) -> dict[str, An
     assert round_.id is not None
     with services.uow(read_only=True) as uow:
         counts = round_counts(uow.round_queries.status_counts(round_.id))
-        votes = uow.round_queries.counted_votes(round_.id, services.writer_annotators())
+        # As integer columns: the tuples of a million candidates' votes would take gigabytes.
+        votes = uow.round_queries.counted_vote_codes(round_.id, services.writer_annotators())
     # The round's alpha over the counted votes GET /api/rounds/<id>/agreement reads, without the
     # per-annotator and pairwise breakdowns a release does not carry.
     estimate = round_alpha(
@@ -365,10 +366,14 @@ def _split_input(row: dict[str, Any], fields: Sequence[str]) -> SplitInput:
         # One string object per writer and label, not one per row: a million rows are held here.
         writer=sys.intern(row["writer"]),
         label=sys.intern(row["label"]),
-        prediction=row["model_prediction"],
+        prediction=_interned(row["model_prediction"]),
         agreeing_validators=row["validators_agreeing"],
         text_keys=text_keys(row, fields),
     )
+
+
+def _interned(value: str | None) -> str | None:
+    return None if value is None else sys.intern(value)
 
 
 def _store(

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol, Self
 
+from dynaval.domain.agreement_engine.encoding import VoteColumns
 from dynaval.domain.audit import AuditEvent
 from dynaval.domain.candidate import Candidate, CandidateStatus, DecisionEntry
 from dynaval.domain.capture import AcceptedCapture, Capture
@@ -284,6 +285,13 @@ class RoundQueries(Protocol):
         """:meth:`labelled_votes` without the excluded annotators' votes, nor the writers' votes on
         their own examples (``writer_annotators``: Label Studio users by writer name): what the
         round counts."""
+
+    def counted_vote_codes(
+        self, round_id: int, writer_annotators: Mapping[str, str] | None = None
+    ) -> VoteColumns:
+        """:meth:`counted_votes` as integer columns (items and annotators numbered in the order
+        :meth:`counted_votes` first gives them; labels as text): the round's alpha, exactly, without
+        a tuple per vote."""
 
     def validated_candidates(self, round_id: int) -> int:
         """Candidates whose task is in Label Studio."""

@@ -1,0 +1,90 @@
+"""The release tally keeps each round's counted votes as integer columns: its figures must be those
+of the ``(example, annotator, label)`` tuples, and a repeated row must be a finding, not a crash."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from dynaval.adapters.release_files import canonical_line
+from dynaval.domain.agreement_engine.report import round_alpha
+from dynaval.domain.release import SplitRule, content_hash, row_digest
+from dynaval.domain.release_checks import ALPHA_RESAMPLES, ReleaseTally
+
+LABELS = ["positive", "negative", "neutral"]
+ANNOTATORS = [f"a{i}" for i in range(7)]
+
+
+def _rows(rng: random.Random, count: int) -> list[tuple[str, dict[str, Any]]]:
+    rows = []
+    for i in range(count):
+        round_index = rng.choice([1, 2])
+        label = rng.choice(LABELS)
+        votes = [
+            {
+                "annotator": annotator,
+                # Some votes are flags without a label, some annotators did not count.
+                "label": None if rng.random() < 0.1 else rng.choice([label, label, *LABELS]),
+                "flagged": False,
+                "counted": rng.random() > 0.15,
+            }
+            for annotator in rng.sample(ANNOTATORS, rng.randrange(0, 5))
+        ]
+        kind = rng.choice(["train", "train", "dev", "test"])
+        row = {
+            "example_id": f"ex-{rng.randrange(10**9):09d}-{i}",
+            "round": round_index,
+            "text": f"text {i}",
+            "label": label,
+            "writer": f"w{rng.randrange(30)}",
+            "votes": votes,
+        }
+        rows.append((f"{kind}_r{round_index}", row))
+    return rows
+
+
+def _tally(rows: list[tuple[str, dict[str, Any]]]) -> ReleaseTally:
+    tally = ReleaseTally(fields=["text"], labels=LABELS, rule=SplitRule())
+    for split, row in rows:
+        tally.add(split, canonical_line(row), row)
+    return tally
+
+
+def test_the_tallys_round_figures_are_those_of_the_vote_tuples() -> None:
+    rows = _rows(random.Random(11), 400)
+    figures = _tally(rows).round_figures(seed=3)
+    assert sorted(figures) == [1, 2]
+    for round_index, figure in figures.items():
+        tuples = [
+            (row["example_id"], v["annotator"], v["label"])
+            for _split, row in rows
+            if row["round"] == round_index
+            for v in row["votes"]
+            if v["counted"] and v["label"] is not None
+        ]
+        expected = round_alpha(tuples, level="nominal", values=LABELS, bootstrap=ALPHA_RESAMPLES, seed=3)
+        assert figure["alpha"] == expected.to_dict()
+        assert figure["votes"] == len(tuples)
+        assert figure["rows"] == sum(1 for _split, row in rows if row["round"] == round_index)
+        assert expected.ci95 is not None
+
+
+def test_the_content_hash_is_over_the_rows_in_id_order() -> None:
+    rows = _rows(random.Random(12), 50)
+    tally = _tally(rows)
+    expected = content_hash((row["example_id"], row_digest(canonical_line(row))) for _split, row in rows)
+    assert tally.content_hash() == expected
+    assert _tally(list(reversed(rows))).content_hash() == expected
+
+
+def test_a_repeated_row_is_named_and_counted_once() -> None:
+    rows = _rows(random.Random(13), 60)
+    with_votes = next((split, row) for split, row in rows if sum(v["counted"] for v in row["votes"]) >= 2)
+    once = _tally(rows)
+    twice = _tally([*rows, with_votes])
+    assert twice.duplicate_ids == [with_votes[1]["example_id"]]
+    assert any(line.startswith("ids: 1 example id appears twice") for line in twice.findings())
+    # The figures of the distinct rows: alpha is computable (two votes of one annotator on one
+    # item would make it fail) and the same as without the repetition.
+    assert twice.round_figures(seed=0) == once.round_figures(seed=0)
+    assert twice.content_hash() != once.content_hash()
