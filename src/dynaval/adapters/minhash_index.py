@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -64,52 +65,73 @@ class MinHashIndex:
         )
         self._width = self._ranges[-1][1]
         self._permutations = _permutations(self._width)
+        self._keys: set[str] = set()
         self._examples: dict[str, FieldShingles] = {}
-        self._texts: dict[str, tuple[str, ...]] = {}
-        """The examples added by :meth:`add_inputs`: their fields' texts, shingled again when
-        compared (a text is a tenth of its shingles' memory)."""
-        self._fields: tuple[str, ...] = ()
+        """The examples added by :meth:`add`, by key."""
+        self._fields: tuple[str, ...] | None = None
+        self._text_bytes = bytearray()
+        self._text_ends = array("q")
+        """The examples added by :meth:`add_inputs` that have words: their fields' texts, UTF-8, one
+        after another (``_text_ends[i]`` ends text i), shingled again when compared. A million
+        releases' rows cost their texts' bytes, not a tuple and strings each in a dict."""
         self._hashed: list[str] = []
-        """The keys of the examples with words, in the order of the signatures' rows."""
+        """The keys of the examples with words, in the order of the digests' columns."""
+        self._hashed_texts = array("q")
+        """For each of those, the index of its first text (-1: added by :meth:`add`)."""
         self._blocks: list[npt.NDArray[np.uint64]] = []
-        """The examples' band digests (a row an example, a column a band), a batch a block."""
+        """The examples' band digests (a row a band, a column an example), a batch a block."""
         self._pending: list[list[bytes]] = []
         self._pending_values = 0
         self._bands: list[_Band] | None = None
 
     def __len__(self) -> int:
-        return len(self._examples) + len(self._texts)
+        return len(self._keys)
+
+    def _new_key(self, key: str) -> None:
+        if key in self._keys:
+            raise ValueError(f"{key} is in the index already")
+        self._keys.add(key)
 
     def add(self, key: str, example: FieldShingles) -> None:
         """Index ``example`` under ``key`` (a key is added once)."""
-        if key in self._examples or key in self._texts:
-            raise ValueError(f"{key} is in the index already")
+        self._new_key(key)
         self._examples[key] = example
-        self._hash(key, example)
+        self._hash(key, example, None)
 
     def add_inputs(self, key: str, inputs: Mapping[str, Any], fields: Sequence[str]) -> None:
         """Index the example with these input ``fields`` under ``key``, as :meth:`add` does its
         shingles (``field_shingles`` at the rule's shingle size), keeping only its texts: for the
         many examples of a release, of which few are ever compared."""
-        if key in self._examples or key in self._texts:
-            raise ValueError(f"{key} is in the index already")
-        if self._texts and tuple(fields) != self._fields:
+        if self._fields is not None and tuple(fields) != self._fields:
             raise ValueError("an index's examples added by their inputs have the same fields")
+        self._new_key(key)
         self._fields = tuple(fields)
         texts = tuple(str(inputs.get(name) or "") for name in fields)
-        self._texts[key] = texts
-        self._hash(key, tuple(shingles(text, self.rule.shingle) for text in texts))
+        self._hash(key, tuple(shingles(text, self.rule.shingle) for text in texts), texts)
 
-    def _shingles(self, key: str) -> FieldShingles:
-        example = self._examples.get(key)
-        if example is None:
-            example = tuple(shingles(text, self.rule.shingle) for text in self._texts[key])
-        return example
+    def _row_shingles(self, row: int) -> FieldShingles:
+        """The shingles of the example in digest column ``row``."""
+        first = self._hashed_texts[row]
+        if first < 0:
+            return self._examples[self._hashed[row]]
+        ends, count = self._text_ends, len(self._fields or ())
+        texts = (
+            self._text_bytes[(ends[i - 1] if i else 0) : ends[i]].decode()
+            for i in range(first, first + count)
+        )
+        return tuple(shingles(text, self.rule.shingle) for text in texts)
 
-    def _hash(self, key: str, example: FieldShingles) -> None:
+    def _hash(self, key: str, example: FieldShingles, texts: tuple[str, ...] | None) -> None:
         values = tagged(example)
         if values:  # an example with no words has nothing to compare: it is never a candidate
             self._hashed.append(key)
+            if texts is None:
+                self._hashed_texts.append(-1)
+            else:
+                self._hashed_texts.append(len(self._text_ends))
+                for text in texts:
+                    self._text_bytes += text.encode()
+                    self._text_ends.append(len(self._text_bytes))
             self._pending.append(values)
             self._pending_values += len(values)
             if self._pending_values >= HASH_BATCH_VALUES:
@@ -119,25 +141,21 @@ class MinHashIndex:
     def _hash_pending(self) -> None:
         if self._pending:
             rows = signatures(self._pending, self._permutations)
-            self._blocks.append(np.stack([_band_digests(rows[:, a:b]) for a, b in self._ranges], axis=1))
+            self._blocks.append(np.stack([_band_digests(rows[:, a:b]) for a, b in self._ranges]))
             self._pending = []
             self._pending_values = 0
 
-    def _digests(self) -> npt.NDArray[np.uint64]:
+    def _band_column(self, band: int) -> npt.NDArray[np.uint64]:
+        """Every example's digest of ``band``, one band at a time: the blocks are never joined
+        into one copy of every digest."""
         self._hash_pending()
-        if len(self._blocks) != 1:
-            joined = (
-                np.concatenate(self._blocks)
-                if self._blocks
-                else np.empty((0, len(self._ranges)), dtype=np.uint64)
-            )
-            self._blocks = [joined]
-        return self._blocks[0]
+        if not self._blocks:
+            return np.empty(0, dtype=np.uint64)
+        return np.concatenate([block[band] for block in self._blocks])
 
     def _banded(self) -> list[_Band]:
         if self._bands is None:
-            digests = self._digests()
-            self._bands = [_Band(digests[:, band]) for band in range(len(self._ranges))]
+            self._bands = [_Band(self._band_column(band)) for band in range(len(self._ranges))]
         return self._bands
 
     def matches(self, example: FieldShingles) -> list[Match]:
@@ -151,10 +169,9 @@ class MinHashIndex:
             candidates.update(band.rows_like(_band_digests(query[:, start:end])[0]))
         found = []
         for row in candidates:
-            key = self._hashed[row]
-            value = similarity(example, self._shingles(key))
+            value = similarity(example, self._row_shingles(row))
             if value >= self.rule.threshold:
-                found.append(Match(key, round(value, 4)))
+                found.append(Match(self._hashed[row], round(value, 4)))
         return sorted(found, key=lambda m: (-m.similarity, m.key))
 
     def pairs(
@@ -162,27 +179,34 @@ class MinHashIndex:
     ) -> Iterator[tuple[str, str, float]]:
         """Each confirmed pair of indexed examples once (keys in sorted order), where ``keep``
         allows it: for each key in order, its partners most similar first."""
-        digests = self._digests()
         groups: list[list[int]] = []
         memberships: dict[int, list[int]] = {}
         for band in range(len(self._ranges)):  # one band at a time: each band's sort is freed after it
-            for group in _Band(digests[:, band]).groups():
+            for group in _Band(self._band_column(band)).groups():
                 for row in group:
                     memberships.setdefault(row, []).append(len(groups))
                 groups.append(group)
         keys = self._hashed
-        shingled = functools.cache(self._shingles)  # each compared example shingled once
+        shingled: dict[int, FieldShingles] = {}  # each compared example shingled once
+
+        def shingles_of(row: int) -> FieldShingles:
+            found = shingled.get(row)
+            if found is None:
+                found = shingled[row] = self._row_shingles(row)
+            return found
+
         for row in sorted(memberships, key=keys.__getitem__):
             key = keys[row]
-            example = shingled(key)
-            others = {keys[other] for g in memberships[row] for other in groups[g]}
+            example = shingles_of(row)
+            del shingled[row]  # later keys compare only with keys after themselves: never needed again
+            others = {other for g in memberships[row] for other in groups[g]}
             found = []
             # Only the later keys: the pair (earlier, key) was confirmed from the earlier side.
             for other in others:
-                if other > key:
-                    value = similarity(example, shingled(other))
+                if keys[other] > key:
+                    value = similarity(example, shingles_of(other))
                     if value >= self.rule.threshold:
-                        found.append(Match(other, round(value, 4)))
+                        found.append(Match(keys[other], round(value, 4)))
             for match in sorted(found, key=lambda m: (-m.similarity, m.key)):
                 if keep(key, match.key):
                     yield key, match.key, match.similarity
