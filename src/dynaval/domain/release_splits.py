@@ -36,6 +36,8 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from dynaval.domain.release import SplitKind, SplitRule, split_name
 
 _KINDS = (SplitKind.TRAIN, SplitKind.DEV, SplitKind.TEST)
@@ -153,18 +155,24 @@ def _assign_groups(groups: Mapping[str, list[SplitInput]], rule: SplitRule) -> d
     if folds < 2:
         kinds.update({g: SplitKind.TRAIN for g in eligible})
         return kinds
-    rows = [(g, e.label) for g in eligible for e in groups[g]]
-    group_ids = {g: i for i, g in enumerate(eligible)}
-    y = [label for _g, label in rows]
-    index_groups = [group_ids[g] for g, _label in rows]
+    # One row per example, as integer columns (a million examples are placed): the labels numbered
+    # in sorted order, as scikit-learn numbers them itself, so that the folds are those of the labels.
+    label_codes = {
+        label: code for code, label in enumerate(sorted({e.label for g in eligible for e in groups[g]}))
+    }
+    sizes = [len(groups[g]) for g in eligible]
+    y = np.fromiter(
+        (label_codes[e.label] for g in eligible for e in groups[g]), dtype=np.int64, count=sum(sizes)
+    )
+    index_groups = np.repeat(np.arange(len(eligible)), sizes)
     splitter = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=rule.seed)
     fold_kinds = _fold_kinds(folds, rule)
     with warnings.catch_warnings():
         # "The least populated class in y has only n members": expected with few examples per label.
         warnings.simplefilter("ignore", UserWarning)
         for fold, (_train_idx, held_idx) in enumerate(splitter.split(y, y, index_groups)):
-            for i in held_idx:
-                kinds[rows[i][0]] = fold_kinds[fold]
+            for group in np.unique(index_groups[held_idx]).tolist():
+                kinds[eligible[group]] = fold_kinds[fold]
     return kinds
 
 
