@@ -59,16 +59,16 @@ class _RoundVotes:
     takes them. Alpha from these is alpha from the ``(example, annotator, label)`` tuples."""
 
     rows: int = 0
-    items: array[int] = field(default_factory=lambda: array("q"))
-    annotators: array[int] = field(default_factory=lambda: array("q"))
-    labels: array[int] = field(default_factory=lambda: array("q"))
+    items: array[int] = field(default_factory=lambda: array("i"))
+    annotators: array[int] = field(default_factory=lambda: array("i"))
+    labels: array[int] = field(default_factory=lambda: array("i"))
 
     def columns(self, annotator_codes: Mapping[str, int], label_codes: Mapping[str, int]) -> VoteColumns:
         names = np.array(list(label_codes) or [""], dtype=object)
         return VoteColumns(
-            items=np.frombuffer(self.items, dtype=np.int64),
-            annotators=np.frombuffer(self.annotators, dtype=np.int64),
-            labels=names[np.frombuffer(self.labels, dtype=np.int64)],
+            items=np.frombuffer(self.items, dtype=np.intc),
+            annotators=np.frombuffer(self.annotators, dtype=np.intc),
+            labels=names[np.frombuffer(self.labels, dtype=np.intc)],
         )
 
 
