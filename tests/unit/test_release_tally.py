@@ -88,3 +88,19 @@ def test_a_repeated_row_is_named_and_counted_once() -> None:
     # item would make it fail) and the same as without the repetition.
     assert twice.round_figures(seed=0) == once.round_figures(seed=0)
     assert twice.content_hash() != once.content_hash()
+
+
+def test_a_vote_label_outside_the_tasks_labels_is_named_not_a_crash() -> None:
+    rows = _rows(random.Random(14), 80)
+    row = next(row for _split, row in rows if any(v["counted"] for v in row["votes"]))
+    vote = next(v for v in row["votes"] if v["counted"])
+    vote["label"] = "sarcastic"
+    tally = _tally(rows)
+    assert tally.foreign_vote_labels == [row["example_id"]]
+    assert any(
+        line.startswith("votes: 1 row has a counted vote whose label is not one of the task's labels")
+        for line in tally.findings()
+    )
+    figures = tally.round_figures(seed=0)  # alpha over the other votes: no exception
+    vote["counted"] = False  # the same rows without that vote
+    assert figures == _tally(rows).round_figures(seed=0)

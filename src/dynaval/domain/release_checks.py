@@ -92,9 +92,14 @@ class ReleaseTally:
     votes_by_round: dict[int, _RoundVotes] = field(default_factory=lambda: defaultdict(_RoundVotes))
     """Each round's distinct rows and their counted votes (a repeated id's row counts once: its
     repetition is a finding of its own)."""
+    foreign_vote_labels: list[str] = field(default_factory=list)
+    """Rows with a counted vote whose label is not one of the task's."""
     _annotator_codes: dict[str, int] = field(default_factory=dict)
     _label_codes: dict[str, int] = field(default_factory=dict)
     _ids: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._label_names = frozenset(self.labels)
 
     def add(self, split: str, line: bytes, row: Mapping[str, Any]) -> None:
         example_id = row["example_id"]
@@ -124,12 +129,19 @@ class ReleaseTally:
         if split.rsplit("_r", 1)[1] != str(row["round"]):
             self.wrong_round.append(example_id)
         if not repeated:
-            self._add_votes(self.votes_by_round[int(row["round"])], votes)
+            self._add_votes(example_id, self.votes_by_round[int(row["round"])], votes)
 
-    def _add_votes(self, counted_votes: _RoundVotes, votes: Sequence[Mapping[str, Any]]) -> None:
+    def _add_votes(
+        self, example_id: str, counted_votes: _RoundVotes, votes: Sequence[Mapping[str, Any]]
+    ) -> None:
         item = -1
         for v in votes:
             if v["counted"] and v["label"] is not None:
+                if v["label"] not in self._label_names:
+                    # Not a vote alpha can count (a tampered file's): named, and left out of alpha.
+                    if not self.foreign_vote_labels or self.foreign_vote_labels[-1] != example_id:
+                        self.foreign_vote_labels.append(example_id)
+                    continue
                 if item < 0:  # numbered among the round's rows with a counted vote, in order
                     item = len(counted_votes.items) and counted_votes.items[-1] + 1
                 counted_votes.items.append(item)
@@ -200,6 +212,12 @@ class ReleaseTally:
             found.append(
                 f"rule: {rows} fewer than {self.rule.min_agreeing_validators} counted validators "
                 f"agreeing (first: {self.weak_dev_test[0]})"
+            )
+        if self.foreign_vote_labels:
+            rows = counted(len(self.foreign_vote_labels), "row has", "rows have")
+            found.append(
+                f"votes: {rows} a counted vote whose label is not one of the task's labels "
+                f"(first: {self.foreign_vote_labels[0]})"
             )
         if self.wrong_round:
             rows = counted(len(self.wrong_round), "row sits", "rows sit")
