@@ -10,7 +10,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-import numpy as np
 from sqlalchemy import delete, func, or_, update
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
@@ -140,12 +139,7 @@ class SqlRoundQueries:
             items.append(item)
             annotators.append(annotator_codes.setdefault(annotator, len(annotator_codes)))
             labels.append(label_codes.setdefault(label, len(label_codes)))
-        names = np.array(list(label_codes) or [""])
-        return VoteColumns(
-            items=np.frombuffer(items, dtype=np.int64),
-            annotators=np.frombuffer(annotators, dtype=np.int64),
-            labels=names[np.frombuffer(labels, dtype=np.int64)],
-        )
+        return VoteColumns.from_codes(items, annotators, labels, label_codes)
 
     def validated_candidates(self, round_id: int) -> int:
         """Candidates whose task is in Label Studio."""

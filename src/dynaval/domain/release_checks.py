@@ -16,8 +16,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from dynaval.domain.agreement_engine.encoding import VoteColumns
 from dynaval.domain.agreement_engine.report import round_alpha
 from dynaval.domain.release import SplitKind, SplitRule, content_hash, row_digest, split_kind_of, text_keys
@@ -25,14 +23,6 @@ from dynaval.domain.release_rows import agreeing_validators
 from dynaval.domain.wording import counted
 
 ALPHA_RESAMPLES = 1000
-
-
-def _code(codes: dict[Any, int], value: Any) -> int:
-    """``value``'s number in ``codes``, numbered as they first come."""
-    found = codes.get(value)
-    if found is None:
-        found = codes[value] = len(codes)
-    return found
 
 
 _NO_KINDS: frozenset[SplitKind] = frozenset()
@@ -62,14 +52,6 @@ class _RoundVotes:
     items: array[int] = field(default_factory=lambda: array("i"))
     annotators: array[int] = field(default_factory=lambda: array("i"))
     labels: array[int] = field(default_factory=lambda: array("i"))
-
-    def columns(self, annotator_codes: Mapping[str, int], label_codes: Mapping[str, int]) -> VoteColumns:
-        names = np.array(list(label_codes) or [""], dtype=object)
-        return VoteColumns(
-            items=np.frombuffer(self.items, dtype=np.intc),
-            annotators=np.frombuffer(self.annotators, dtype=np.intc),
-            labels=names[np.frombuffer(self.labels, dtype=np.intc)],
-        )
 
 
 @dataclass
@@ -145,8 +127,11 @@ class ReleaseTally:
                 if item < 0:  # numbered among the round's rows with a counted vote, in order
                     item = len(counted_votes.items) and counted_votes.items[-1] + 1
                 counted_votes.items.append(item)
-                counted_votes.annotators.append(_code(self._annotator_codes, v["annotator"]))
-                counted_votes.labels.append(_code(self._label_codes, v["label"]))
+                annotator_codes, label_codes = self._annotator_codes, self._label_codes
+                counted_votes.annotators.append(
+                    annotator_codes.setdefault(v["annotator"], len(annotator_codes))
+                )
+                counted_votes.labels.append(label_codes.setdefault(v["label"], len(label_codes)))
         counted_votes.rows += 1
 
     # ------------------------------------------------------------------ figures
@@ -172,7 +157,9 @@ class ReleaseTally:
         """Per round index: the released rows and the alpha of their counted votes, with its 95% CI."""
         figures: dict[int, dict[str, Any]] = {}
         for round_index, counted_votes in sorted(self.votes_by_round.items()):
-            votes = counted_votes.columns(self._annotator_codes, self._label_codes)
+            votes = VoteColumns.from_codes(
+                counted_votes.items, counted_votes.annotators, counted_votes.labels, self._label_codes
+            )
             estimate = round_alpha(
                 votes, level="nominal", values=list(self.labels), bootstrap=ALPHA_RESAMPLES, seed=seed
             )

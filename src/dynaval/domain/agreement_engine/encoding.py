@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from array import array
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias, cast, get_args
@@ -60,6 +61,19 @@ class VoteColumns:
     items: Sequence[Id] | npt.NDArray[np.generic]
     annotators: Sequence[Id] | npt.NDArray[np.generic]
     labels: Sequence[Label] | npt.NDArray[np.generic]
+
+    @classmethod
+    def from_codes(
+        cls, items: array[int], annotators: array[int], labels: array[int], label_names: Iterable[Label]
+    ) -> VoteColumns:
+        """Votes kept as integer codes (``labels[k]`` indexes ``label_names``), without a copy of
+        the item and annotator columns: how a million votes are gathered without a tuple each."""
+        names = np.array(list(label_names) or [""], dtype=object)
+        return cls(
+            items=np.frombuffer(items, dtype=np.dtype(items.typecode)),
+            annotators=np.frombuffer(annotators, dtype=np.dtype(annotators.typecode)),
+            labels=names[np.frombuffer(labels, dtype=np.dtype(labels.typecode))],
+        )
 
 
 Votes: TypeAlias = Iterable[tuple[Id, Id, Label]] | VoteColumns
