@@ -25,11 +25,13 @@ from typing import Any
 
 import orjson
 
+from dynaval.adapters.background_writes import BackgroundWork, LineWriter
 from dynaval.domain.release_rows import row_columns
 
 SHARD_ROWS = 250_000
 """Rows per Parquet shard."""
-BATCH_ROWS = 2_000
+ROW_GROUP_ROWS = 2_000
+"""Rows per Parquet row group."""
 MANIFEST = "manifest.json"
 CARD = "README.md"
 _LINE = orjson.OPT_SORT_KEYS
@@ -101,74 +103,131 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-class _SplitWriter:
-    """One split's Parquet shards and JSONL file, written a batch at a time."""
+class _ParquetSplit:
+    """One split's Parquet shards, made from its JSONL lines a chunk at a time by Arrow's JSON
+    reader, typed by the release's schema: no Python object per row. Row groups hold
+    ``ROW_GROUP_ROWS`` rows each, whatever the chunks, so the files are the same however the lines
+    were chunked. Used by the background work only, until it is closed."""
 
     def __init__(self, root: Path, split: str, rows: int, schema: Any, labels: Sequence[str]) -> None:
+        import pyarrow as pa
+
         self.root = root
         self.split = split
         self.schema = schema
-        self.label_index = {label: i for i, label in enumerate(labels)}
-        self.shards = shard_paths(split, rows)
-        self.shard = -1
-        self.in_shard = 0
-        self.shard_rows: list[int] = []
+        self.paths = shard_paths(split, rows)
+        self.rows = [0] * len(self.paths)
         self.writer: Any = None
-        self.batch: list[dict[str, Any]] = []
-        self.jsonl_path = f"jsonl/{split}.jsonl"
-        self.jsonl = (root / self.jsonl_path).open("wb")
-        self.jsonl_rows = 0
+        self._shard = 0
+        self.label_at = schema.get_field_index("label")
+        self.as_read = schema.remove_metadata().set(self.label_at, pa.field("label", pa.string()))
+        self.names = pa.array(list(labels), pa.string())
+        self.pending = pa.Table.from_batches([], schema=schema)
 
-    def add(self, row: dict[str, Any], line: bytes) -> None:
-        self.jsonl.write(line + b"\n")
-        self.jsonl_rows += 1
-        self.batch.append({**row, "label": self.label_index[row["label"]]})
-        if len(self.batch) >= BATCH_ROWS:
-            self._flush()
-
-    def _flush(self) -> None:
+    def write(self, chunk: bytes) -> None:
+        """Whole JSONL lines of the split, after those written before."""
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
-        while self.batch:
-            if self.writer is None or self.in_shard >= SHARD_ROWS:
-                self._next_shard(pq)
-            room = SHARD_ROWS - self.in_shard
-            part, self.batch = self.batch[:room], self.batch[room:]
-            self.writer.write_table(pa.Table.from_pylist(part, schema=self.schema))
-            self.in_shard += len(part)
-            self.shard_rows[-1] += len(part)
+        self.pending = pa.concat_tables([self.pending, self._typed(chunk)], memory_pool=_pool())
+        while self.pending.num_rows >= ROW_GROUP_ROWS:
+            self._write_group(self.pending.slice(0, ROW_GROUP_ROWS))
+            self.pending = self.pending.slice(ROW_GROUP_ROWS)
 
-    def _next_shard(self, pq: Any) -> None:
+    def close(self) -> list[int]:
+        """Write what is left: each shard's row count."""
+        if self.pending.num_rows:
+            self._write_group(self.pending)
+        if self.writer is None:  # an empty split still gets its (one, empty) shard
+            self._next_shard(0)
+        self.writer.close()
+        self.writer = None
+        return self.rows
+
+    def abort(self) -> None:
         if self.writer is not None:
             self.writer.close()
-        self.shard += 1
-        self.in_shard = 0
-        self.shard_rows.append(0)
-        self.writer = pq.ParquetWriter(self.root / self.shards[self.shard], self.schema)
+            self.writer = None
 
-    def close(self) -> list[WrittenFile]:
+    def _typed(self, chunk: bytes) -> Any:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.json as pj
+
+        pool = _pool()
+        table = pj.read_json(
+            pa.py_buffer(chunk),
+            # One block: the chunk ends with a whole line, however long its rows.
+            read_options=pj.ReadOptions(use_threads=False, block_size=len(chunk)),
+            parse_options=pj.ParseOptions(explicit_schema=self.as_read, unexpected_field_behavior="error"),
+            memory_pool=pool,
+        )
+        label = table.column(self.label_at)
+        codes = pc.index_in(label, value_set=self.names, memory_pool=pool)
+        if codes.null_count:
+            unknown = pc.filter(label, pc.is_null(codes))[0]
+            raise ValueError(f"a row of split {self.split} has the label {unknown}, not one of the task's")
+        columns = table.columns
+        columns[self.label_at] = pc.cast(codes, pa.int64(), memory_pool=pool)
+        return pa.Table.from_arrays(columns, schema=self.schema)
+
+    def _write_group(self, group: Any) -> None:
+        if self.writer is None:
+            self._next_shard(0)
+        while group.num_rows:
+            if self.rows[self._shard] == SHARD_ROWS:
+                self._next_shard(self._shard + 1)
+            part = group.slice(0, SHARD_ROWS - self.rows[self._shard])
+            self.writer.write_table(part, row_group_size=ROW_GROUP_ROWS)
+            self.rows[self._shard] += part.num_rows
+            group = group.slice(part.num_rows)
+
+    def _next_shard(self, shard: int) -> None:
         import pyarrow.parquet as pq
 
-        self._flush()
-        if self.writer is None:  # an empty split still gets its (one, empty) shard
-            self._next_shard(pq)
-        self.writer.close()
-        self.jsonl.close()
+        if self.writer is not None:
+            self.writer.close()
+        self._shard = shard
+        self.writer = pq.ParquetWriter(self.root / self.paths[shard], self.schema, memory_pool=_pool())
+
+
+def _pool() -> Any:
+    """The memory pool the Parquet conversion allocates from: the system allocator gives parsed chunks
+    back as they are written, where Arrow's default pool keeps them (tens of megabytes more at the
+    build's peak, when the tally is at its largest)."""
+    import pyarrow as pa
+
+    return pa.system_memory_pool()
+
+
+class _SplitWriter:
+    """One split's JSONL file and Parquet shards: its lines are written, hashed and turned into
+    Parquet rows by the release's background work, a chunk at a time."""
+
+    def __init__(self, root: Path, split: str, parquet: _ParquetSplit, work: BackgroundWork) -> None:
+        self.root = root
+        self.split = split
+        self.parquet = parquet
+        self.jsonl_path = f"jsonl/{split}.jsonl"
+        self.jsonl = LineWriter(root / self.jsonl_path, work, hashed=True, then=parquet.write)
+
+    def files(self) -> list[WrittenFile]:
+        """Once the work is closed: the split's files."""
         files = [
             WrittenFile(path, self.split, rows, file_sha256(self.root / path))
-            for path, rows in zip(self.shards, self.shard_rows, strict=False)
+            for path, rows in zip(self.parquet.paths, self.parquet.close(), strict=True)
         ]
-        files.append(
-            WrittenFile(
-                self.jsonl_path, self.split, self.jsonl_rows, file_sha256(self.root / self.jsonl_path)
-            )
-        )
+        files.append(WrittenFile(self.jsonl_path, self.split, self.jsonl.lines, self.jsonl.sha256))
         return files
+
+    def abort(self) -> None:
+        self.jsonl.abort()
+        self.parquet.abort()
 
 
 class ReleaseWriter:
-    """Writes the rows of a release into ``root`` (which must not exist yet)."""
+    """Writes the rows of a release into ``root`` (which must not exist yet): each split's JSONL
+    lines, and its Parquet shards made from them, on a thread beside the caller
+    (:mod:`dynaval.adapters.background_writes`)."""
 
     def __init__(
         self, root: Path, *, fields: Sequence[str], labels: Sequence[str], split_rows: Mapping[str, int]
@@ -178,25 +237,29 @@ class ReleaseWriter:
         (root / "jsonl").mkdir()
         self.root = root
         schema = release_features(fields, labels).arrow_schema
+        self.work = BackgroundWork("release-files")
         self.splits = {
-            split: _SplitWriter(root, split, rows, schema, labels)
+            split: _SplitWriter(root, split, _ParquetSplit(root, split, rows, schema, labels), self.work)
             for split, rows in sorted(split_rows.items())
         }
 
-    def add(self, split: str, row: dict[str, Any], line: bytes) -> None:
-        self.splits[split].add(row, line)
+    def add(self, split: str, line: bytes) -> None:
+        """One canonical row (its JSONL line, without the newline) into ``split``."""
+        self.splits[split].jsonl.add(line)
 
     def close(self) -> list[WrittenFile]:
+        for writer in self.splits.values():
+            writer.jsonl.close()
+        self.work.close()
         files: list[WrittenFile] = []
         for writer in self.splits.values():
-            files.extend(writer.close())
+            files.extend(writer.files())
         return files
 
     def abort(self) -> None:
+        self.work.stop()
         for writer in self.splits.values():
-            writer.jsonl.close()
-            if writer.writer is not None:
-                writer.writer.close()
+            writer.abort()
 
 
 def write_text(root: Path, name: str, text: str) -> None:

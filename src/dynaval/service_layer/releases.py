@@ -26,6 +26,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 
 from dynaval import __version__
+from dynaval.adapters.background_writes import LineWriter
 from dynaval.adapters.release_files import (
     CARD,
     MANIFEST,
@@ -236,12 +237,16 @@ def create_release(services: Services, request: ReleaseRequest) -> Release:
         rows_file = scratch / "rows.jsonl"
         inputs: list[SplitInput] = []
         leaks = _leak_scan(services, request, fields)
-        with rows_file.open("wb") as handle:
+        scratch_rows = LineWriter(rows_file)  # written on a thread beside the reading
+        try:
             for row in _rows(services, plan):
-                line = canonical_line(row)
-                handle.write(line + b"\n")
+                scratch_rows.add(canonical_line(row))
                 inputs.append(_split_input(row, fields))
                 leaks.add(row["example_id"], row)
+            scratch_rows.close()
+        except BaseException:
+            scratch_rows.abort()
+            raise
         leaks.add_earlier(plan.earlier)
         near_keys, placed_near = leaks.clusters()
         if near_keys:
@@ -274,7 +279,7 @@ def create_release(services: Services, request: ReleaseRequest) -> Release:
             for line, row in iter_jsonl(rows_file):
                 split = placed.splits.get(row["example_id"])
                 if split is not None:
-                    writer.add(split, row, line)
+                    writer.add(split, line)
                     tally.add(split, line, row)
             files = writer.close()
         except BaseException:
