@@ -153,3 +153,41 @@ def test_matches_krippendorff_package_or_explains_why_undefined(rows: list[list[
     assert not math.isnan(result.alpha)
     assert result.undefined_reason is None
     assert result.alpha == pytest.approx(oracle(rows), abs=1e-9)
+
+
+def test_columns_as_the_round_summary_reads_them_give_the_same_alpha() -> None:
+    """The round summary reads a round's votes as integer columns (``counted_vote_codes``), with
+    each item's real annotators; single votes, even with a label the round does not have, are left
+    out unchecked, as :func:`nominal_alpha` leaves them."""
+    from array import array
+
+    from dynaval.domain.agreement import VoteColumns, nominal_alpha_of_columns
+
+    rng = np.random.default_rng(4)
+    names = [*LABELS, "not-a-label"]
+    by_item: dict[str, list[str]] = {}
+    items, annotators, codes = array("q"), array("q"), array("q")
+    for item in range(300):
+        count = int(rng.integers(1, 5))
+        for annotator in rng.choice(9, size=count, replace=False):
+            code = 3 if count == 1 and item % 3 == 0 else int(rng.integers(0, 3))
+            items.append(item)
+            annotators.append(int(annotator))
+            codes.append(code)
+            by_item.setdefault(f"c{item}", []).append(names[code])
+    columns = VoteColumns.from_codes(items, annotators, codes, names)
+    assert "not-a-label" in set(columns.labels)  # single votes only
+    result = nominal_alpha_of_columns(columns, LABELS)
+    expected = nominal_alpha(by_item, LABELS)
+    assert expected.alpha is not None and 0 < expected.items < 300
+    assert result.alpha == pytest.approx(expected.alpha, abs=1e-12)
+    assert (result.items, result.pairable_values) == (expected.items, expected.pairable_values)
+    assert expected.items == sum(1 for labels in by_item.values() if len(labels) >= 2)
+
+    single = VoteColumns.from_codes(array("q", [0, 1]), array("q", [0, 0]), array("q", [0, 3]), names)
+    assert (
+        nominal_alpha_of_columns(single, LABELS).to_dict()
+        == nominal_alpha({"a": ["positive"], "b": ["not-a-label"]}, LABELS).to_dict()
+    )
+    empty = VoteColumns.from_codes(array("q"), array("q"), array("q"), [])
+    assert nominal_alpha_of_columns(empty, LABELS).alpha is None

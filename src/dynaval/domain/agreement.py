@@ -2,14 +2,16 @@
 
 The engine lives in :mod:`dynaval.domain.agreement_engine` (alpha at every level, bootstrap
 interval, per-label/annotator/item breakdowns); this module re-exports it and keeps
-:func:`nominal_alpha`, the small view the round summary uses. Degenerate data gets an explicit
-reason instead of NaN.
+:func:`nominal_alpha` and :func:`nominal_alpha_of_columns`, the small view the round summary
+uses. Degenerate data gets an explicit reason instead of NaN.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from dynaval.domain.agreement_engine import (
     LEVELS,
@@ -40,6 +42,7 @@ __all__ = [
     "VoteColumns",
     "agreement_report",
     "nominal_alpha",
+    "nominal_alpha_of_columns",
     "round_alpha",
 ]
 
@@ -78,11 +81,38 @@ def nominal_alpha(labels_by_item: Mapping[str, Sequence[str]], labels: Sequence[
     >>> round(result.alpha, 3), result.items, result.pairable_values
     (0.5, 3, 7)
     """
-    rows = {item: votes for item, votes in labels_by_item.items() if len(votes) >= 2}
-    if not rows:
+    columns = VoteColumns(
+        items=[item for item, item_labels in labels_by_item.items() for _label in item_labels],
+        annotators=[voter for item_labels in labels_by_item.values() for voter in range(len(item_labels))],
+        labels=[label for item_labels in labels_by_item.values() for label in item_labels],
+    )
+    return nominal_alpha_of_columns(columns, labels)
+
+
+def nominal_alpha_of_columns(votes: VoteColumns, labels: Sequence[str]) -> AlphaResult:
+    """:func:`nominal_alpha` of votes kept as columns (items, annotators, labels), the way a large
+    round's votes are read without a tuple each: the same items left out (those with fewer than
+    two votes, their labels not checked), the same checks, the same figures.
+
+    >>> votes = VoteColumns(items=[1, 1, 2, 2, 2, 3, 3, 4], annotators=list("abcdecdf"),
+    ...                     labels=["pos", "pos", "pos", "neg", "pos", "neg", "neg", "pos"])
+    >>> result = nominal_alpha_of_columns(votes, ["pos", "neg", "neu"])
+    >>> round(result.alpha, 3), result.items, result.pairable_values
+    (0.5, 3, 7)
+    """
+    items = np.asarray(votes.items)
+    if not len(items):
         return AlphaResult(None, NO_PAIRABLE_YET, "nominal", 0, 0)
-    triples = [(item, voter, label) for item, votes in rows.items() for voter, label in enumerate(votes)]
-    estimate = round_alpha(triples, level="nominal", values=list(dict.fromkeys(labels)), bootstrap=0)
+    _ids, where, counts = np.unique(items, return_inverse=True, return_counts=True)
+    pairable = counts[where] >= 2
+    if not pairable.any():
+        return AlphaResult(None, NO_PAIRABLE_YET, "nominal", 0, 0)
+    kept = VoteColumns(
+        items=items[pairable],
+        annotators=np.asarray(votes.annotators)[pairable],
+        labels=np.asarray(votes.labels)[pairable],
+    )
+    estimate = round_alpha(kept, level="nominal", values=list(dict.fromkeys(labels)), bootstrap=0)
     return AlphaResult(
         estimate.alpha, estimate.undefined_reason, "nominal", estimate.items, estimate.pairable_values
     )

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import logging
 import random
-from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from dynaval.domain.agreement import nominal_alpha
+from dynaval.domain.agreement import nominal_alpha_of_columns
 from dynaval.domain.audit import AuditEvent
 from dynaval.domain.candidate import WAITING_AT_FREEZE, CandidateStatus
 from dynaval.domain.clock import utcnow
@@ -294,12 +293,10 @@ def round_summary(services: Services, round_id: int, *, with_model_folder: bool)
     with services.uow(read_only=True) as uow:
         round_ = uow.rounds.get(round_id)
         counts = round_counts(uow.round_queries.status_counts(round_id))
-        votes = uow.round_queries.counted_votes(round_id, links)
-        labels_by_item: dict[str, list[str]] = defaultdict(list)
-        for item, _annotator, label in votes:
-            labels_by_item[item].append(label)
-        alpha = nominal_alpha(labels_by_item, round_.labels)
-        cost = validation_cost(round_, uow.round_queries.validated_candidates(round_id), len(votes))
+        # As integer columns: a million candidates' votes as tuples would take gigabytes.
+        votes = uow.round_queries.counted_vote_codes(round_id, links)
+        alpha = nominal_alpha_of_columns(votes, round_.labels)
+        cost = validation_cost(round_, uow.round_queries.validated_candidates(round_id), len(votes.items))
         waiting, oldest = uow.task_checks.waiting(round_id)
         late_total, late = uow.round_queries.late_annotations(round_id, LATE_SHOWN)
         return {
