@@ -160,3 +160,13 @@ def test_a_failure_in_the_parquet_thread_reaches_the_caller(tmp_path: Path) -> N
         writer.close()
     writer.abort()  # after the failure, as a build does: nothing left open or running
     assert not writer.work.running
+
+
+def test_a_writer_that_cannot_open_its_files_leaves_no_thread(tmp_path: Path) -> None:
+    import threading
+
+    before = {t for t in threading.enumerate() if t.name == "release-files"}
+    with pytest.raises(FileNotFoundError):
+        # A split whose JSONL file cannot be made (its folder does not exist), after one that can.
+        ReleaseWriter(tmp_path / "r", fields=FIELDS, labels=LABELS, split_rows={"a_r1": 1, "z/z_r1": 1})
+    assert {t for t in threading.enumerate() if t.name == "release-files" and t.is_alive()} <= before

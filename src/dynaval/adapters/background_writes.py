@@ -87,9 +87,9 @@ class LineWriter:
     ) -> None:
         self.path = path
         self.lines = 0
+        self._handle: BinaryIO = path.open("wb")  # first: a file that cannot open starts no thread
         self._own_work = work is None
         self._work = work if work is not None else BackgroundWork(f"write-{path.name}")
-        self._handle: BinaryIO = path.open("wb")
         self._digest = hashlib.sha256() if hashed else None
         self._then = then
         self._buffer = bytearray()

@@ -191,9 +191,9 @@ class _ParquetSplit:
 
 
 def _pool() -> Any:
-    """The memory pool the Parquet conversion allocates from: the system allocator gives parsed chunks
-    back as they are written, where Arrow's default pool keeps them (tens of megabytes more at the
-    build's peak, when the tally is at its largest)."""
+    """The memory pool the Parquet conversion allocates from: the system allocator, which gives
+    parsed chunks back as they are written; Arrow's default pool kept about ten megabytes more at
+    the build's peak (docs/benchmarks.md, "The second core")."""
     import pyarrow as pa
 
     return pa.system_memory_pool()
@@ -238,10 +238,14 @@ class ReleaseWriter:
         self.root = root
         schema = release_features(fields, labels).arrow_schema
         self.work = BackgroundWork("release-files")
-        self.splits = {
-            split: _SplitWriter(root, split, _ParquetSplit(root, split, rows, schema, labels), self.work)
-            for split, rows in sorted(split_rows.items())
-        }
+        self.splits: dict[str, _SplitWriter] = {}
+        try:
+            for split, rows in sorted(split_rows.items()):
+                parquet = _ParquetSplit(root, split, rows, schema, labels)
+                self.splits[split] = _SplitWriter(root, split, parquet, self.work)
+        except BaseException:
+            self.abort()  # no thread left waiting, no file left open
+            raise
 
     def add(self, split: str, line: bytes) -> None:
         """One canonical row (its JSONL line, without the newline) into ``split``."""

@@ -273,8 +273,8 @@ def create_release(services: Services, request: ReleaseRequest) -> Release:
             )
         split_rows = Counter(placed.splits.values())
         out = scratch / "release"
-        writer = ReleaseWriter(out, fields=fields, labels=labels, split_rows=split_rows)
         tally = ReleaseTally(fields=fields, labels=labels, rule=request.rule)
+        writer = ReleaseWriter(out, fields=fields, labels=labels, split_rows=split_rows)
         try:
             for line, row in iter_jsonl(rows_file):
                 split = placed.splits.get(row["example_id"])
