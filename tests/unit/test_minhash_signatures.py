@@ -166,3 +166,20 @@ def test_an_index_of_examples_without_words_finds_nothing() -> None:
     assert list(index.pairs()) == []
     assert index.matches(field_shingles({"premise": "", "hypothesis": ""}, NLI)) == []
     assert band_keys(field_shingles({"premise": "", "hypothesis": ""}, NLI)) == []
+
+
+def test_a_closed_index_lets_go_of_its_examples_and_refuses_more() -> None:
+    index = MinHashIndex()
+    inputs = {"premise": "a cat sat on the mat today", "hypothesis": "a cat sat"}
+    index.add_inputs("a", inputs, NLI)
+    index.add_inputs("b", inputs, NLI)
+    assert [(a, b) for a, b, _sim in index.pairs()] == [("a", "b")]
+    index.close()
+    assert len(index) == 0
+    assert not index._text_bytes and not index._blocks and not index._hashed  # the memory is let go
+    with pytest.raises(RuntimeError, match="closed"):
+        index.add_inputs("c", inputs, NLI)
+    with pytest.raises(RuntimeError, match="closed"):
+        list(index.pairs())
+    with pytest.raises(RuntimeError, match="closed"):
+        index.matches(field_shingles(inputs, NLI))

@@ -83,11 +83,32 @@ class MinHashIndex:
         self._pending: list[list[bytes]] = []
         self._pending_values = 0
         self._bands: list[_Band] | None = None
+        self._closed = False
 
     def __len__(self) -> int:
         return len(self._keys)
 
+    def close(self) -> None:
+        """Let go of every example (a release's index holds hundreds of megabytes): a closed index
+        takes no example and answers no question."""
+        self._closed = True
+        self._keys = set()
+        self._examples = {}
+        self._text_bytes = bytearray()
+        self._text_ends = array("q")
+        self._hashed = []
+        self._hashed_texts = array("q")
+        self._blocks = []
+        self._pending = []
+        self._pending_values = 0
+        self._bands = None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the near-duplicate index is closed: its examples are let go")
+
     def _new_key(self, key: str) -> None:
+        self._check_open()
         if key in self._keys:
             raise ValueError(f"{key} is in the index already")
         self._keys.add(key)
@@ -160,6 +181,7 @@ class MinHashIndex:
 
     def matches(self, example: FieldShingles) -> list[Match]:
         """The indexed examples that are near-duplicates of ``example``, most similar first."""
+        self._check_open()
         values = tagged(example)
         if not values:
             return []
@@ -179,6 +201,7 @@ class MinHashIndex:
     ) -> Iterator[tuple[str, str, float]]:
         """Each confirmed pair of indexed examples once (keys in sorted order), where ``keep``
         allows it: for each key in order, its partners most similar first."""
+        self._check_open()
         groups: list[list[int]] = []
         memberships: dict[int, list[int]] = {}
         for band in range(len(self._ranges)):  # one band at a time: each band's sort is freed after it

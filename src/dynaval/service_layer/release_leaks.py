@@ -165,26 +165,21 @@ class LeakScan:
         self.vectors = SemanticRows(self.fields, self.semantic) if self.semantic is not None else None
 
     def add(self, example_id: str, row: Mapping[str, Any]) -> None:
-        self._check_open()
+        """One row of the release (refused once the pairs are found: the index is closed)."""
         self.index.add_inputs(example_id, row, self.fields)
         if self.vectors is not None:
             self.vectors.add(example_id, row)
 
-    def _check_open(self) -> None:
-        if self._pairs is not None:
-            raise RuntimeError("the scan's pairs are found: no row can be added after")
-
     def add_earlier(self, releases: Sequence[Release]) -> None:
-        self._check_open()
         counts: dict[int | None, int] = {}
         for release, split, row in earlier_test_rows(releases):
             key = f"{_EARLIER}{release.name}\x1f{release.version}\x1f{row['example_id']}"
+            self.index.add_inputs(key, row, self.fields)
             self.earlier[key] = {
                 "release": f"{release.name} {release.version}",
                 "split": split,
                 "example_id": row["example_id"],
             }
-            self.index.add_inputs(key, row, self.fields)
             if self.vectors is not None:
                 self.vectors.add(key, row)
             counts[release.id] = counts.get(release.id, 0) + 1
@@ -206,7 +201,7 @@ class LeakScan:
             self._pairs = merged(self.index.pairs(), semantic)
             # The pairs are all the rest needs of the MinHash index: its digests and texts (hundreds
             # of megabytes for a million rows) go before the rows are placed.
-            self.index = MinHashIndex(self.rule)
+            self.index.close()
         return self._pairs
 
     def rule_dict(self) -> dict[str, Any]:
