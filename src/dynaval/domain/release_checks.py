@@ -117,6 +117,7 @@ class ReleaseTally:
         self, example_id: str, counted_votes: _RoundVotes, votes: Sequence[Mapping[str, Any]]
     ) -> None:
         item = -1
+        annotator_codes, label_codes = self._annotator_codes, self._label_codes
         for v in votes:
             if v["counted"] and v["label"] is not None:
                 if v["label"] not in self._label_names:
@@ -127,7 +128,6 @@ class ReleaseTally:
                 if item < 0:  # numbered among the round's rows with a counted vote, in order
                     item = len(counted_votes.items) and counted_votes.items[-1] + 1
                 counted_votes.items.append(item)
-                annotator_codes, label_codes = self._annotator_codes, self._label_codes
                 counted_votes.annotators.append(
                     annotator_codes.setdefault(v["annotator"], len(annotator_codes))
                 )
