@@ -71,6 +71,7 @@ started = time.perf_counter()
 from dynaval.entrypoints.cli import main
 phases = {}
 peaks = {}
+index_process = {}
 if os.environ.get("BENCH_PHASES"):
     import functools
     import resource
@@ -112,6 +113,20 @@ if os.environ.get("BENCH_PHASES"):
     timed(release_checks.ReleaseTally, "round_figures", "released rows' alpha")
     timed(releases, "_store", "store release (database)")
     timed(releases, "copy_release", "copy to --out")
+
+    from dynaval.adapters import minhash_process
+
+    answered = minhash_process.MinHashProcess.pairs
+
+    def pairs_noted(index):
+        found = answered(index)
+        if index.peak_rss_mb is not None and "child_mb" not in index_process:
+            with open("/proc/self/statm") as statm:
+                resident = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+            index_process.update(child_mb=index.peak_rss_mb, build_mb=resident)
+        return found
+
+    minhash_process.MinHashProcess.pairs = pairs_noted
 imported = time.perf_counter()
 if os.environ.get("BENCH_PROFILE"):
     import cProfile
@@ -123,7 +138,7 @@ else:
 done = time.perf_counter()
 with open(os.environ["BENCH_RESULT"], "w") as handle:
     json.dump({"code": code, "import_s": imported - started, "run_s": done - imported, "phases": phases,
-               "peaks": peaks}, handle)
+               "peaks": peaks, "index_process": index_process}, handle)
 """
 
 
@@ -136,6 +151,9 @@ class Run:
     phases: dict[str, float]
     peaks: dict[str, float]
     """Phase -> the peak RSS (MB) so far, when the phase ended."""
+    index_process: dict[str, float]
+    """The MinHash index's child process: its peak RSS (``child_mb``) and the build's RSS when it
+    answered (``build_mb``); empty when the index ran in the build's own process."""
 
 
 def run_command(
@@ -172,6 +190,7 @@ def run_command(
         usage.ru_maxrss / 1024,
         measured["phases"],
         measured["peaks"],
+        measured.get("index_process", {}),
     )
 
 
@@ -329,6 +348,15 @@ def main() -> None:
                 )
             rest = statistics.median(r.seconds - sum(r.phases.values()) for r in creates)
             print(f"  {'files and tally (the rest)':40} {rest:7.1f} s")
+            beside = [r.index_process for r in creates if r.index_process]
+            if beside:
+                child = max(b["child_mb"] for b in beside)
+                both = max(b["child_mb"] + b["build_mb"] for b in beside)
+                print(
+                    f"the MinHash index's own process: peak RSS {child:.0f} MB; with the build's RSS when "
+                    f"it answered, {both:.0f} MB at most at once (create's peak RSS is the larger of the two "
+                    "processes' peaks; its CPU s counts both)"
+                )
         print("ratio: the figure over the goal (at most 1.00 meets it); wall s from the command's start,")
         print("+start: the interpreter's imports before it; peak RSS: the child's ru_maxrss (the worst run)")
     finally:

@@ -7,6 +7,7 @@ and semantically (a paraphrase the lexical rule misses, with the real MiniLM enc
 from __future__ import annotations
 
 import json
+import multiprocessing
 import random
 import shutil
 import sys
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from dynaval.adapters import minhash_process
 from dynaval.adapters.minhash_index import MinHashIndex
 from dynaval.adapters.release_files import canonical_line, iter_jsonl
 from dynaval.adapters.semantic_index import shared_encoder
@@ -189,6 +191,26 @@ def test_a_train_example_near_an_earlier_releases_test_example_is_withheld(servi
     near = manifest["near_duplicates"]
     assert [(r["name"], r["version"]) for r in near["earlier_tests"]["releases"]] == [("earlier", "1.0.0")]
     assert near["earlier_tests"]["pairs"] == 0  # withheld, so not in train
+
+
+def test_a_release_hashed_in_a_process_of_its_own_withholds_the_same_copy(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large release's MinHash index runs in a child process; here a small one's is sent there
+    from its first row, with an earlier release's test rows added after the release's own."""
+    monkeypatch.setattr(minhash_process, "START_AFTER_ROWS", 1)
+    in_child: list[bool] = []
+    close = minhash_process.MinHashProcess.close
+
+    def noted_close(index: minhash_process.MinHashProcess) -> None:
+        in_child.append(index.in_child and index.peak_rss_mb is not None)
+        close(index)
+
+    monkeypatch.setattr(minhash_process.MinHashProcess, "close", noted_close)
+    manifest = copied_from_an_earlier_test(services, TRICK, TRICK.replace("music", "sound"))
+    assert manifest["near_duplicates"]["earlier_tests"]["pairs"] == 0
+    assert in_child and all(in_child)  # each build's index answered from its child
+    assert [p for p in multiprocessing.active_children() if p.name == "dynaval-minhash-index"] == []
 
 
 # Paraphrases: the same thing in other words. The lexical rule misses them (few shared 3-word

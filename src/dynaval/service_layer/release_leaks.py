@@ -15,10 +15,10 @@ unless the manifest's rule says the check was off, semantically (MiniLM,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from dynaval.adapters.minhash_index import MinHashIndex
 from dynaval.adapters.release_files import MANIFEST, iter_jsonl, read_manifest
@@ -30,6 +30,17 @@ from dynaval.service_layer.semantic_leaks import SemanticRows
 _EARLIER = "earlier\x1f"
 MAX_LISTED = 100
 """At most this many pairs are listed in a manifest (all are counted)."""
+
+
+class ReleaseIndex(Protocol):
+    """What a :class:`LeakScan` asks of its lexical index: :class:`MinHashIndex`, or the same
+    index in a child process (:class:`~dynaval.adapters.minhash_process.MinHashProcess`)."""
+
+    def add_inputs(self, key: str, inputs: Mapping[str, Any], fields: Sequence[str]) -> None: ...
+
+    def pairs(self) -> Iterable[tuple[str, str, float]]: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -153,7 +164,9 @@ class LeakScan:
     """The semantic rule; ``None``: the lexical check alone."""
     semantic_off: str = "turned off"
     """Why the semantic check did not run, for the manifest (``semantic`` is ``None``)."""
-    index: MinHashIndex = field(init=False)
+    make_index: Callable[[NearDuplicateRule], ReleaseIndex] = MinHashIndex
+    """The lexical index, made for the rule (the build's runs in a process of its own)."""
+    index: ReleaseIndex = field(init=False)
     vectors: SemanticRows | None = field(init=False)
     earlier: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Key of an earlier test row -> its release and split."""
@@ -161,7 +174,7 @@ class LeakScan:
     _pairs: list[tuple[str, str, float, str]] | None = None
 
     def __post_init__(self) -> None:
-        self.index = MinHashIndex(self.rule)
+        self.index = self.make_index(self.rule)
         self.vectors = SemanticRows(self.fields, self.semantic) if self.semantic is not None else None
 
     def add(self, example_id: str, row: Mapping[str, Any]) -> None:
@@ -203,6 +216,10 @@ class LeakScan:
             # of megabytes for a million rows) go before the rows are placed.
             self.index.close()
         return self._pairs
+
+    def close(self) -> None:
+        """Let go of the index (and end its process), pairs found or not: for a build that fails."""
+        self.index.close()
 
     def rule_dict(self) -> dict[str, Any]:
         """The manifest's ``near_duplicates.rule``: the lexical rule, with the semantic one inside."""

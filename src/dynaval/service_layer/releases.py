@@ -27,6 +27,7 @@ from sqlalchemy.exc import IntegrityError
 
 from dynaval import __version__
 from dynaval.adapters.background_writes import LineWriter
+from dynaval.adapters.minhash_process import MinHashProcess
 from dynaval.adapters.release_files import (
     CARD,
     MANIFEST,
@@ -231,6 +232,7 @@ def create_release(services: Services, request: ReleaseRequest) -> Release:
     final = store / f"{plan.name}-{request.version}"
     scratch = store / f".building-{uuid.uuid4().hex}"
     scratch.mkdir()
+    leaks: LeakScan | None = None
     try:
         # The service's figures first: their read of every vote is done and freed before the rows'.
         service_figures = {r.id: _round_figures(services, r, request.rule.seed) for r in plan.rounds}
@@ -265,7 +267,8 @@ def create_release(services: Services, request: ReleaseRequest) -> Release:
         near_duplicates = leaks.report(
             placed.splits, withheld=sum(1 for r in placed.withheld.values() if r == NEAR_DUPLICATE)
         )
-        del leaks
+        leaks.close()
+        leaks = None
         if not placed.splits:
             raise Conflict(
                 "these rounds hold no accepted example that can go into a split: nothing to release",
@@ -340,6 +343,8 @@ def create_release(services: Services, request: ReleaseRequest) -> Release:
             raise Conflict(f"{final.name} exists already in the releases folder", field="version")
         out.rename(final)
     finally:
+        if leaks is not None:  # the build failed before its pairs: the index's process ends too
+            leaks.close()
         shutil.rmtree(scratch, ignore_errors=True)
     try:
         return _store(services, plan, request, manifest, final, placed)
@@ -349,18 +354,21 @@ def create_release(services: Services, request: ReleaseRequest) -> Release:
 
 
 def _leak_scan(services: Services, request: ReleaseRequest, fields: Sequence[str]) -> LeakScan:
+    # The MinHash index hashes in a process of its own, beside the reading of the rows.
     if not services.settings.near_duplicate_semantic:
         return LeakScan(
             fields=fields,
             rule=request.near_duplicates,
             semantic=None,
             semantic_off="turned off by the settings (near_duplicate_semantic)",
+            make_index=MinHashProcess,
         )
     return LeakScan(
         fields=fields,
         rule=request.near_duplicates,
         semantic=request.semantic,
         semantic_off="turned off by the release request",
+        make_index=MinHashProcess,
     )
 
 
