@@ -15,7 +15,10 @@ from dynaval.adapters.minhash_process import IndexProcessFailed, MinHashProcess
 from dynaval.domain.near_duplicates import NearDuplicateRule
 
 NLI = ["premise", "hypothesis"]
-WORDS = "the a movie film was not bad good great plot actors cast and in every scene café naïve".split()
+WORDS = [
+    "the", "a", "movie", "film", "was", "not", "bad", "good", "great", "plot", "actors", "cast",
+    "and", "in", "every", "scene", "café", "naïve",
+]  # fmt: skip
 
 
 def rows(count: int, seed: int = 7) -> list[tuple[str, dict[str, str]]]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import pytest
+
 from dynaval.adapters.release_files import canonical_line
 from dynaval.domain.agreement_engine.report import round_alpha
 from dynaval.domain.release import SplitRule, content_hash, row_digest
@@ -43,8 +45,8 @@ def _rows(rng: random.Random, count: int) -> list[tuple[str, dict[str, Any]]]:
     return rows
 
 
-def _tally(rows: list[tuple[str, dict[str, Any]]]) -> ReleaseTally:
-    tally = ReleaseTally(fields=["text"], labels=LABELS, rule=SplitRule())
+def _tally(rows: list[tuple[str, dict[str, Any]]], *, checks: bool = True) -> ReleaseTally:
+    tally = ReleaseTally(fields=["text"], labels=LABELS, rule=SplitRule(), checks=checks)
     for split, row in rows:
         tally.add(split, canonical_line(row), row)
     return tally
@@ -104,3 +106,18 @@ def test_a_vote_label_outside_the_tasks_labels_is_named_not_a_crash() -> None:
     figures = tally.round_figures(seed=0)  # alpha over the other votes: no exception
     vote["counted"] = False  # the same rows without that vote
     assert figures == _tally(rows).round_figures(seed=0)
+
+
+def test_a_figures_only_tally_states_the_same_figures_and_refuses_to_check() -> None:
+    """A build's tally keeps no check state; its figures are the checking tally's, to the digit."""
+    rows = _rows(random.Random(15), 300)
+    checking, figures_only = _tally(rows), _tally(rows, checks=False)
+    assert figures_only.split_figures() == checking.split_figures()
+    assert figures_only.round_figures(seed=4) == checking.round_figures(seed=4)
+    assert figures_only.content_hash() == checking.content_hash()
+    assert {s: f.writers for s, f in figures_only.splits.items()} == {
+        s: f.writers for s, f in checking.splits.items()
+    }
+    assert checking.text_kinds and not figures_only.text_kinds and not figures_only.writer_kinds
+    with pytest.raises(RuntimeError, match="figures only"):
+        figures_only.findings()
