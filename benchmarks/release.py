@@ -20,6 +20,13 @@ the released rows' alpha (``ReleaseTally.round_figures``), storing the release i
 (``_store``) and the copy to ``--out`` (``copy_release``); the rest is the files and the tally.
 Each release (the copy and the one kept in the data folder) is removed after its repeat.
 
+A build of over 20,000 rows hashes its MinHash index in a child process of its own
+(``adapters/minhash_process.py``). The create command's peak RSS, from ``os.wait4``, is then the
+larger of the two processes' peaks, and its CPU seconds count both. So the script also prints the
+child's own peak, and that peak plus the build's RSS when the child answered: about the most the
+two held at once (the build's memory grows while it reads, and the child's peak comes as it
+answers).
+
 The goals are for the lexical near-duplicate check: the builds run with
 ``DYNAVAL_NEAR_DUPLICATE_SEMANTIC=false`` unless ``--semantic`` is given, since the semantic check
 encodes every row with MiniLM on the CPU (docs/near_duplicates.md, "At release").
@@ -354,7 +361,7 @@ def main() -> None:
                 both = max(b["child_mb"] + b["build_mb"] for b in beside)
                 print(
                     f"the MinHash index's own process: peak RSS {child:.0f} MB; with the build's RSS when "
-                    f"it answered, {both:.0f} MB at most at once (create's peak RSS is the larger of the two "
+                    f"it answered, about {both:.0f} MB at once (create's peak RSS is the larger of the two "
                     "processes' peaks; its CPU s counts both)"
                 )
         print("ratio: the figure over the goal (at most 1.00 meets it); wall s from the command's start,")

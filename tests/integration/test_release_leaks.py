@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import random
 import shutil
+import signal
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -211,6 +213,40 @@ def test_a_release_hashed_in_a_process_of_its_own_withholds_the_same_copy(
     assert manifest["near_duplicates"]["earlier_tests"]["pairs"] == 0
     assert in_child and all(in_child)  # each build's index answered from its child
     assert [p for p in multiprocessing.active_children() if p.name == "dynaval-minhash-index"] == []
+
+
+def test_a_build_whose_index_process_is_killed_stops_and_keeps_nothing(
+    services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As if the kernel killed the index's process for memory: the build names it and keeps no file
+    and no row; the same version builds once the process can run."""
+    assert services.database is not None
+    seeded = seed_frozen_round(
+        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=120,
+        writers=30, rng=random.Random(1), name="round one",
+    )  # fmt: skip
+    monkeypatch.setattr(minhash_process, "START_AFTER_ROWS", 1)
+    answer = minhash_process.MinHashProcess.pairs
+
+    def killed_first(index: minhash_process.MinHashProcess) -> list[tuple[str, str, float]]:
+        (child,) = [p for p in multiprocessing.active_children() if p.name == "dynaval-minhash-index"]
+        assert child.pid is not None
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(10)
+        return answer(index)
+
+    monkeypatch.setattr(minhash_process.MinHashProcess, "pairs", killed_first)
+    with pytest.raises(minhash_process.IndexProcessFailed, match="ended without answering"):
+        build(services, [seeded.round_id], "1.0.0")
+    releases = services.settings.data_dir / "releases"
+    assert list(releases.iterdir()) == []  # no scratch folder, no release folder
+    with services.uow(read_only=True) as uow:
+        assert uow.releases.all() == []
+    assert [p for p in multiprocessing.active_children() if p.name == "dynaval-minhash-index"] == []
+
+    monkeypatch.setattr(minhash_process.MinHashProcess, "pairs", answer)
+    root = build(services, [seeded.round_id], "1.0.0")
+    assert verify_release(root) == []
 
 
 # Paraphrases: the same thing in other words. The lexical rule misses them (few shared 3-word

@@ -27,6 +27,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from dynaval.adapters.minhash_index import MinHashIndex
+from dynaval.domain.errors import Unavailable
 from dynaval.domain.near_duplicates import NearDuplicateRule
 
 START_AFTER_ROWS = 20_000
@@ -40,8 +41,9 @@ Pair = tuple[str, str, float]
 _Row = tuple[str, tuple[str, ...]]
 
 
-class IndexProcessFailed(RuntimeError):
-    """The index's child process failed, or ended before answering."""
+class IndexProcessFailed(Unavailable):
+    """The index's child process failed, or ended before answering: the build stops, keeping
+    nothing, and may be run again (HTTP 503; the command line prints the message)."""
 
 
 class MinHashProcess:
@@ -150,10 +152,13 @@ class MinHashProcess:
             self._process.join(JOIN_SECONDS)
             raise IndexProcessFailed(
                 "the near-duplicate index's process ended without answering (exit code "
-                f"{self._process.exitcode}): most likely it ran out of memory or was killed"
+                f"{self._process.exitcode}): most likely it ran out of memory or was killed; "
+                "nothing was kept, so the release can be built again once memory is free"
             ) from None
         if answer[0] == "failed":
-            raise IndexProcessFailed(f"the near-duplicate index's process failed: {answer[1]}")
+            raise IndexProcessFailed(
+                f"the near-duplicate index's process failed ({answer[1]}); nothing was kept"
+            )
         return answer
 
 
