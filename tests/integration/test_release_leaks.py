@@ -7,7 +7,6 @@ and semantically (a paraphrase the lexical rule misses, with the real MiniLM enc
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import random
 import shutil
@@ -201,18 +200,20 @@ def test_a_release_hashed_in_a_process_of_its_own_withholds_the_same_copy(
     """A large release's MinHash index runs in a child process; here a small one's is sent there
     from its first row, with an earlier release's test rows added after the release's own."""
     monkeypatch.setattr(minhash_process, "START_AFTER_ROWS", 1)
-    in_child: list[bool] = []
+    children: list[tuple[int, float | None]] = []
     close = minhash_process.MinHashProcess.close
 
     def noted_close(index: minhash_process.MinHashProcess) -> None:
-        in_child.append(index.in_child and index.peak_rss_mb is not None)
+        if index.pid is not None:  # closed with its child still there (a second close has none)
+            children.append((index.pid, index.peak_rss_mb))
         close(index)
 
     monkeypatch.setattr(minhash_process.MinHashProcess, "close", noted_close)
     manifest = copied_from_an_earlier_test(services, TRICK, TRICK.replace("music", "sound"))
     assert manifest["near_duplicates"]["earlier_tests"]["pairs"] == 0
-    assert in_child and all(in_child)  # each build's index answered from its child
-    assert [p for p in multiprocessing.active_children() if p.name == "dynaval-minhash-index"] == []
+    assert len(children) == 2  # both releases' indexes went to a child, which answered
+    assert all(peak is not None for _pid, peak in children)
+    assert all(not Path(f"/proc/{pid}").exists() for pid, _peak in children)  # and has ended
 
 
 def test_a_build_whose_index_process_is_killed_stops_and_keeps_nothing(
@@ -228,11 +229,12 @@ def test_a_build_whose_index_process_is_killed_stops_and_keeps_nothing(
     monkeypatch.setattr(minhash_process, "START_AFTER_ROWS", 1)
     answer = minhash_process.MinHashProcess.pairs
 
+    killed: list[int] = []
+
     def killed_first(index: minhash_process.MinHashProcess) -> list[tuple[str, str, float]]:
-        (child,) = [p for p in multiprocessing.active_children() if p.name == "dynaval-minhash-index"]
-        assert child.pid is not None
-        os.kill(child.pid, signal.SIGKILL)
-        child.join(10)
+        assert index.pid is not None
+        os.kill(index.pid, signal.SIGKILL)
+        killed.append(index.pid)
         return answer(index)
 
     monkeypatch.setattr(minhash_process.MinHashProcess, "pairs", killed_first)
@@ -242,7 +244,7 @@ def test_a_build_whose_index_process_is_killed_stops_and_keeps_nothing(
     assert list(releases.iterdir()) == []  # no scratch folder, no release folder
     with services.uow(read_only=True) as uow:
         assert uow.releases.all() == []
-    assert [p for p in multiprocessing.active_children() if p.name == "dynaval-minhash-index"] == []
+    assert killed and not Path(f"/proc/{killed[0]}").exists()
 
     monkeypatch.setattr(minhash_process.MinHashProcess, "pairs", answer)
     root = build(services, [seeded.round_id], "1.0.0")

@@ -1,12 +1,16 @@
 """The release's MinHash index in a child process gives the in-process index's pairs exactly, and a
-failing or killed child reaches the caller as a clear error, never as a hang or a lost row."""
+failing or killed child reaches the caller as a clear error, never as a hang or a lost row. The child
+never runs the caller's main script again (a script without a ``__main__`` guard works)."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import random
 import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -50,8 +54,10 @@ def in_process_pairs(
     return list(index.pairs())
 
 
-def index_children() -> list[multiprocessing.process.BaseProcess]:
-    return [p for p in multiprocessing.active_children() if p.name == "dynaval-minhash-index"]
+def gone(pid: int | None) -> bool:
+    """Whether the process has ended and been waited for."""
+    assert pid is not None
+    return not Path(f"/proc/{pid}").exists()
 
 
 @pytest.mark.parametrize("start_after", [50, 10_000], ids=["child process", "in process"])
@@ -63,15 +69,16 @@ def test_the_pairs_are_the_in_process_index_pairs(start_after: int) -> None:
     index = MinHashProcess(rule, start_after=start_after)
     for key, inputs in examples:
         index.add_inputs(key, inputs, NLI)
-    assert index.in_child is (start_after < len(examples))
+    pid = index.pid
+    assert (pid is not None) is (start_after < len(examples))
     assert index.pairs() == expected
     assert index.pairs() == expected  # asked again: the same list, no second search
-    if index.in_child:
+    if pid is not None:
         assert index.peak_rss_mb is not None and index.peak_rss_mb > 0
     with pytest.raises(RuntimeError, match="takes no more rows"):
         index.add_inputs("late", {"premise": "a", "hypothesis": "b"}, NLI)
     index.close()
-    assert index_children() == []
+    assert pid is None or gone(pid)
     with pytest.raises(RuntimeError, match="closed"):
         index.pairs()
 
@@ -85,8 +92,9 @@ def test_a_failure_in_the_child_is_raised_in_the_caller() -> None:
         with pytest.raises(IndexProcessFailed, match="ex-00003 is in the index already"):
             index.pairs()
     finally:
+        pid = index.pid
         index.close()
-    assert index_children() == []
+    assert gone(pid)
 
 
 def test_a_killed_child_is_named_not_waited_for() -> None:
@@ -94,11 +102,9 @@ def test_a_killed_child_is_named_not_waited_for() -> None:
     try:
         for key, inputs in rows(30):
             index.add_inputs(key, inputs, NLI)
-        (child,) = index_children()
-        assert child.pid is not None
-        os.kill(child.pid, signal.SIGKILL)
-        child.join(10)
-        with pytest.raises(IndexProcessFailed, match="ended without answering"):
+        assert index.pid is not None
+        os.kill(index.pid, signal.SIGKILL)
+        with pytest.raises(IndexProcessFailed, match=r"ended without answering \(exit code -9\)"):
             index.pairs()
     finally:
         index.close()
@@ -109,10 +115,35 @@ def test_closing_before_the_pairs_ends_the_child() -> None:
     index = MinHashProcess(start_after=10)
     for key, inputs in rows(5_000):
         index.add_inputs(key, inputs, NLI)
-    assert len(index_children()) == 1
+    pid = index.pid
+    assert pid is not None and not gone(pid)
     index.close()
     index.close()  # twice is harmless
-    assert index_children() == []
+    assert gone(pid)
+
+
+def test_a_caller_script_without_a_main_guard_is_not_run_again(tmp_path: Path) -> None:
+    """A ``multiprocessing`` child would import the caller's script again and run its top level."""
+    script = tmp_path / "no_guard.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            from dynaval.adapters.minhash_process import MinHashProcess
+            print("top level ran")
+            index = MinHashProcess(start_after=1)
+            for i in range(50):
+                text = "alpha beta gamma delta epsilon" if i % 2 else "one two three four five six"
+                index.add_inputs(f"k{i:02d}", {"text": text}, ["text"])
+            assert index.pid is not None
+            print(len(index.pairs()))
+            index.close()
+            """
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["top level ran", str(2 * 25 * 24 // 2)]
 
 
 def test_the_fields_stay_the_same() -> None:

@@ -10,21 +10,29 @@ each row's texts into a batch; the child's hashing overlaps the build's reading 
 A smaller release is indexed in the caller's process when its pairs are asked for: starting an
 interpreter costs about a second of CPU, more than hashing a few thousand rows.
 
-The child is started with ``spawn`` (a fresh interpreter: the build runs threads of its own, which
-``fork`` would copy mid-flight). It sees the end of its input when the parent closes its end or
-dies, and then exits. A failure in the child (the index's own errors, the child killed) is raised
-in the caller at its next call as :class:`IndexProcessFailed`, naming what happened.
+The child is ``python -m dynaval.adapters.minhash_process``, talking pickles over its standard input
+and a copy of its standard output. It is not a ``multiprocessing`` child: those are started by
+importing the caller's main script again, which runs a script's top level a second time when it
+has no ``if __name__ == "__main__"`` guard. It sees the end of its input when the parent closes its
+end or dies, and then exits. A failure in the child (the index's own errors, the child killed) is
+raised in the caller at its next call as :class:`IndexProcessFailed`, naming what happened; what the
+child wrote to its standard error is kept in a temporary file and its last line is quoted.
 """
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
+import json
+import os
+import pickle
 import resource
+import select
+import subprocess
+import sys
+import tempfile
 from collections.abc import Mapping, Sequence
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from dynaval.adapters.minhash_index import MinHashIndex
 from dynaval.domain.errors import Unavailable
@@ -34,7 +42,7 @@ START_AFTER_ROWS = 20_000
 """Rows from which the index goes to a child process (fewer are indexed in the caller's)."""
 BATCH_ROWS = 2_000
 """Rows sent to the child at a time: messages of a few hundred kilobytes, sent at little cost a row."""
-JOIN_SECONDS = 10.0
+EXIT_SECONDS = 10.0
 """How long ``close`` waits for the child to exit after its input ends, before it is killed."""
 
 Pair = tuple[str, str, float]
@@ -58,13 +66,13 @@ class MinHashProcess:
         self._batch: list[_Row] = []
         self._pairs: list[Pair] | None = None
         self._closed = False
-        self._conn: Connection | None = None
-        self._process: BaseProcess | None = None
+        self._child: subprocess.Popen[bytes] | None = None
+        self._errors: IO[bytes] | None = None
 
     @property
-    def in_child(self) -> bool:
-        """Whether the rows went to a child process."""
-        return self._process is not None
+    def pid(self) -> int | None:
+        """The child's process id; None while the rows are kept in the caller's process."""
+        return None if self._child is None else self._child.pid
 
     def add_inputs(self, key: str, inputs: Mapping[str, Any], fields: Sequence[str]) -> None:
         """Index the example with these input ``fields`` under ``key`` (as ``MinHashIndex.add_inputs``)."""
@@ -76,7 +84,7 @@ class MinHashProcess:
         elif tuple(fields) != self._fields:
             raise ValueError("an index's examples added by their inputs have the same fields")
         self._batch.append((key, tuple(str(inputs.get(name) or "") for name in fields)))
-        if self._process is None:
+        if self._child is None:
             if len(self._batch) >= self.start_after:
                 self._start()
         elif len(self._batch) >= BATCH_ROWS:
@@ -86,7 +94,7 @@ class MinHashProcess:
         """Every confirmed pair ``(a, b, similarity)``, as ``MinHashIndex.pairs()`` gives them."""
         self._check_open()
         if self._pairs is None:
-            if self._process is None:
+            if self._child is None:
                 self._pairs = _pairs_of(self.rule, self._fields or (), self._batch)
                 self._batch = []
             else:
@@ -102,29 +110,37 @@ class MinHashProcess:
         self._closed = True
         self._batch = []
         self._pairs = None
-        if self._conn is not None:
-            self._conn.close()
-        if self._process is not None:
-            self._process.join(JOIN_SECONDS)
-            if self._process.is_alive():
-                self._process.kill()
-                self._process.join()
-            self._process.close()
+        child, self._child = self._child, None
+        if child is not None:
+            for stream in (child.stdin, child.stdout):
+                if stream is not None:
+                    with contextlib.suppress(OSError):  # a last write not flushed: the child is gone
+                        stream.close()
+            try:
+                child.wait(EXIT_SECONDS)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        if self._errors is not None:
+            self._errors.close()
+            self._errors = None
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("the near-duplicate index is closed: its examples are let go")
 
     def _start(self) -> None:
-        context = multiprocessing.get_context("spawn")
-        self._conn, child_end = context.Pipe()
-        self._process = context.Process(
-            target=_serve, args=(child_end, self.rule.to_dict()), name="dynaval-minhash-index"
+        package_root = str(Path(__file__).resolve().parents[2])  # where `dynaval` is importable
+        path = os.environ.get("PYTHONPATH")
+        env = {**os.environ, "PYTHONPATH": package_root if not path else f"{package_root}{os.pathsep}{path}"}
+        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (open for the child's life, closed by close())
+        self._child = subprocess.Popen(
+            [sys.executable, "-m", __name__, json.dumps(self.rule.to_dict())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._errors,
+            env=env,
         )
-        try:
-            self._process.start()
-        finally:
-            child_end.close()
         rows, self._batch = self._batch, []
         for start in range(0, len(rows), BATCH_ROWS):
             self._send(("add", self._fields, rows[start : start + BATCH_ROWS]))
@@ -135,24 +151,30 @@ class MinHashProcess:
             self._batch = []
 
     def _send(self, message: tuple[Any, ...]) -> None:
-        assert self._conn is not None
-        if self._conn.poll():  # the child speaks unasked only to say it failed
+        child = self._child
+        assert child is not None and child.stdin is not None and child.stdout is not None
+        if select.select([child.stdout], [], [], 0)[0]:  # the child speaks unasked only when it fails
             self._receive()
         try:
-            self._conn.send(message)
+            pickle.dump(message, child.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            child.stdin.flush()
         except OSError:  # the child is gone: say why, if it said
             self._receive()
             raise
 
     def _receive(self) -> Any:
-        assert self._conn is not None and self._process is not None
+        child = self._child
+        assert child is not None and child.stdout is not None
         try:
-            answer = self._conn.recv()
-        except (EOFError, OSError):
-            self._process.join(JOIN_SECONDS)
+            answer = pickle.load(child.stdout)
+        except (EOFError, OSError, pickle.UnpicklingError):
+            try:
+                code: int | None = child.wait(EXIT_SECONDS)
+            except subprocess.TimeoutExpired:
+                code = None
             raise IndexProcessFailed(
-                "the near-duplicate index's process ended without answering (exit code "
-                f"{self._process.exitcode}): most likely it ran out of memory or was killed; "
+                f"the near-duplicate index's process ended without answering (exit code {code}"
+                f"{self._last_error()}): most likely it ran out of memory or was killed; "
                 "nothing was kept, so the release can be built again once memory is free"
             ) from None
         if answer[0] == "failed":
@@ -160,6 +182,14 @@ class MinHashProcess:
                 f"the near-duplicate index's process failed ({answer[1]}); nothing was kept"
             )
         return answer
+
+    def _last_error(self) -> str:
+        """``; it said: <the last line of its standard error>``, or nothing."""
+        if self._errors is None:
+            return ""
+        self._errors.seek(0)
+        lines = self._errors.read()[-4096:].decode(errors="replace").strip().splitlines()
+        return f"; it said: {lines[-1]}" if lines else ""
 
 
 def _add_rows(index: MinHashIndex, fields: Sequence[str], rows: Sequence[_Row]) -> None:
@@ -175,13 +205,13 @@ def _pairs_of(rule: NearDuplicateRule, fields: Sequence[str], rows: Sequence[_Ro
     return found
 
 
-def _serve(conn: Connection, rule: dict[str, Any]) -> None:
-    """The child: index the rows it is sent; answer ``pairs``; exit at the end of its input."""
+def _serve(rule: dict[str, Any], requests: IO[bytes], answers: IO[bytes]) -> None:
+    """The child: index the rows it is sent; answer ``pairs``; return at the end of its input."""
     try:
         index = MinHashIndex(NearDuplicateRule.from_dict(rule))
         while True:
             try:
-                message = conn.recv()
+                message = pickle.load(requests)
             except EOFError:
                 return
             if message[0] == "add":
@@ -190,9 +220,17 @@ def _serve(conn: Connection, rule: dict[str, Any]) -> None:
                 found = list(index.pairs())
                 index.close()
                 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-                conn.send(("pairs", found, peak))
+                pickle.dump(("pairs", found, peak), answers, protocol=pickle.HIGHEST_PROTOCOL)
+                answers.flush()
     except Exception as error:  # every failure goes to the parent, which raises it
         with contextlib.suppress(OSError):  # the parent is gone: nobody to tell
-            conn.send(("failed", f"{type(error).__name__}: {error}"))
-    finally:
-        conn.close()
+            pickle.dump(("failed", f"{type(error).__name__}: {error}"), answers)
+            answers.flush()
+
+
+if __name__ == "__main__":
+    # The answers go to a copy of standard output; standard output itself is pointed at standard
+    # error, so that nothing a library prints can break the stream of pickles.
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    _serve(json.loads(sys.argv[1]), sys.stdin.buffer, answers)
