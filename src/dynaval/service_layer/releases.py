@@ -344,7 +344,7 @@ def create_release(services: Services, request: ReleaseRequest) -> Release:
             raise Conflict(f"{final.name} exists already in the releases folder", field="version")
         out.rename(final)
     finally:
-        if leaks is not None:  # the build failed before its pairs: the index's process ends too
+        if leaks is not None:  # the build failed while it held the scan: its index's process ends
             leaks.close()
         shutil.rmtree(scratch, ignore_errors=True)
     try:
