@@ -92,6 +92,26 @@ def test_the_neutral_fixture_always_answers_neutral(tiny_model_dir: Path) -> Non
     assert {p.label for p in TransformersPredictor(tiny_model_dir).predict(TEXTS)} == {"neutral"}
 
 
+def test_a_model_made_for_fewer_tokens_reads_its_own_number(tiny_model_dir_mixed: Path) -> None:
+    """The tiny model has 128 position embeddings, fewer than the 256 tokens the predictor reads at
+    most: a longer text, or pair, is read as its first 128 tokens instead of failing the forward pass
+    (which left a candidate in ``scoring`` for good)."""
+    predictor = TransformersPredictor(tiny_model_dir_mixed)
+    assert predictor.max_tokens == 128
+    words = [WORDS[i % len(WORDS)] for i in range(400)]
+    cut = " ".join(words[:126])  # with [CLS] and [SEP]: 128 tokens, each word one token
+    assert len(predictor._tokenizer(cut)["input_ids"]) == 128
+    long, first = predictor.predict([" ".join(words), cut])
+    assert long.label == first.label
+    for label, p in long.probabilities.items():  # rows of one batch: equal to float rounding
+        assert math.isclose(p, first.probabilities[label], rel_tol=1e-5)
+    premise, hypothesis = " ".join(words[:300]), " ".join(words[300:])
+    (pair,) = predictor.predict([(premise, hypothesis)])
+    assert math.isclose(sum(pair.probabilities.values()), 1.0, rel_tol=1e-6)
+    # A limit above the model's own is cut to it; one below it is kept.
+    assert TransformersPredictor(tiny_model_dir_mixed, max_length=64).max_tokens == 64
+
+
 def test_predict_of_nothing_is_nothing(tiny_model_dir: Path) -> None:
     assert TransformersPredictor(tiny_model_dir).predict([]) == []
 

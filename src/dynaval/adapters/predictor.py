@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from dynaval.domain.errors import InvalidInput, Unavailable
 
@@ -56,10 +56,33 @@ def hash_model_folder(folder: Path) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-class TransformersPredictor:
-    """``AutoModelForSequenceClassification`` + ``AutoTokenizer`` from one folder, on the CPU."""
+MAX_TOKENS = 256
+"""The most tokens the model in the loop reads of an example (a pair's two texts together): the
+rest is cut. A model made for fewer reads its own number (:func:`model_token_limit`)."""
 
-    def __init__(self, folder: Path, *, max_length: int = 256) -> None:
+
+def model_token_limit(config: Any, tokenizer: Any) -> int | None:
+    """The most tokens a model can read, as its tokenizer or its position embeddings say; None when
+    neither says. A tokenizer that knows no limit says a huge number, and is not believed."""
+    limits = []
+    declared = getattr(tokenizer, "model_max_length", None)
+    if isinstance(declared, int) and 0 < declared < 1_000_000:
+        limits.append(declared)
+    positions = getattr(config, "max_position_embeddings", None)
+    if isinstance(positions, int) and positions > 0:
+        limits.append(positions)
+    return min(limits, default=None)
+
+
+class TransformersPredictor:
+    """``AutoModelForSequenceClassification`` + ``AutoTokenizer`` from one folder, on the CPU.
+
+    It reads at most ``max_length`` tokens of an example, or the model's own limit when that is
+    smaller: a longer input would not fit the model's position embeddings, and its forward pass
+    would fail.
+    """
+
+    def __init__(self, folder: Path, *, max_length: int = MAX_TOKENS) -> None:
         import torch  # heavy imports stay out of module import
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -79,7 +102,8 @@ class TransformersPredictor:
         self._model.eval()
         id2label = self._model.config.id2label
         self._labels = tuple(str(id2label[i]) for i in range(len(id2label)))
-        self._max_length = max_length
+        limit = model_token_limit(self._model.config, self._tokenizer)
+        self._max_length = max_length if limit is None else min(max_length, limit)
         self._lock = threading.Lock()
 
     @property
@@ -93,6 +117,11 @@ class TransformersPredictor:
     @property
     def name(self) -> str:
         return self._folder.name
+
+    @property
+    def max_tokens(self) -> int:
+        """The most tokens it reads of an example (special tokens included)."""
+        return self._max_length
 
     def predict(self, texts: Sequence[ModelInput]) -> list[Prediction]:
         """Predictions in the order of ``texts``. Single texts and pairs may be mixed: each kind is
