@@ -8,7 +8,9 @@ file (core ``executemany``). Then the real commands run in a subprocess each, so
 
 - ``dynaval release create --rounds <id> --version 1.0.<n> --name bench-<run>-<n> --out DIR``: a
   fresh name per repeat, so that each repeat builds an independent release (a second release of the
-  same name and round would extend the first and place nothing new);
+  same name and round would extend the first and place nothing new), and from a fresh copy of the
+  seeded database, so that each repeat is a first build (a build leaves its writers placed for the
+  task type, and its test examples in the regression suite);
 - ``dynaval release verify DIR`` on what it wrote.
 
 Wall seconds count from the command's start (settings, database, the build and the copy to
@@ -263,7 +265,12 @@ def main() -> None:
         if args.seed_only:
             return
         round_id, rows = seeded["round_id"], seeded["rows"]
-        env = environment(url, folder)
+        # Each repeat builds from a copy of the seeded database, so each is a first build: a build
+        # leaves its writers placed (sticky, per task type) and its test examples in the regression
+        # suite, and a later build from the same database would place no writer and take no case.
+        seeded_file = folder / "dynaval.sqlite3"
+        build_file = folder / "build.sqlite3"
+        env = environment(f"sqlite:///{build_file}", folder)
         env["DYNAVAL_NEAR_DUPLICATE_SEMANTIC"] = "true" if args.semantic else "false"
         run_tag = uuid.uuid4().hex[:8]
         print(
@@ -278,6 +285,7 @@ def main() -> None:
         for n in range(1, repeats + 1):
             out = folder / f"out-{run_tag}-{n}"
             name = f"bench-{run_tag}-{n}"
+            shutil.copyfile(seeded_file, build_file)  # not timed
             create = run_command(
                 env,
                 ["release", "create", "--rounds", str(round_id), "--version", f"1.0.{n}", "--name", name,
@@ -315,6 +323,7 @@ def main() -> None:
                 print("     phases: " + "; ".join(parts), flush=True)
             shutil.rmtree(out)
             shutil.rmtree(folder / "releases" / f"{name}-1.0.{n}", ignore_errors=True)
+            build_file.unlink()
 
         print(f"\nSQLite, one frozen sentiment round of {rows:,} accepted rows ({args.writers:,} writers, "
               f"3 votes each), median of {repeats} run(s)")  # fmt: skip
