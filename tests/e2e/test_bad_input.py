@@ -155,6 +155,31 @@ def test_submit_candidate_bad_requests_write_nothing(
     assert_error(post({k: v for k, v in good.items() if k != "text"}), 422, "text")
     limit = live_service.services.settings.max_text_chars
     assert_error(post({**good, "text": "a" * (limit + 1)}), 413, "text", says=str(limit))
+    # Longer than the round's model reads (the tiny model: 128 tokens, a word each here): the model
+    # would judge its beginning only. The same for a try-out and for one item of a batch.
+    too_long = " ".join(["good"] * 130)
+    assert_error(post({**good, "text": too_long}), 422, "text", says="132 tokens long")
+    in_object = {"inputs": {"text": too_long}, "writer_label": "positive"}
+    assert_error(post(in_object), 422, "inputs.text", says="128")
+    assert_error(
+        live_service.call(
+            "POST", f"/api/rounds/{world['open']}/predict", token=WRITER_TOKEN, json={"text": too_long}
+        ),
+        422,
+        "text",
+        says="reads at most 128",
+    )
+    assert_error(
+        live_service.call(
+            "POST",
+            f"/api/rounds/{world['open']}/candidates/batch",
+            token=WRITER_TOKEN,
+            json={"candidates": [good, {**good, "text": too_long}]},
+        ),
+        422,
+        "candidates[1].text",
+        says="tokens long",
+    )
     assert_error(post({**good, "writer_id": ""}), 422, "writer_id")
     assert_error(post({**good, "writer_id": 7}), 422, "writer_id")
     assert_error(post({**good, "writer_id": "w" * 201}), 422, "writer_id")

@@ -282,6 +282,32 @@ def test_a_model_without_the_tasks_labels_is_refused_naming_model_and_what_is_mi
     assert listed == []  # nothing was made
 
 
+def test_a_pair_longer_than_the_model_reads_is_refused_naming_its_longer_field(
+    task_service: LiveService, label_studio_server: Any, label_studio_annotators: list[Any], tmp_path: Path
+) -> None:
+    """The tiny model reads 128 tokens: a premise and hypothesis past that together are refused
+    (the model would judge a cut pair), naming the field to shorten; nothing is stored."""
+    model = build_tiny_model(tmp_path / "nli-model", labels=("entailment", "neutral", "contradiction"))
+    loop = Loop(task_service, label_studio_server, label_studio_annotators, "nli")
+    loop.create(model, "nli round")
+    url = f"/api/rounds/{loop.round_id}/candidates"
+    long_premise = {"premise": " ".join(["pond"] * 100), "hypothesis": " ".join(["duck"] * 30)}
+    long_hypothesis = {"premise": "A pond.", "hypothesis": " ".join(["duck"] * 130)}
+    for inputs, field in ((long_premise, "inputs.premise"), (long_hypothesis, "inputs.hypothesis")):
+        body = {"inputs": inputs, "writer_label": "entailment"}
+        response = task_service.call("POST", url, token=WRITER_TOKEN, json=body)
+        assert response.status_code == 422, response.text
+        error = response.json()["error"]
+        assert error["field"] == field
+        assert "(premise and hypothesis together)" in error["message"]
+        assert "reads at most 128" in error["message"]
+    mine = f"/api/rounds/{loop.round_id}/my-candidates"
+    assert task_service.call("GET", mine, token=WRITER_TOKEN).json()["candidates"] == []
+    # Within the model's reach (95 + 30 words, with [CLS] and two [SEP]: 128 tokens), it is taken.
+    fits = {"premise": " ".join(["pond"] * 95), "hypothesis": " ".join(["duck"] * 30)}
+    assert loop.submit(fits, "entailment")["inputs"] == fits
+
+
 def test_a_task_type_written_in_the_test_goes_through_the_whole_loop(
     task_service: LiveService,
     label_studio_server: Any,

@@ -31,6 +31,13 @@ class FixedPredictor:
     def name(self) -> str:
         return self.folder.name
 
+    @property
+    def max_tokens(self) -> int:
+        return 256
+
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        raise AssertionError("not called here")
+
     def predict(self, texts: Sequence[str]) -> list[Prediction]:
         raise AssertionError("not called here")
 

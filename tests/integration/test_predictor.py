@@ -112,6 +112,16 @@ def test_a_model_made_for_fewer_tokens_reads_its_own_number(tiny_model_dir_mixed
     assert TransformersPredictor(tiny_model_dir_mixed, max_length=64).max_tokens == 64
 
 
+def test_token_counts_are_the_uncut_encodings(tiny_model_dir_mixed: Path) -> None:
+    predictor = TransformersPredictor(tiny_model_dir_mixed)
+    words = [WORDS[i % len(WORDS)] for i in range(300)]
+    short, long = " ".join(words[:5]), " ".join(words)
+    assert predictor.token_counts([short, long]) == [7, 302]  # [CLS] ... [SEP]
+    assert predictor.token_counts([(short, long)]) == [308]  # [CLS] a [SEP] b [SEP]
+    assert predictor.token_counts([long, (short, short)]) == [302, 13]  # kinds mixed, order kept
+    assert predictor.token_counts([]) == []
+
+
 def test_predict_of_nothing_is_nothing(tiny_model_dir: Path) -> None:
     assert TransformersPredictor(tiny_model_dir).predict([]) == []
 

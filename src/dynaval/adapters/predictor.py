@@ -38,6 +38,13 @@ class Predictor(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def max_tokens(self) -> int:
+        """The most tokens it reads of an example; the rest is cut."""
+
+    def token_counts(self, texts: Sequence[ModelInput]) -> list[int]:
+        """How many tokens each example is, as the model would read it uncut."""
+
     def predict(self, texts: Sequence[ModelInput]) -> list[Prediction]: ...
 
 
@@ -122,6 +129,20 @@ class TransformersPredictor:
     def max_tokens(self) -> int:
         """The most tokens it reads of an example (special tokens included)."""
         return self._max_length
+
+    def token_counts(self, texts: Sequence[ModelInput]) -> list[int]:
+        singles = [t for t in texts if isinstance(t, str)]
+        if len(singles) not in (0, len(texts)):  # one kind per call to the tokenizer
+            return [self.token_counts([t])[0] for t in texts]
+        if not texts:
+            return []
+        if singles:
+            encode_args: tuple[list[str], ...] = (singles,)
+        else:
+            encode_args = ([t[0] for t in texts], [t[1] for t in texts])
+        with self._lock:  # a fast tokenizer is not to be used by two threads at once
+            encoded = self._tokenizer(*encode_args, truncation=False, verbose=False)
+        return [len(ids) for ids in encoded["input_ids"]]
 
     def predict(self, texts: Sequence[ModelInput]) -> list[Prediction]:
         """Predictions in the order of ``texts``. Single texts and pairs may be mixed: each kind is

@@ -85,6 +85,38 @@ def score(services: Services, round_: Round, inputs: Sequence[Mapping[str, str]]
     return [Prediction(*mapping.read(answer.probabilities)) for answer in answers]
 
 
+def check_model_reads_whole(
+    services: Services,
+    round_: Round,
+    task_type: TaskType,
+    examples: Sequence[tuple[Mapping[str, str], GivenInputs, str]],
+) -> None:
+    """Refuse an example longer than the round's model reads (:attr:`Predictor.max_tokens`).
+
+    The model would judge its beginning only: words past the cut could turn the label without the
+    model ever reading them, and such an example would fool it for nothing it got wrong.
+    ``examples`` holds each example's checked inputs, the inputs as the body gave them, and where
+    the body has them (``candidates[3]``, or ``""``); the error names the example's longest field
+    there. When the model cannot be loaded now, nothing is refused here: the candidate is stored
+    and scored later, as any is when the model fails.
+    """
+    try:
+        predictor = services.models.get_path(round_.model_dir).predictor
+    except (InvalidInput, Unavailable, OSError):
+        return
+    counts = predictor.token_counts([model_input(task_type, inputs) for inputs, _, _ in examples])
+    for (inputs, given, where), count in zip(examples, counts, strict=True):
+        if count > predictor.max_tokens:
+            longest = max(task_type.data_fields, key=lambda name: len(inputs[name]))
+            fields = task_type.data_fields
+            together = "" if len(fields) == 1 else f" ({' and '.join(fields)} together)"
+            raise InvalidInput(
+                f"this example is {count} tokens long{together} and the round's model reads at most "
+                f"{predictor.max_tokens}: shorten it, since the model would judge only its beginning",
+                field=(f"{where}." if where else "") + given.field(longest),
+            )
+
+
 def predict(
     services: Services, *, round_id: int, given: GivenInputs, charge: ScoringCharge | None = None
 ) -> Prediction:
@@ -98,6 +130,7 @@ def predict(
     round_.check_takes_candidates()
     task_type = services.catalog.get(round_.task_type)
     inputs = task_inputs(task_type, given)
+    check_model_reads_whole(services, round_, task_type, [(inputs, given, "")])
     if charge is not None:
         charge([scored_text(inputs)], given.field(task_type.main_field))
     (prediction,) = score(services, round_, [inputs])
@@ -183,6 +216,12 @@ def _submit(
         _new_candidate(round_, task_type, candidate, where=where, submitter=submitter)
         for candidate, where in given
     ]
+    check_model_reads_whole(
+        services,
+        round_,
+        task_type,
+        [(c.inputs, new.inputs, where) for c, (new, where) in zip(candidates, given, strict=True)],
+    )
     if charge is not None:
         charge([scored_text(c.inputs) for c in candidates], charge_field or task_type.main_field)
     encoded = near_duplicates.encode_new(services, task_type, candidates)
