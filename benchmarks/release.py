@@ -69,6 +69,7 @@ from tests.support.release_seed import seed_frozen_round  # noqa: E402
 
 from dynaval.adapters.database import Database  # noqa: E402
 
+GOAL_ROWS = 1_000_000
 GOAL_SECONDS = 30.0
 GOAL_PEAK_RSS_MB = 500
 LABELS = ["positive", "negative", "neutral"]
@@ -213,7 +214,9 @@ def folder_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
 
 
-def verdict(seconds: float, rss: float) -> str:
+def verdict(rows: int, seconds: float, rss: float) -> str:
+    if rows != GOAL_ROWS:  # a smaller build within the figures says nothing of a million rows
+        return f"(the goals are for {GOAL_ROWS:,} rows)"
     return "met" if seconds <= GOAL_SECONDS and rss <= GOAL_PEAK_RSS_MB else "NOT met"
 
 
@@ -347,7 +350,7 @@ def main() -> None:
                     f"{seconds / GOAL_SECONDS:.2f}x",
                     f"<= {GOAL_PEAK_RSS_MB} MB",
                     f"{rss / GOAL_PEAK_RSS_MB:.2f}x",
-                    verdict(seconds, rss),
+                    verdict(rows, seconds, rss),
                 )
             else:
                 goals = ("(none)", "", "(none)", "", "")
