@@ -18,8 +18,11 @@ Wall seconds count from the command's start (settings, database, the build and t
 With ``--phases`` (the default) the create child also times its phases by wrapping the service's
 functions: reading the rows from the database and shaping them (``_rows``), placing them
 (``plan_splits``), the service's round figures (``_round_figures``: counts and the round's alpha),
-the released rows' alpha (``ReleaseTally.round_figures``), storing the release in the database
-(``_store``) and the copy to ``--out`` (``copy_release``); the rest is the files and the tally.
+the near-duplicate pairs (``LeakScan.clusters``: waiting for the index's answer, and grouping it),
+the released rows' alpha (``ReleaseTally.round_figures``), the files' finishing once the last row
+is handed to them (``ReleaseWriter.close``), storing the release in the database (``_store``) and
+the copy to ``--out`` (``copy_release``); the rest is mostly the second pass over the rows (each
+row to its split's files, and the tally).
 Each release (the copy and the one kept in the data folder) is removed after its repeat.
 
 A build of over 20,000 rows hashes its MinHash index in a child process of its own
@@ -121,6 +124,8 @@ if os.environ.get("BENCH_PHASES"):
     timed(releases, "plan_splits", "place rows (plan_splits)")
     timed(releases, "_round_figures", "round figures (service counts, alpha)")
     timed(release_checks.ReleaseTally, "round_figures", "released rows' alpha")
+    timed(releases.LeakScan, "clusters", "near-duplicate pairs (the index's answer)")
+    timed(releases.ReleaseWriter, "close", "files finishing (after the last row)")
     timed(releases, "_store", "store release (database)")
     timed(releases, "copy_release", "copy to --out")
 
@@ -322,7 +327,7 @@ def main() -> None:
                     f"{label} {s:.1f} s (peak {create.peaks[label]:.0f} MB)"
                     for label, s in create.phases.items()
                 ]
-                parts.append(f"files and tally (the rest) {create.seconds - measured:.1f} s")
+                parts.append(f"second pass and the rest {create.seconds - measured:.1f} s")
                 print("     phases: " + "; ".join(parts), flush=True)
             shutil.rmtree(out)
             shutil.rmtree(folder / "releases" / f"{name}-1.0.{n}", ignore_errors=True)
@@ -366,7 +371,7 @@ def main() -> None:
                     f"  {label:40} {seconds:7.1f} s {max(r.peaks.get(label, 0.0) for r in creates):6.0f} MB"
                 )
             rest = statistics.median(r.seconds - sum(r.phases.values()) for r in creates)
-            print(f"  {'files and tally (the rest)':40} {rest:7.1f} s")
+            print(f"  {'second pass and the rest':40} {rest:7.1f} s")
             beside = [r.index_process for r in creates if r.index_process]
             if beside:
                 child = max(b["child_mb"] for b in beside)
