@@ -100,6 +100,9 @@ class TransformersPredictor:
         self._hash = hash_model_folder(folder)
         try:
             self._tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+            # A second one counts tokens of new examples, so that a count never waits for a
+            # forward pass (a fast tokenizer is not to be used by two threads at once).
+            self._counter = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
             self._model = AutoModelForSequenceClassification.from_pretrained(
                 str(folder), local_files_only=True
             )
@@ -112,6 +115,7 @@ class TransformersPredictor:
         limit = model_token_limit(self._model.config, self._tokenizer)
         self._max_length = max_length if limit is None else min(max_length, limit)
         self._lock = threading.Lock()
+        self._counter_lock = threading.Lock()
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -140,8 +144,8 @@ class TransformersPredictor:
             encode_args: tuple[list[str], ...] = (singles,)
         else:
             encode_args = ([t[0] for t in texts], [t[1] for t in texts])
-        with self._lock:  # a fast tokenizer is not to be used by two threads at once
-            encoded = self._tokenizer(*encode_args, truncation=False, verbose=False)
+        with self._counter_lock:
+            encoded = self._counter(*encode_args, truncation=False, verbose=False)
         return [len(ids) for ids in encoded["input_ids"]]
 
     def predict(self, texts: Sequence[ModelInput]) -> list[Prediction]:
