@@ -6,7 +6,8 @@ an exporter's), picks an open round, asks the model and sees its answer as proba
 whether it was fooled, submits, and follows their examples in "My examples" with their status, MER
 and VMER, while annotators validate one in the real Label Studio until it is accepted. An NLI round
 shows the premise, then the hypothesis. Every error the API answers is shown as a sentence naming
-the field (422, 409, 413, 429); another writer's examples never appear; sign-out forgets the token.
+the field (422, 409, 413, 429; an example longer than the model reads, 422); another writer's
+examples never appear; sign-out forgets the token.
 The page loads nothing from outside the service, raises no script error and breaks no rule of its
 Content-Security-Policy. At 390x844 (a phone) nothing scrolls sideways.
 
@@ -402,6 +403,15 @@ def test_a_writer_writes_asks_submits_and_follows_their_examples(
     page.get_by_test_id("input-text").fill(too_long)
     ask(page)
     assert form_error(page) == f"Text: Too long: Text must be at most {len(too_long) - 1} characters."
+    # Within the characters but past what the model reads (the tiny model: 128 tokens): 422, beside
+    # the box, saying why.
+    page.get_by_test_id("input-text").fill(" ".join(["good"] * 130))
+    ask(page)
+    assert form_error(page) == (
+        "Text: This example is 132 tokens long and the round's model reads at most 128: shorten it, "
+        "since the model would judge only its beginning."
+    ), form_error(page)
+    expect(page.get_by_test_id("input-text")).to_have_attribute("aria-invalid", "true")
     page.get_by_test_id("input-text").fill("")
 
     # (11) The NLI round: the premise, then the hypothesis; its own labels; its own examples.
