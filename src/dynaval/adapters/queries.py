@@ -62,8 +62,8 @@ class SqlRoundQueries:
         """:meth:`labelled_votes` one at a time, read in pages: a million candidates' votes are
         never held as rows (ordered by candidate, so a candidate's votes come together)."""
         annotation = AnnotationRow.__table__  # type: ignore[attr-defined]
-        # Core rows, not ORM ones: a million candidates' three million votes read in 6 s instead
-        # of 8.5 s on SQLite.
+        # Core rows, not ORM ones: a million candidates' three million votes read in 6 to 7 s
+        # instead of 8.5 s on SQLite (docs/benchmarks.md).
         rows = (
             self._session.connection()
             .execute(
