@@ -7,17 +7,20 @@ import hashlib
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from dynaval.domain.errors import InvalidInput, Unavailable
 
 ModelInput = str | tuple[str, str]
 """What the model reads for one example: a text, or a pair of texts (an NLI premise and hypothesis)
 encoded as the tokenizer encodes pairs."""
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -135,38 +138,20 @@ class TransformersPredictor:
         return self._max_length
 
     def token_counts(self, texts: Sequence[ModelInput]) -> list[int]:
-        singles = [t for t in texts if isinstance(t, str)]
-        if len(singles) not in (0, len(texts)):  # one kind per call to the tokenizer
-            return [self.token_counts([t])[0] for t in texts]
-        if not texts:
-            return []
-        if singles:
-            encode_args: tuple[list[str], ...] = (singles,)
-        else:
-            encode_args = ([t[0] for t in texts], [t[1] for t in texts])
-        with self._counter_lock:
-            encoded = self._counter(*encode_args, truncation=False, verbose=False)
-        return [len(ids) for ids in encoded["input_ids"]]
+        return _in_order(texts, self._count)
 
     def predict(self, texts: Sequence[ModelInput]) -> list[Prediction]:
         """Predictions in the order of ``texts``. Single texts and pairs may be mixed: each kind is
         encoded in a forward pass of its own."""
-        singles = [i for i, t in enumerate(texts) if isinstance(t, str)]
-        pairs = [i for i, t in enumerate(texts) if not isinstance(t, str)]
-        out: list[Prediction | None] = [None] * len(texts)
-        for positions in (singles, pairs):
-            if positions:
-                for position, prediction in zip(
-                    positions, self._forward([texts[i] for i in positions]), strict=True
-                ):
-                    out[position] = prediction
-        return [p for p in out if p is not None]
+        return _in_order(texts, self._forward)
+
+    def _count(self, texts: Sequence[ModelInput]) -> list[int]:
+        with self._counter_lock:
+            encoded = self._counter(*_encode_args(texts), truncation=False, verbose=False)
+        return [len(ids) for ids in encoded["input_ids"]]
 
     def _forward(self, texts: Sequence[ModelInput]) -> list[Prediction]:
-        if isinstance(texts[0], str):
-            encode_args: tuple[list[str], ...] = ([str(t) for t in texts],)
-        else:
-            encode_args = ([t[0] for t in texts], [t[1] for t in texts])
+        encode_args = _encode_args(texts)
         with self._lock, self._torch.inference_mode():
             batch = self._tokenizer(
                 *encode_args, padding=True, truncation=True, max_length=self._max_length, return_tensors="pt"
@@ -182,6 +167,26 @@ class TransformersPredictor:
                 )
             )
         return out
+
+
+def _in_order(texts: Sequence[ModelInput], run: Callable[[Sequence[ModelInput]], list[T]]) -> list[T]:
+    """``run`` over the single texts and over the pairs, apart (a tokenizer takes one kind per call),
+    its answers put back in the order of ``texts``."""
+    out: list[T | None] = [None] * len(texts)
+    singles = [i for i, t in enumerate(texts) if isinstance(t, str)]
+    pairs = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+    for positions in (singles, pairs):
+        if positions:
+            for position, answer in zip(positions, run([texts[i] for i in positions]), strict=True):
+                out[position] = answer
+    return [a for a in out if a is not None]
+
+
+def _encode_args(texts: Sequence[ModelInput]) -> tuple[list[str], ...]:
+    """The tokenizer's arguments for texts of one kind: the texts, or the pairs' first and second."""
+    if isinstance(texts[0], str):
+        return ([str(t) for t in texts],)
+    return ([t[0] for t in texts], [t[1] for t in texts])
 
 
 class MicroBatcher:
