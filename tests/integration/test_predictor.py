@@ -95,7 +95,7 @@ def test_the_neutral_fixture_always_answers_neutral(tiny_model_dir: Path) -> Non
 def test_a_model_made_for_fewer_tokens_reads_its_own_number(tiny_model_dir_mixed: Path) -> None:
     """The tiny model has 128 position embeddings, fewer than the 256 tokens the predictor reads at
     most: a longer text, or pair, is read as its first 128 tokens instead of failing the forward pass
-    (which left a candidate in ``scoring`` for good)."""
+    (a candidate is stored before it is scored, so it would have stayed in ``scoring``)."""
     predictor = TransformersPredictor(tiny_model_dir_mixed)
     assert predictor.max_tokens == 128
     words = [WORDS[i % len(WORDS)] for i in range(400)]
