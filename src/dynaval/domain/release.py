@@ -20,7 +20,24 @@ from typing import Any
 from dynaval.domain.errors import InvalidInput
 
 RELEASE_FORMAT = 1
-"""The layout version of a release directory (``manifest.json``'s ``format``)."""
+"""The layout version of a release directory (``manifest.json``'s ``format``). ``verify`` makes the
+card again and hashes the canonical rows again, so a change to the card's wording, to the canonical
+row or to the layout is a new format: the code that reads format 1 stays, or every release made
+before the change fails ``verify`` under the new version (``tests/data/releases`` holds releases of
+each format, and their verification is tested)."""
+
+
+def format_problem(manifest: Mapping[str, Any]) -> str | None:
+    """Why this dynaval cannot check a release of the manifest's format; None when it can."""
+    stated = manifest.get("format")
+    if isinstance(stated, bool) or not isinstance(stated, int) or stated < 1:
+        return f"format is {stated!r}, not a positive whole number: not a dynaval release manifest"
+    if stated > RELEASE_FORMAT:
+        return (
+            f"the release is format {stated}, and this dynaval reads formats up to {RELEASE_FORMAT}:"
+            " verify it with a newer dynaval"
+        )
+    return None
 
 _VERSION = re.compile(
     r"^(0|[1-9]\d{0,5})\.(0|[1-9]\d{0,5})\.(0|[1-9]\d{0,5})(-[0-9A-Za-z][0-9A-Za-z.]{0,30})?$"

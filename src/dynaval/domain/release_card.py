@@ -128,7 +128,9 @@ def _near_duplicates(section: Mapping[str, Any] | None) -> list[str]:
 
 
 def render_card(manifest: Mapping[str, Any]) -> str:
-    """The card's text."""
+    """The card's text, worded as release format 1 words it. ``verify`` makes it again and compares
+    line by line, so its wording belongs to the format (:data:`~dynaval.domain.release.RELEASE_FORMAT`):
+    a new wording is a new format, and this one stays for the releases already made."""
     meta = yaml.safe_dump(header(manifest), sort_keys=False, allow_unicode=True, width=1000)
     rule = manifest["split_rule"]
     fields = ", ".join(f"`{f}`" for f in manifest["fields"])

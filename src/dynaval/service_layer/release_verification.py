@@ -29,7 +29,7 @@ from dynaval.adapters.release_files import (
 )
 from dynaval.domain.errors import InvalidInput
 from dynaval.domain.near_duplicates import NearDuplicateRule
-from dynaval.domain.release import SplitRule
+from dynaval.domain.release import SplitRule, format_problem
 from dynaval.domain.release_card import render_card
 from dynaval.domain.release_checks import ReleaseTally
 from dynaval.domain.semantic_duplicates import SemanticRule
@@ -44,6 +44,8 @@ def verify_release(root: Path) -> list[str]:
     """The failed checks, one line each; empty when the release is sound."""
     try:
         manifest = read_manifest(root)
+        if problem := format_problem(manifest):
+            return [f"manifest: {problem}"]
         fields, labels = list(manifest["fields"]), list(manifest["labels"])
         rule = SplitRule.from_dict(manifest["split_rule"])
         near_section = manifest.get("near_duplicates")
