@@ -39,6 +39,7 @@ def format_problem(manifest: Mapping[str, Any]) -> str | None:
         )
     return None
 
+
 _VERSION = re.compile(
     r"^(0|[1-9]\d{0,5})\.(0|[1-9]\d{0,5})\.(0|[1-9]\d{0,5})(-[0-9A-Za-z][0-9A-Za-z.]{0,30})?$"
 )
