@@ -18,8 +18,11 @@ from dynaval.service_layer.writer_links import WriterAnnotatorLinks
 from dynaval.settings import Settings
 
 
-def _load_transformers(folder: Path) -> Predictor:
-    return TransformersPredictor(folder)
+def _transformers_loader(max_tokens: int) -> PredictorFactory:
+    def load(folder: Path) -> Predictor:
+        return TransformersPredictor(folder, max_length=max_tokens)
+
+    return load
 
 
 def bootstrap(
@@ -43,7 +46,7 @@ def bootstrap(
         timeout_s=settings.label_studio_timeout_s,
     )
     models = ModelRegistry(
-        factory=predictor_factory or _load_transformers,
+        factory=predictor_factory or _transformers_loader(settings.model_max_tokens),
         max_batch=settings.batch_max_size,
         max_wait_s=settings.batch_max_wait_ms / 1000,
     )

@@ -164,6 +164,14 @@ class Settings(BaseSettings):
         description="Where the rate limiter counts: memory:// (one process) or redis://host:port (shared).",
         repr=False,  # a redis:// URL may hold a password
     )
+    model_max_tokens: int = Field(
+        default=256,
+        ge=16,
+        le=8192,
+        description="The most tokens the model in the loop reads of an example (a pair's two texts "
+        "together); a model made for fewer reads its own number. A longer example is refused (422), "
+        "since the model would judge only its beginning.",
+    )
     batch_max_size: int = 32
     batch_max_wait_ms: float = 5.0
     queue_url: str = Field(

@@ -10,11 +10,17 @@ import threading
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.predictor import MicroBatcher, Prediction, TransformersPredictor
+from dynaval.bootstrap import bootstrap
 from dynaval.domain.errors import InvalidInput
+from dynaval.domain.round import Round
 from dynaval.model_builder import SEED_LABELS, build_default_model, load_nli_seed, load_seed
+from dynaval.service_layer import candidates
+from dynaval.service_layer.candidates import GivenInputs
+from dynaval.service_layer.services import Services
 from tests.support.tiny_model import WORDS, build_tiny_model
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -259,3 +265,38 @@ def test_build_default_nli_model_on_a_small_budget(tmp_path: Path) -> None:
 
     predictor = TransformersPredictor(out_dir)  # an ordinary sequence classifier folder
     assert predictor.labels == labels
+
+
+def test_the_service_reads_as_many_tokens_as_its_setting(
+    services: Services, tiny_model_dir_mixed: Path
+) -> None:
+    """``DYNAVAL_MODEL_MAX_TOKENS`` is what the service's models read: below the model's own limit it
+    is kept, and a longer example is refused naming it; left alone, the model's own 128 applies."""
+    with services.uow() as uow:
+        made = uow.rounds.add(
+            Round(
+                name="narrow", task_type="sentiment", model_dir=str(tiny_model_dir_mixed),
+                model_name="tiny", model_hash="", labels=list(sentiment_labels()), policy={},
+            )
+        )  # fmt: skip
+        uow.commit()
+    assert made.id is not None
+    words = [WORDS[i % len(WORDS)] for i in range(40)]
+    narrow = bootstrap(services.settings.model_copy(update={"model_max_tokens": 32}))
+    try:
+        assert narrow.models.get_path(tiny_model_dir_mixed).predictor.max_tokens == 32
+        fits = candidates.predict(narrow, round_id=made.id, given=GivenInputs({"text": " ".join(words[:30])}))
+        assert fits.label in sentiment_labels()
+        with pytest.raises(InvalidInput) as refused:
+            candidates.predict(narrow, round_id=made.id, given=GivenInputs({"text": " ".join(words)}))
+        assert refused.value.field == "inputs.text"
+        assert (
+            "this example is 42 tokens long and the round's model reads at most 32" in refused.value.message
+        )
+    finally:
+        narrow.close()
+    assert services.models.get_path(tiny_model_dir_mixed).predictor.max_tokens == 128
+    answer = candidates.predict(services, round_id=made.id, given=GivenInputs({"text": " ".join(words)}))
+    assert answer.label in sentiment_labels()
+    with pytest.raises(ValidationError, match="model_max_tokens"):
+        services.settings.model_validate({**services.settings.model_dump(), "model_max_tokens": 8})

@@ -67,8 +67,9 @@ def hash_model_folder(folder: Path) -> str:
 
 
 MAX_TOKENS = 256
-"""The most tokens the model in the loop reads of an example (a pair's two texts together): the
-rest is cut. A model made for fewer reads its own number (:func:`model_token_limit`)."""
+"""The most tokens a predictor reads of an example (a pair's two texts together) unless told
+otherwise: the rest is cut. A model made for fewer reads its own number (:func:`model_token_limit`).
+The service's models read ``DYNAVAL_MODEL_MAX_TOKENS`` (the same default)."""
 
 
 def model_token_limit(config: Any, tokenizer: Any) -> int | None:
