@@ -341,3 +341,67 @@ def test_the_band_keys_of_examples_indexed_before_0018_are_copied_beside_them(da
         )
     finally:
         db.dispose()
+
+
+def test_after_0019_an_indexed_examples_number_is_never_handed_out_twice(database_url: str) -> None:
+    """0019 keeps every indexed example with its number, and from then on a deleted top number is
+    not given to the next row (SQLite without AUTOINCREMENT gave it again); a downgrade keeps the
+    rows."""
+    from alembic import command
+    from sqlalchemy import text
+
+    db = Database(database_url)
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    try:
+        with db.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "0018")
+        round_id = new_round(db)
+        with db.unit_of_work() as session:
+            rows = [candidate(round_id) for _ in range(4)]
+            session.add_all(rows)
+            session.commit()
+        ids = [row.id for row in rows]
+        with db.engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO near_duplicate_example (candidate_id, task_type, band_keys) "
+                    "VALUES (:candidate_id, 'sentiment', :band_keys)"
+                ),
+                [{"candidate_id": i, "band_keys": bytes([n])} for n, i in enumerate(ids[:3])],
+            )
+        db.migrate()
+        select_all = text("SELECT seq, candidate_id, band_keys FROM near_duplicate_example ORDER BY seq")
+        with db.engine.begin() as connection:
+            assert [tuple(r) for r in connection.execute(select_all)] == [
+                (1, ids[0], b"\x00"),
+                (2, ids[1], b"\x01"),
+                (3, ids[2], b"\x02"),
+            ]
+            connection.execute(text("DELETE FROM near_duplicate_example WHERE seq = 3"))
+            connection.execute(
+                text("INSERT INTO near_duplicate_example (candidate_id, task_type) VALUES (:c, 'sentiment')"),
+                {"c": ids[3]},
+            )
+            assert [tuple(r)[:2] for r in connection.execute(select_all)] == [
+                (1, ids[0]),
+                (2, ids[1]),
+                (4, ids[3]),
+            ]
+        with pytest.raises(IntegrityError), db.engine.begin() as connection:  # each example once, as before
+            connection.execute(
+                text("INSERT INTO near_duplicate_example (candidate_id, task_type) VALUES (:c, 's')"),
+                {"c": ids[0]},
+            )
+        with db.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.downgrade(config, "0018")
+        with db.engine.connect() as connection:
+            assert [tuple(r)[:2] for r in connection.execute(select_all)] == [
+                (1, ids[0]),
+                (2, ids[1]),
+                (4, ids[3]),
+            ]
+    finally:
+        db.dispose()

@@ -213,6 +213,31 @@ def test_an_example_given_its_vector_later_keeps_its_band_keys(services: Service
             started_after.close()
 
 
+def test_a_process_that_read_examples_before_their_vectors_gets_the_vectors(services: Services) -> None:
+    """The newest examples were indexed without vectors (by a process with the semantic check off),
+    and a running process read them so. ``reindex`` writes their rows again with vectors: under
+    new numbers, never the old ones, or the running process, which tops up only after the last
+    number it read, would never see the vectors and would miss paraphrases until restarted."""
+    lexical_only = bootstrap(services.settings.model_copy(update={"near_duplicate_semantic": False}))
+    try:
+        round_id = capture_round(services, near_duplicates="reject")
+        (first,) = report(
+            lexical_only, round_id, ["The delivery was three weeks late and nobody told me why."]
+        )
+        report(lexical_only, round_id, [UNRELATED])
+        # The running process reads both rows, without vectors, in a check that stores nothing.
+        with pytest.raises(NearDuplicateRefused):
+            report(services, round_id, [UNRELATED])
+        assert services.vectors is not None and services.vectors.size("sentiment", 1) == 0
+        assert near_duplicates.reindex(services) == 2
+        with pytest.raises(NearDuplicateRefused) as refused:
+            report(services, round_id, ["The package showed up three weeks late and no one said why."])
+        assert [(m["id"], m["kind"]) for m in refused.value.near_duplicates] == [(first, "semantic")]
+        assert services.vectors.size("sentiment", 1) == 2
+    finally:
+        lexical_only.close()
+
+
 def test_under_reject_the_first_repeat_in_a_batch_is_named_whichever_half_finds_it(
     services: Services,
 ) -> None:

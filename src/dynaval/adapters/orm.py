@@ -452,10 +452,15 @@ class NearDuplicateExampleRow(SQLModel, table=True):
     written in the unit of work that stores the candidate. ``seq`` only grows, so a process tops
     up its in-memory band keys and vectors with the rows after the last it read; ``band_keys`` are
     the example's MinHash LSH band keys (sorted little-endian int64 bytes) for the lexical check;
-    ``embedding`` is its vector (float16 bytes) for the semantic check, NULL until computed."""
+    ``embedding`` is its vector (float16 bytes) for the semantic check, NULL until computed.
+    ``seq`` is never handed out twice, even after its row is deleted (AUTOINCREMENT on SQLite; a
+    sequence on PostgreSQL), since a row given its vector is written again under a new one."""
 
     __tablename__ = "near_duplicate_example"
-    __table_args__ = (Index("ix_near_duplicate_example_task_seq", "task_type", "seq"),)
+    __table_args__ = (
+        Index("ix_near_duplicate_example_task_seq", "task_type", "seq"),
+        {"sqlite_autoincrement": True},
+    )
 
     seq: int | None = Field(default=None, primary_key=True)
     candidate_id: str = Field(foreign_key="candidate.id", unique=True, max_length=36)
