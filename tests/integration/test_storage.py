@@ -274,28 +274,39 @@ def test_a_long_read_does_not_hold_up_a_writer(database: Database) -> None:
         assert row is not None and row.name == "renamed while a read was open"  # reads keep nothing
 
 
+def migrate_to(db: Database, revision: str, *, down: bool = False) -> None:
+    """Bring ``db`` to ``revision`` of the migrations, up (or down)."""
+    from alembic import command
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with db.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        (command.downgrade if down else command.upgrade)(config, revision)
+
+
+def stored_candidate_ids(db: Database, count: int) -> list[str]:
+    """The ids of ``count`` new candidates of a new round."""
+    round_id = new_round(db)
+    with db.unit_of_work() as session:
+        rows = [candidate(round_id) for _ in range(count)]
+        session.add_all(rows)
+        session.commit()
+        return [row.id for row in rows]
+
+
 def test_the_band_keys_of_examples_indexed_before_0018_are_copied_beside_them(database_url: str) -> None:
     """0018 gives every example indexed earlier its band keys from ``near_duplicate_key``, sorted,
     as the in-memory index reads them (an example without keys keeps none), and drops the key
     rows; a downgrade makes them again from the copies."""
-    from alembic import command
     from sqlalchemy import text
 
     from dynaval.adapters.band_key_index import keys_from_bytes
 
     db = Database(database_url)
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
     try:
-        with db.engine.begin() as connection:
-            config.attributes["connection"] = connection
-            command.upgrade(config, "0017")
-        round_id = new_round(db)
-        with db.unit_of_work() as session:
-            rows = [candidate(round_id) for _ in range(3)]
-            session.add_all(rows)
-            session.commit()
-        keyed, other, keyless = (row.id for row in rows)
+        migrate_to(db, "0017")
+        keyed, other, keyless = stored_candidate_ids(db, 3)
         with db.engine.begin() as connection:
             for seq, candidate_id in enumerate((keyed, other, keyless), start=1):
                 connection.execute(
@@ -329,9 +340,7 @@ def test_the_band_keys_of_examples_indexed_before_0018_are_copied_beside_them(da
         assert keys_from_bytes(stored[other]).tolist() == [7]
         assert stored[keyless] is None
         assert "near_duplicate_key" not in inspect(db.engine).get_table_names()
-        with db.engine.begin() as connection:
-            config.attributes["connection"] = connection
-            command.downgrade(config, "0017")
+        migrate_to(db, "0017", down=True)
         with db.engine.connect() as connection:
             key_rows = connection.execute(
                 text("SELECT candidate_id, band_key FROM near_duplicate_key ORDER BY band_key")
@@ -347,22 +356,12 @@ def test_after_0019_an_indexed_examples_number_is_never_handed_out_twice(databas
     """0019 keeps every indexed example with its number, and from then on a deleted top number is
     not given to the next row (SQLite without AUTOINCREMENT gave it again); a downgrade keeps the
     rows."""
-    from alembic import command
     from sqlalchemy import text
 
     db = Database(database_url)
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
     try:
-        with db.engine.begin() as connection:
-            config.attributes["connection"] = connection
-            command.upgrade(config, "0018")
-        round_id = new_round(db)
-        with db.unit_of_work() as session:
-            rows = [candidate(round_id) for _ in range(4)]
-            session.add_all(rows)
-            session.commit()
-        ids = [row.id for row in rows]
+        migrate_to(db, "0018")
+        ids = stored_candidate_ids(db, 4)
         with db.engine.begin() as connection:
             connection.execute(
                 text(
@@ -394,9 +393,7 @@ def test_after_0019_an_indexed_examples_number_is_never_handed_out_twice(databas
                 text("INSERT INTO near_duplicate_example (candidate_id, task_type) VALUES (:c, 's')"),
                 {"c": ids[0]},
             )
-        with db.engine.begin() as connection:
-            config.attributes["connection"] = connection
-            command.downgrade(config, "0018")
+        migrate_to(db, "0018", down=True)
         with db.engine.connect() as connection:
             assert [tuple(r)[:2] for r in connection.execute(select_all)] == [
                 (1, ids[0]),
