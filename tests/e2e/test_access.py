@@ -77,6 +77,7 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("GET", "/api/rounds/<int:round_id>"): EVERY_ROLE,
     ("POST", "/api/rounds/<int:round_id>/predict"): OWN_WRITERS,
     ("GET", "/api/rounds/<int:round_id>/my-candidates"): OWN_WRITERS,
+    ("GET", "/api/rounds/<int:round_id>/model"): OWN_WRITERS,
     ("POST", "/api/rounds/<int:round_id>/close"): LEAD,
     ("POST", "/api/rounds/<int:round_id>/freeze"): LEAD,
     ("POST", "/api/rounds/<int:round_id>/candidates"): SUBMITTERS,

@@ -116,6 +116,40 @@ def test_rounds_tell_their_inputs_in_order_and_their_labels(
     assert closed["inputs"] == ["premise", "hypothesis"] and closed["state"] == "closed"
 
 
+@SQLITE_ONLY
+def test_a_rounds_model_tells_how_many_tokens_it_reads(
+    live_service: LiveService, sentiment_round: int, nli_round: int
+) -> None:
+    """``GET /api/rounds/<id>/model``: what the writers' page shows before anyone writes, and the
+    number a submission is then held to."""
+
+    def model(round_id: int, token: str | None = WRITER_TOKEN) -> requests.Response:
+        return live_service.call("GET", f"/api/rounds/{round_id}/model", token=token)
+
+    answer = model(sentiment_round).json()
+    listed = {
+        r["id"]: r for r in live_service.call("GET", "/api/rounds", token=WRITER_TOKEN).json()["rounds"]
+    }
+    assert answer == {
+        "name": listed[sentiment_round]["model"]["name"],
+        "hash": listed[sentiment_round]["model"]["hash"],
+        "max_tokens": 128,  # the tiny model's position embeddings, below the service's 256
+        "counted_over": ["text"],
+    }
+    nli = model(nli_round, token=LEAD_TOKEN).json()
+    assert (nli["max_tokens"], nli["counted_over"]) == (128, ["premise", "hypothesis"])
+    # Held to it: with [CLS] and [SEP], 126 one-token words are taken and 127 refused, naming both numbers.
+    assert predict(live_service, sentiment_round, {"text": " ".join(["good"] * 126)}).status_code == 200
+    assert_error(predict(live_service, sentiment_round, {"text": " ".join(["good"] * 127)}), 422, "text",
+                 says="129 tokens long and the round's model reads at most 128")  # fmt: skip
+    for token in (EXPORTER_TOKEN, COLLECTOR_TOKEN):
+        assert_error(model(sentiment_round, token=token), 403, "Authorization", says="writer or lead")
+    assert_error(model(sentiment_round, token=None), 401, "Authorization")
+    assert_error(model(999_999), 404, "round_id")
+    assert live_service.call("POST", f"/api/rounds/{nli_round}/close").status_code == 200
+    assert_error(model(nli_round), 409, "round_id", says="closed")
+
+
 # --------------------------------------------------------------------------------- predict
 
 

@@ -283,6 +283,7 @@ def test_a_writer_writes_asks_submits_and_follows_their_examples(
         NEU,
     ]
     expect(page.get_by_test_id("round-facts")).to_contain_text("positive, negative, neutral")
+    expect(page.get_by_test_id("round-facts")).to_contain_text("Reads at most 128 tokens")
     expect(page.get_by_test_id("mine-empty")).to_be_visible()
     assert stat(page, "submitted") == "0" and stat(page, "mer") == "—"
 
@@ -422,6 +423,9 @@ def test_a_writer_writes_asks_submits_and_follows_their_examples(
         "hypothesis",
     ]
     assert page.locator("#label-choices input").evaluate_all("xs => xs.map(x => x.value)") == list(NLI_LABELS)
+    expect(page.get_by_test_id("round-facts")).to_contain_text(
+        "Reads at most 128 tokens (Premise and Hypothesis together)"
+    )
     expect(page.get_by_test_id("mine-empty")).to_be_visible()
     page.get_by_test_id("input-premise").fill(PREMISE)
     ask(page)

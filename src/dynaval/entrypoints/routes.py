@@ -324,6 +324,24 @@ def predict(round_id: int) -> Any:
     return jsonify({"prediction": answer.label, "probabilities": answer.probabilities})
 
 
+@api.get("/api/rounds/<int:round_id>/model")
+@documented(
+    summary="What the round's model reads of an example: its name, hash and the most tokens "
+    "(max_tokens, over the inputs in counted_over together); a longer example is refused",
+    responses={
+        200: "OK",
+        403: "Not a writer or lead",
+        404: "No such round",
+        409: "Round closed or frozen, or a capture round",
+        422: "The round's model cannot be loaded (named: model)",
+        503: "Model unavailable",
+    },
+)
+@requires(*WRITERS)
+def round_model(round_id: int) -> Any:
+    return jsonify(candidates.model_reading(_services(), round_id=round_id))
+
+
 @api.get("/api/rounds/<int:round_id>/my-candidates")
 @documented(
     summary="The caller's own candidates in the round, the newest first, with their MER and VMER",

@@ -117,6 +117,23 @@ def check_model_reads_whole(
             )
 
 
+def model_reading(services: Services, *, round_id: int) -> dict[str, Any]:
+    """What the round's model reads of an example, for a writer to know before writing: its name,
+    content hash, and the most tokens it reads (``max_tokens``, counted over ``counted_over``
+    together); a longer example is refused (:func:`check_model_reads_whole`). Only an open round
+    answers, as :func:`predict` does; a model that cannot be loaded fails as it would there."""
+    with services.uow(read_only=True) as uow:
+        round_ = uow.rounds.get(round_id)
+    round_.check_takes_candidates()
+    predictor = services.models.get_path(round_.model_dir).predictor
+    return {
+        "name": round_.model_name,
+        "hash": round_.model_hash,
+        "max_tokens": predictor.max_tokens,
+        "counted_over": list(services.catalog.get(round_.task_type).data_fields),
+    }
+
+
 def predict(
     services: Services, *, round_id: int, given: GivenInputs, charge: ScoringCharge | None = None
 ) -> Prediction:

@@ -318,6 +318,7 @@
     $("round-facts").textContent =
       "Task: " + round.task + " · Labels: " + round.labels.join(", ") +
       " · Model: " + (round.model && round.model.name ? round.model.name : "the round's model");
+    loadModelReading(round);
     var inputs = $("inputs");
     inputsOf(round).forEach(function (name) {
       var field = make("div", "input-field");
@@ -354,6 +355,21 @@
     show($("example-form"), true);
     show($("mine"), true);
     loadMine(false);
+  }
+
+  // How many tokens the round's model reads, after the round's facts: a longer example is refused.
+  // Nothing more is said when it cannot be asked (asking the model says why).
+  function loadModelReading(round) {
+    api("GET", "/api/rounds/" + round.id + "/model").then(
+      function (data) {
+        if (state.round !== round || !data || !data.max_tokens) return;
+        var over = (data.counted_over || []).map(title);
+        $("round-facts").textContent +=
+          " · Reads at most " + data.max_tokens + " tokens" +
+          (over.length > 1 ? " (" + over.join(" and ") + " together)" : "");
+      },
+      function () {}
+    );
   }
 
   // --------------------------------------------------------------------------- the example
