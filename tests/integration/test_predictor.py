@@ -15,7 +15,10 @@ from pydantic import ValidationError
 from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.predictor import MicroBatcher, Prediction, TransformersPredictor
 from dynaval.bootstrap import bootstrap
-from dynaval.domain.errors import InvalidInput
+from dynaval.domain.candidate import CandidateStatus
+from dynaval.domain.clock import utcnow
+from dynaval.domain.errors import InvalidInput, Unavailable
+from dynaval.domain.policy import DecisionPolicy
 from dynaval.domain.round import Round
 from dynaval.model_builder import SEED_LABELS, build_default_model, load_nli_seed, load_seed
 from dynaval.service_layer import candidates
@@ -300,3 +303,50 @@ def test_the_service_reads_as_many_tokens_as_its_setting(
     assert answer.label in sentiment_labels()
     with pytest.raises(ValidationError, match="model_max_tokens"):
         services.settings.model_validate({**services.settings.model_dump(), "model_max_tokens": 8})
+
+
+def test_a_round_whose_model_folder_is_gone_is_unavailable_and_loses_nothing(
+    services: Services, tiny_model_dir_mixed: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The folder was checked when the round was made; if it goes later, a writer gets 503 saying
+    so, not a 422 naming their input with the server's path in it; the submitted candidate waits in
+    ``scoring``, and the sweep scores it once the folder is back (before, the sweep stopped at it)."""
+    folder = tmp_path / "round-model"
+    shutil.copytree(tiny_model_dir_mixed, folder)
+    with services.uow() as uow:
+        made = uow.rounds.add(
+            Round(
+                name="moved", task_type="sentiment", model_dir=str(folder), model_name="tiny",
+                model_hash="", labels=list(sentiment_labels()), policy=DecisionPolicy().to_dict(),
+            )
+        )  # fmt: skip
+        uow.commit()
+    assert made.id is not None
+    shutil.rmtree(folder)
+    given = GivenInputs({"text": "the film was good"})
+    with caplog.at_level("WARNING", logger="dynaval.service_layer.candidates"):
+        for ask in (
+            lambda: candidates.predict(services, round_id=made.id, given=given),
+            lambda: candidates.model_reading(services, round_id=made.id),
+            lambda: candidates.submit_candidate(
+                services,
+                round_id=made.id,
+                candidate=candidates.NewCandidate(given, "positive"),
+                submitter=candidates.Submitter("writer-ana"),
+            ),
+        ):
+            with pytest.raises(Unavailable) as refused:
+                ask()
+            assert (
+                refused.value.message
+                == f"round {made.id}'s model cannot be loaded now; a lead must restore its folder"
+            )
+            assert str(tmp_path) not in refused.value.message
+    assert str(folder) in caplog.text  # the reason, for whoever runs the service
+    with services.uow(read_only=True) as uow:
+        (waiting,) = uow.candidates.left_scoring(utcnow(), 10)
+    assert candidates.score_pending(services, older_than_s=0) == 0  # not raised: the next sweep tries again
+    shutil.copytree(tiny_model_dir_mixed, folder)
+    assert candidates.score_pending(services, older_than_s=0) == 1
+    with services.uow(read_only=True) as uow:
+        assert uow.candidates.get(waiting.id).status is not CandidateStatus.SCORING

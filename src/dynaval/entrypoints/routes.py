@@ -333,8 +333,7 @@ def predict(round_id: int) -> Any:
         403: "Not a writer or lead",
         404: "No such round",
         409: "Round closed or frozen, or a capture round",
-        422: "The round's model cannot be loaded (named: model)",
-        503: "Model unavailable",
+        503: "The round's model cannot be loaded now",
     },
 )
 @requires(*WRITERS)

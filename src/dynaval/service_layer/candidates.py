@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from dynaval.adapters.predictor import ModelInput, Prediction
+from dynaval.adapters.predictor import MicroBatcher, ModelInput, Prediction
 from dynaval.domain.candidate import Candidate, CandidateStatus
 from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import Forbidden, InvalidInput, NotFound, Unavailable
@@ -21,6 +22,8 @@ from dynaval.domain.votes import current_ballots
 from dynaval.service_layer import near_duplicates
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import UnitOfWork
+
+log = logging.getLogger(__name__)
 
 ScoringCharge = Callable[[Sequence[str], str], None]
 """Charges the caller for the model work of scoring some texts (an error would name the field
@@ -75,11 +78,27 @@ def scored_text(inputs: Mapping[str, str]) -> str:
     return "\n".join(inputs.values())
 
 
+def round_model(services: Services, round_: Round) -> MicroBatcher:
+    """The round's model, loaded once per process. Its folder was checked when the round was made;
+    one that cannot be loaded now (moved, deleted, damaged) is the service's trouble, not the
+    caller's input: :class:`~dynaval.domain.errors.Unavailable` (503), saying nothing of the
+    server's paths, and the reason in the log for whoever runs the service. A stored candidate
+    stays in ``scoring`` meanwhile, and the minute sweep scores it once the model is back."""
+    try:
+        return services.models.get_path(round_.model_dir)
+    except (InvalidInput, OSError) as exc:
+        reason = exc.message if isinstance(exc, InvalidInput) else f"{type(exc).__name__}: {exc}"
+        log.warning("round %s: its model cannot be loaded: %s", round_.id, reason)
+        raise Unavailable(
+            f"round {round_.id}'s model cannot be loaded now; a lead must restore its folder"
+        ) from None
+
+
 def score(services: Services, round_: Round, inputs: Sequence[Mapping[str, str]]) -> list[Prediction]:
     """The round's model's answers for these inputs, read over the task's labels (a model may name
     them in another case, or know more: see :class:`~dynaval.domain.labels.LabelMapping`)."""
     task_type = services.catalog.get(round_.task_type)
-    batcher = services.models.get_path(round_.model_dir)
+    batcher = round_model(services, round_)
     mapping = LabelMapping.between(batcher.predictor.labels, round_.labels, task=round_.task_type)
     answers = batcher.predict_many([model_input(task_type, given) for given in inputs])
     return [Prediction(*mapping.read(answer.probabilities)) for answer in answers]
@@ -101,8 +120,8 @@ def check_model_reads_whole(
     and scored later, as any is when the model fails.
     """
     try:
-        predictor = services.models.get_path(round_.model_dir).predictor
-    except (InvalidInput, Unavailable, OSError):
+        predictor = round_model(services, round_).predictor
+    except Unavailable:
         return
     counts = predictor.token_counts([model_input(task_type, inputs) for inputs, _, _ in examples])
     for (inputs, given, where), count in zip(examples, counts, strict=True):
@@ -121,11 +140,11 @@ def model_reading(services: Services, *, round_id: int) -> dict[str, Any]:
     """What the round's model reads of an example, for a writer to know before writing: its name,
     content hash, and the most tokens it reads (``max_tokens``, counted over ``counted_over``
     together); a longer example is refused (:func:`check_model_reads_whole`). Only an open round
-    answers, as :func:`predict` does; a model that cannot be loaded fails as it would there."""
+    answers, as :func:`predict` does; a model that cannot be loaded now is 503, as there."""
     with services.uow(read_only=True) as uow:
         round_ = uow.rounds.get(round_id)
     round_.check_takes_candidates()
-    predictor = services.models.get_path(round_.model_dir).predictor
+    predictor = round_model(services, round_).predictor
     return {
         "name": round_.model_name,
         "hash": round_.model_hash,
