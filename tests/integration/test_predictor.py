@@ -342,11 +342,20 @@ def test_a_round_whose_model_folder_is_gone_is_unavailable_and_loses_nothing(
                 == f"round {made.id}'s model cannot be loaded now; a lead must restore its folder"
             )
             assert str(tmp_path) not in refused.value.message
-    assert str(folder) in caplog.text  # the reason, for whoever runs the service
-    with services.uow(read_only=True) as uow:
-        (waiting,) = uow.candidates.left_scoring(utcnow(), 10)
-    assert candidates.score_pending(services, older_than_s=0) == 0  # not raised: the next sweep tries again
+        assert str(folder) in caplog.text  # the reason, for whoever runs the service
+        with pytest.raises(Unavailable):
+            candidates.submit_candidate(
+                services, round_id=made.id, candidate=candidates.NewCandidate(given, "negative"),
+                submitter=candidates.Submitter("writer-bo"),
+            )  # fmt: skip
+        with services.uow(read_only=True) as uow:
+            waiting = uow.candidates.left_scoring(utcnow(), 10)
+        assert len(waiting) == 2
+        caplog.clear()
+        # Not raised: the next sweep tries again; and one try of the round's model per sweep.
+        assert candidates.score_pending(services, older_than_s=0) == 0
+        assert caplog.text.count("its model cannot be loaded") == 1
     shutil.copytree(tiny_model_dir_mixed, folder)
-    assert candidates.score_pending(services, older_than_s=0) == 1
+    assert candidates.score_pending(services, older_than_s=0) == 2
     with services.uow(read_only=True) as uow:
-        assert uow.candidates.get(waiting.id).status is not CandidateStatus.SCORING
+        assert all(uow.candidates.get(c.id).status is not CandidateStatus.SCORING for c in waiting)

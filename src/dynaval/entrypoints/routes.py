@@ -337,7 +337,7 @@ def predict(round_id: int) -> Any:
     },
 )
 @requires(*WRITERS)
-def round_model(round_id: int) -> Any:
+def model_reading(round_id: int) -> Any:
     return jsonify(candidates.model_reading(_services(), round_id=round_id))
 
 

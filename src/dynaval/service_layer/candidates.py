@@ -369,11 +369,15 @@ def score_pending(services: Services, *, older_than_s: float = 10.0, limit: int 
         left = uow.candidates.left_scoring(utcnow() - timedelta(seconds=older_than_s), limit)
         rounds = {round_id: uow.rounds.get(round_id) for round_id in {c.round_id for c in left}}
     done = 0
+    unavailable: set[int] = set()
     for candidate in left:
+        if candidate.round_id in unavailable:
+            continue  # its model failed once in this sweep: not tried again for every candidate
         round_ = rounds[candidate.round_id]
         try:
             (prediction,) = score(services, round_, [candidate.inputs])
         except Unavailable:
+            unavailable.add(candidate.round_id)
             continue
         _store_score(services, candidate.id, prediction, round_)
         done += 1
