@@ -270,28 +270,36 @@ def test_build_default_nli_model_on_a_small_budget(tmp_path: Path) -> None:
     assert predictor.labels == labels
 
 
+def open_sentiment_round(services: Services, model: Path) -> int:
+    """An open sentiment round of the model in ``model``, stored straight into the database."""
+    with services.uow() as uow:
+        made = uow.rounds.add(
+            Round(
+                name="tokens", task_type="sentiment", model_dir=str(model), model_name=model.name,
+                model_hash="", labels=list(sentiment_labels()), policy=DecisionPolicy().to_dict(),
+            )
+        )  # fmt: skip
+        uow.commit()
+    assert made.id is not None
+    return made.id
+
+
 def test_the_service_reads_as_many_tokens_as_its_setting(
     services: Services, tiny_model_dir_mixed: Path
 ) -> None:
     """``DYNAVAL_MODEL_MAX_TOKENS`` is what the service's models read: below the model's own limit it
     is kept, and a longer example is refused naming it; left alone, the model's own 128 applies."""
-    with services.uow() as uow:
-        made = uow.rounds.add(
-            Round(
-                name="narrow", task_type="sentiment", model_dir=str(tiny_model_dir_mixed),
-                model_name="tiny", model_hash="", labels=list(sentiment_labels()), policy={},
-            )
-        )  # fmt: skip
-        uow.commit()
-    assert made.id is not None
+    round_id = open_sentiment_round(services, tiny_model_dir_mixed)
     words = [WORDS[i % len(WORDS)] for i in range(40)]
     narrow = bootstrap(services.settings.model_copy(update={"model_max_tokens": 32}))
     try:
         assert narrow.models.get_path(tiny_model_dir_mixed).predictor.max_tokens == 32
-        fits = candidates.predict(narrow, round_id=made.id, given=GivenInputs({"text": " ".join(words[:30])}))
+        fits = candidates.predict(
+            narrow, round_id=round_id, given=GivenInputs({"text": " ".join(words[:30])})
+        )
         assert fits.label in sentiment_labels()
         with pytest.raises(InvalidInput) as refused:
-            candidates.predict(narrow, round_id=made.id, given=GivenInputs({"text": " ".join(words)}))
+            candidates.predict(narrow, round_id=round_id, given=GivenInputs({"text": " ".join(words)}))
         assert refused.value.field == "inputs.text"
         assert (
             "this example is 42 tokens long and the round's model reads at most 32" in refused.value.message
@@ -299,7 +307,7 @@ def test_the_service_reads_as_many_tokens_as_its_setting(
     finally:
         narrow.close()
     assert services.models.get_path(tiny_model_dir_mixed).predictor.max_tokens == 128
-    answer = candidates.predict(services, round_id=made.id, given=GivenInputs({"text": " ".join(words)}))
+    answer = candidates.predict(services, round_id=round_id, given=GivenInputs({"text": " ".join(words)}))
     assert answer.label in sentiment_labels()
     with pytest.raises(ValidationError, match="model_max_tokens"):
         services.settings.model_validate({**services.settings.model_dump(), "model_max_tokens": 8})
@@ -313,24 +321,16 @@ def test_a_round_whose_model_folder_is_gone_is_unavailable_and_loses_nothing(
     ``scoring``, and the sweep scores it once the folder is back (before, the sweep stopped at it)."""
     folder = tmp_path / "round-model"
     shutil.copytree(tiny_model_dir_mixed, folder)
-    with services.uow() as uow:
-        made = uow.rounds.add(
-            Round(
-                name="moved", task_type="sentiment", model_dir=str(folder), model_name="tiny",
-                model_hash="", labels=list(sentiment_labels()), policy=DecisionPolicy().to_dict(),
-            )
-        )  # fmt: skip
-        uow.commit()
-    assert made.id is not None
+    round_id = open_sentiment_round(services, folder)
     shutil.rmtree(folder)
     given = GivenInputs({"text": "the film was good"})
     with caplog.at_level("WARNING", logger="dynaval.service_layer.candidates"):
         for ask in (
-            lambda: candidates.predict(services, round_id=made.id, given=given),
-            lambda: candidates.model_reading(services, round_id=made.id),
+            lambda: candidates.predict(services, round_id=round_id, given=given),
+            lambda: candidates.model_reading(services, round_id=round_id),
             lambda: candidates.submit_candidate(
                 services,
-                round_id=made.id,
+                round_id=round_id,
                 candidate=candidates.NewCandidate(given, "positive"),
                 submitter=candidates.Submitter("writer-ana"),
             ),
@@ -339,13 +339,13 @@ def test_a_round_whose_model_folder_is_gone_is_unavailable_and_loses_nothing(
                 ask()
             assert (
                 refused.value.message
-                == f"round {made.id}'s model cannot be loaded now; a lead must restore its folder"
+                == f"round {round_id}'s model cannot be loaded now; a lead must restore its folder"
             )
             assert str(tmp_path) not in refused.value.message
         assert str(folder) in caplog.text  # the reason, for whoever runs the service
         with pytest.raises(Unavailable):
             candidates.submit_candidate(
-                services, round_id=made.id, candidate=candidates.NewCandidate(given, "negative"),
+                services, round_id=round_id, candidate=candidates.NewCandidate(given, "negative"),
                 submitter=candidates.Submitter("writer-bo"),
             )  # fmt: skip
         with services.uow(read_only=True) as uow:
