@@ -129,6 +129,19 @@ def test_with_few_writers_everything_goes_to_train() -> None:
     assert set(plan.splits.values()) == {"train_r1"}
 
 
+@pytest.mark.parametrize(("writers", "per_writer"), [(6, 2), (4, 1), (12, 1), (3, 3)])
+def test_a_small_round_is_placed_with_no_more_folds_than_a_label_has_examples(
+    writers: int, per_writer: int
+) -> None:
+    # Six writers of two examples each over three labels: no label has six examples, and asking
+    # scikit-learn for six folds raised (a 500 for the lead's release of a small round).
+    examples = many(writers=writers, per_writer=per_writer)
+    plan = plan_splits(examples, writer_kinds={}, fixed={}, rule=SplitRule())
+    assert set(plan.splits) == {e.example_id for e in examples}
+    assert all(len(k) == 1 for k in kinds_of(plan.splits, examples).values())
+    assert "train_r1" in set(plan.splits.values())
+
+
 def test_dev_and_test_can_be_balanced_by_label_and_prediction() -> None:
     rng = random.Random(3)
     examples = [

@@ -150,11 +150,6 @@ def _assign_groups(groups: Mapping[str, list[SplitInput]], rule: SplitRule) -> d
     for group in groups:
         if group not in eligible:
             kinds[group] = SplitKind.TRAIN
-    smallest = min((s for s in rule.shares[1:] if s > 0), default=0.0)
-    folds = min(round(1 / smallest) if smallest else 1, len(eligible))
-    if folds < 2:
-        kinds.update({g: SplitKind.TRAIN for g in eligible})
-        return kinds
     # One row per example, as integer columns (a million examples are placed): the labels numbered
     # in sorted order, as scikit-learn numbers them itself, so that the folds are those of the labels.
     label_codes = {
@@ -164,6 +159,14 @@ def _assign_groups(groups: Mapping[str, list[SplitInput]], rule: SplitRule) -> d
     y = np.fromiter(
         (label_codes[e.label] for g in eligible for e in groups[g]), dtype=np.int64, count=sum(sizes)
     )
+    smallest = min((s for s in rule.shares[1:] if s > 0), default=0.0)
+    # No more folds than groups, nor than the commonest label has examples: scikit-learn refuses
+    # more folds than every label has members (a small round of a few writers).
+    most_of_one_label = int(np.bincount(y).max()) if y.size else 0
+    folds = min(round(1 / smallest) if smallest else 1, len(eligible), most_of_one_label)
+    if folds < 2:
+        kinds.update({g: SplitKind.TRAIN for g in eligible})
+        return kinds
     index_groups = np.repeat(np.arange(len(eligible)), sizes)
     splitter = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=rule.seed)
     fold_kinds = _fold_kinds(folds, rule)
