@@ -18,9 +18,11 @@ from dynaval.domain.task_type import TaskType
 from dynaval.entrypoints.schemas import (
     CandidateBatch,
     CandidateCreate,
+    CaptureRequest,
     ExclusionChange,
     GoldUpload,
     OverrideCreate,
+    PredictRequest,
     RequestModel,
     RequestModels,
     RoundCreate,
@@ -174,6 +176,45 @@ def test_a_task_types_inputs_are_texts_under_the_same_rules(models: RequestModel
 )
 def test_a_bad_candidate_is_422_naming_the_field(models: RequestModels, body: object, field: str) -> None:
     assert field_and_status(models, CandidateCreate, body) == (field, 422)
+
+
+BLANK_TEXTS = (
+    "\u2800\u2800",  # Braille pattern blank
+    "\u0301\u034f\ufe0f",  # combining marks, with no base character
+    " \u0301",
+)
+CAPTURE = {
+    "observed_output": "positive",
+    "reported_label": "negative",
+    "source": "monitoring",
+    "model_name": "prod",
+    "model_version": "7",
+    "observed_at": "2026-03-01T09:30:00+00:00",
+}
+
+
+@pytest.mark.parametrize("blank", BLANK_TEXTS)
+@pytest.mark.parametrize(
+    ("declared", "body", "field"),
+    [
+        (CandidateCreate, lambda t: {"text": t, "writer_label": POS}, "text"),
+        (CandidateCreate, lambda t: {"inputs": {"text": t}, "writer_label": POS}, "inputs.text"),
+        (CandidateCreate, lambda t: {"text": "Fine.", "writer_label": POS, "rationale": t}, "rationale"),
+        (PredictRequest, lambda t: {"text": t}, "text"),
+        (PredictRequest, lambda t: {"inputs": {"premise": "A man.", "hypothesis": t}}, "inputs.hypothesis"),
+        (GoldUpload, lambda t: {"items": [{"text": t, "label": POS}]}, "items[0].text"),
+        (CaptureRequest, lambda t: {**CAPTURE, "inputs": {"text": t}}, "inputs.text"),
+        (
+            CaptureRequest,
+            lambda t: {**CAPTURE, "inputs": {"text": "Fine."}, "observed_output": t},
+            "observed_output",
+        ),
+    ],
+)
+def test_text_that_draws_nothing_is_refused_by_every_body_that_takes_text(
+    models: RequestModels, declared: type[RequestModel], body: Any, field: str, blank: str
+) -> None:
+    assert field_and_status(models, declared, body(blank)) == (field, 422)
 
 
 def test_text_is_kept_as_written_and_writer_ids_are_stripped(models: RequestModels) -> None:

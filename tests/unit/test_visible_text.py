@@ -19,6 +19,12 @@ from dynaval.domain.text import has_visible_character, normalised
         "\ufe0f\U000e0101\u034f",  # variation selectors, combining grapheme joiner
         "\U000e0041\U000e007f",  # tag characters
         "\x01\x7f\u0085\u2028\u2029",  # control characters, line and paragraph separators
+        "\u2800\u2800",  # Braille pattern blank: a symbol drawn as nothing
+        "\U0001d159",  # musical symbol null notehead
+        "\u0301\u034f\ufe0f",  # combining marks with no base character to sit on
+        " \u0301 \u20dd",  # a combining accent and an enclosing circle on spaces
+        "\ue000\U000f0000",  # private use: no font is known to draw it
+        "\u0378",  # unassigned
     ],
 )
 def test_text_that_shows_nothing_has_no_visible_character(text: str) -> None:
@@ -26,7 +32,8 @@ def test_text_that_shows_nothing_has_no_visible_character(text: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["a", " x ", "\u200bhi\u200b", "这", "😍", "👩\u200d💻", "\u0661", ".", "e\u0301"]
+    "text",
+    ["a", " x ", "\u200bhi\u200b", "这", "😍", "👩\u200d💻", "\u0661", ".", "e\u0301", "\u2801", "$", "½"],
 )
 def test_text_with_one_visible_character_passes(text: str) -> None:
     assert has_visible_character(text)

@@ -1,10 +1,15 @@
 """What counts as text a person can read: the rule for every text users submit that reaches
-annotators or a dataset (candidate inputs, gold items, a collector's writer ids, round names).
+annotators, a model or a dataset (candidate inputs, ``/predict``, gold items, captures, a
+collector's writer ids, round names, reasons), checked in one place: the request models of
+:mod:`dynaval.entrypoints.schemas`.
 
 Text is stored NFC-normalised, so one word has one encoding (``é`` is one code point however it was
-typed) and length limits count what is stored. Text is refused when it has no visible character:
-whitespace, control characters and characters that render as nothing (format characters, category
-Cf, such as U+200B ZERO WIDTH SPACE, and the few other default-ignorable ones) do not count.
+typed) and length limits count what is stored. Text is refused when it has no visible base
+character: a letter, a digit, a punctuation mark or a symbol (Unicode's categories L, N, P and S)
+that draws something. Whitespace, control and format characters (such as U+200B ZERO WIDTH
+SPACE), combining marks with nothing to sit on (U+0301 COMBINING ACUTE ACCENT alone), private-use
+and unassigned code points, the default-ignorable fillers and selectors, and the few symbols and
+letters that are drawn blank (U+2800 BRAILLE PATTERN BLANK, the Hangul fillers) do not count.
 """
 
 from __future__ import annotations
@@ -25,7 +30,17 @@ _IGNORABLE_RANGES = (
     (0xFFF0, 0xFFF8),  # unassigned, reserved as ignorable
     (0xE0000, 0xE0FFF),  # TAGS and VARIATION SELECTORS SUPPLEMENT
 )
-_NOT_SHOWN = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+# Letters, digits, punctuation and symbols that are drawn as blank space: a text of them looks empty.
+_BLANK_GLYPHS = frozenset(
+    {
+        0x2800,  # BRAILLE PATTERN BLANK (a symbol, So)
+        0x1D159,  # MUSICAL SYMBOL NULL NOTEHEAD (So)
+    }
+)
+# Base characters that draw: letters, digits and other numbers, punctuation, symbols. Not marks
+# (M: they combine with a base), separators (Z), nor other (C: control, format, private use,
+# surrogate, unassigned).
+_BASE_CATEGORIES = frozenset("LNPS")
 
 
 def normalised(text: str) -> str:
@@ -33,14 +48,17 @@ def normalised(text: str) -> str:
     return unicodedata.normalize("NFC", text)
 
 
-def _renders_as_nothing(char: str) -> bool:
-    if char.isspace() or unicodedata.category(char) in _NOT_SHOWN:
-        return True
+def _is_visible_base(char: str) -> bool:
+    if unicodedata.category(char)[0] not in _BASE_CATEGORIES:
+        return False
     code = ord(char)
-    return any(low <= code <= high for low, high in _IGNORABLE_RANGES)
+    if code in _BLANK_GLYPHS:
+        return False
+    return not any(low <= code <= high for low, high in _IGNORABLE_RANGES)
 
 
 def has_visible_character(text: str) -> bool:
-    """Whether ``text`` shows anything: one character that is not whitespace, a control character
-    or a character that renders as nothing (a format character, a filler, a selector)."""
-    return any(not _renders_as_nothing(char) for char in text)
+    """Whether ``text`` shows anything: one base character that draws (a letter, a digit, a
+    punctuation mark or a symbol, not one drawn blank nor a filler). Whitespace, control and format
+    characters, and combining marks on their own, show nothing."""
+    return any(_is_visible_base(char) for char in text)
