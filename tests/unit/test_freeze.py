@@ -12,7 +12,8 @@ from dynaval.adapters.label_studio import ExportedTask, ParsedAnnotation
 from dynaval.domain.candidate import CandidateStatus
 from dynaval.domain.errors import Conflict, InvalidInput
 from dynaval.domain.round import RoundState
-from dynaval.service_layer import annotator_exclusion, overrides, pushing, rounds, verification
+from dynaval.service_layer import annotator_exclusion, gold, overrides, pushing, rounds, verification
+from dynaval.service_layer.candidates import GivenInputs
 from dynaval.service_layer.services import Services
 from tests.unit.fakes import FakeLabelStudio, FakeStore, fake_services
 from tests.unit.test_use_cases import NEG, POS, T0, a_candidate, a_round, decide, vote
@@ -209,6 +210,12 @@ def test_nothing_changes_a_frozen_rounds_decisions() -> None:
             services, round_id=1, annotator="whoever", excluded=True, reason="x"
         )
     assert annotator_exclusion.apply_gold_rule(services, 1, ["101"]) == 0
+    gold_before = dict(store.gold)
+    with pytest.raises(Conflict, match="frozen") as no_gold:
+        gold.add_gold_items(
+            services, round_id=1, items=[gold.NewGoldItem(GivenInputs({"text": "Lovely."}), label=POS)]
+        )
+    assert no_gold.value.field == "round_id" and store.gold == gold_before
     # Neither a push nor an escalation goes to Label Studio.
     store.candidates["c1"].wanted_votes = 3
     store.candidates["c1"].status = CandidateStatus.ESCALATED

@@ -106,6 +106,12 @@ class Round:
         if self.state is RoundState.FROZEN:
             raise self._conflict("is frozen; its decisions are final", field)
 
+    def check_takes_gold(self, *, field: str = "round_id") -> None:
+        """Gold items may join a round until it is frozen: a frozen round changes no more (its
+        annotators' gold accuracy, and so whose votes count, is final)."""
+        if self.state is RoundState.FROZEN:
+            raise self._conflict("is frozen; it takes no more gold items", field)
+
     @property
     def is_live(self) -> bool:
         """Whether Label Studio work (pushes, reads, escalations) still concerns the round."""

@@ -29,10 +29,11 @@ class NewGoldItem:
 
 def add_gold_items(services: Services, *, round_id: int, items: Sequence[NewGoldItem]) -> list[str]:
     """Store a lead's gold items (all or none): each must give exactly the input fields of the
-    round's task type and one of its labels (an error names ``items[i].field``). Returns their
-    ids, in the order given."""
+    round's task type and one of its labels (an error names ``items[i].field``), and a frozen round
+    takes none (409). Returns their ids, in the order given."""
     with services.uow() as uow:
         round_ = uow.rounds.get(round_id)
+        round_.check_takes_gold()
         task_type = services.catalog.get(round_.task_type)
         added = []
         for index, item in enumerate(items):
