@@ -16,7 +16,7 @@ from dynaval.domain.task_type import TaskType
 LABEL_CONTROL = "label"
 FLAG_CONTROL = "flag"
 REASON_CONTROL = "flag_reason"
-_TASK_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_TASK_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")  # matched whole: ``$`` takes a final newline
 
 
 class LabelConfigCatalog:
@@ -33,7 +33,7 @@ class LabelConfigCatalog:
         if name in self._cache:
             return self._cache[name]
         path = self._folder / f"{name}.xml"
-        if not _TASK_NAME.match(name) or not path.is_file():
+        if not _TASK_NAME.fullmatch(name) or not path.is_file():
             raise InvalidInput(f"unknown task type; known: {', '.join(self.names()) or 'none'}", field="task")
         task_type = parse_task_type(name, path.read_text(encoding="utf-8"))
         self._cache[name] = task_type

@@ -40,15 +40,17 @@ def format_problem(manifest: Mapping[str, Any]) -> str | None:
     return None
 
 
+# Matched whole (``fullmatch``): ``$`` would also match before a final newline, and ``\d`` would take
+# every script's digits. A version and a name become a folder, a file name and a download header.
 _VERSION = re.compile(
-    r"^(0|[1-9]\d{0,5})\.(0|[1-9]\d{0,5})\.(0|[1-9]\d{0,5})(-[0-9A-Za-z][0-9A-Za-z.]{0,30})?$"
+    r"(0|[1-9][0-9]{0,5})\.(0|[1-9][0-9]{0,5})\.(0|[1-9][0-9]{0,5})(-[0-9A-Za-z][0-9A-Za-z.]{0,30})?"
 )
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,79}$")
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,79}")
 
 
 def check_version(version: str) -> str:
     """A semantic version, ``MAJOR.MINOR.PATCH`` with an optional ``-pre`` tag (``1.0.0``, ``2.1.0-rc1``)."""
-    if not _VERSION.match(version):
+    if not _VERSION.fullmatch(version):
         raise InvalidInput(
             f"version {version!r} is not a semantic version such as 1.0.0 or 1.1.0-rc1", field="version"
         )
@@ -57,7 +59,7 @@ def check_version(version: str) -> str:
 
 def check_release_name(name: str) -> str:
     """Lower-case letters, digits, ``-`` and ``_``: a name that is also a folder and a dataset id."""
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise InvalidInput(
             f"name {name!r} must be 1-80 lower-case letters, digits, '-' or '_', "
             "starting with a letter or digit",

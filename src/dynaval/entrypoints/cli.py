@@ -231,7 +231,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _read_jsonl(path: Path) -> list[tuple[int, Any]]:
     """Each JSON value of a JSONL file, with its line number (blank lines are skipped)."""
-    from dynaval.entrypoints.guards import unstorable_text
+    from dynaval.entrypoints.guards import json_problem, load_json
 
     items = []
     try:
@@ -240,24 +240,19 @@ def _read_jsonl(path: Path) -> list[tuple[int, Any]]:
                 if not line.strip():
                     continue
                 try:
-                    value = json.loads(line, parse_constant=_refuse_constant)
+                    value = load_json(line)
                 except ValueError:
                     raise CommandError(
                         f"{path}:{number}: not JSON; each line must be one JSON object"
                     ) from None
-                # What the API's guard refuses in a body, no database stores either.
-                if (where := unstorable_text(value)) is not None:
-                    raise CommandError(
-                        f"{path}:{number}: {where} must not contain a NUL character or an unpaired surrogate"
-                    )
+                # What the API's guard refuses in a body (a repeated key, text no database stores).
+                if (problem := json_problem(value)) is not None:
+                    where, says = problem
+                    raise CommandError(f"{path}:{number}: {where} {says}")
                 items.append((number, value))
     except UnicodeDecodeError:
         raise CommandError(f"{path} is not UTF-8 text") from None
     return items
-
-
-def _refuse_constant(name: str) -> object:
-    raise ValueError(f"{name} is not a JSON value")
 
 
 def cmd_gold_add(args: argparse.Namespace) -> int:

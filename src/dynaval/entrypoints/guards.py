@@ -218,23 +218,93 @@ def read_body() -> bytes:
 
 def parse_json(data: bytes, *, strict: bool) -> object:
     """A request body's JSON value, or None when it is not JSON (or not UTF-8). ``strict`` refuses
-    NaN and Infinity (not JSON, though Python writes them) and text no database column takes,
-    naming where it is; lenient (Label Studio's webhooks) reads them as floats."""
-
-    def refuse_constant(name: str) -> object:
-        if strict:
-            raise InvalidInput(f"{name} is not a JSON value", field="body")
-        return float(name)
-
+    what a client can only send by mistake, naming where it is (:func:`json_problem`): NaN and
+    Infinity (not JSON, though Python writes them), a key given twice in one object, and text no
+    database column takes. Lenient (Label Studio's webhooks) reads NaN and Infinity as floats, and
+    a repeated key as its last value."""
     try:
-        payload = json.loads(data, parse_constant=refuse_constant)
+        payload = load_json(data, strict=strict)
     except RecursionError:
         raise InvalidInput("the body nests too deeply", field="body") from None
+    except NotJsonValue as error:
+        raise InvalidInput(str(error), field="body") from None
     except ValueError:  # not JSON, or not UTF-8
         return None
-    if strict and (where := unstorable_text(payload)) is not None:
-        raise InvalidInput(f"{where} must not contain a NUL character or an unpaired surrogate", field=where)
+    if strict and (problem := json_problem(payload)) is not None:
+        where, says = problem
+        raise InvalidInput(f"{where} {says}", field=where)
     return payload
+
+
+class NotJsonValue(ValueError):
+    """``NaN`` or ``Infinity`` in a strictly read document: Python writes them, JSON has neither."""
+
+
+class _ObjectWithRepeatedKey(dict[str, object]):
+    """A JSON object that gave a key more than once (it holds the last value, as ``json`` keeps);
+    ``repeated`` is the first key given again."""
+
+    repeated: str
+
+
+def _json_object(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    value = dict(pairs)
+    if len(value) == len(pairs):
+        return value
+    marked = _ObjectWithRepeatedKey(value)
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            marked.repeated = key
+            break
+        seen.add(key)
+    return marked
+
+
+def _refuse_constant(name: str) -> object:
+    raise NotJsonValue(f"{name} is not a JSON value")
+
+
+def load_json(data: bytes | str, *, strict: bool = True) -> object:
+    """A JSON document's value (``ValueError`` when it is none). Strictly, ``NaN`` and ``Infinity``
+    raise :class:`NotJsonValue`, and each object that repeats a key is marked for
+    :func:`json_problem`; leniently they are read as Python's ``json`` reads them."""
+    if not strict:
+        return json.loads(data, parse_constant=float)
+    return json.loads(data, parse_constant=_refuse_constant, object_pairs_hook=_json_object)
+
+
+def json_problem(value: object) -> tuple[str, str] | None:
+    """The first thing in a strictly loaded JSON value (:func:`load_json`) that no request may hold,
+    in document order: where it is (``text``, ``candidates[2].text``, ``body``) and what is wrong
+    there. A key given twice in one object (a client that sends two values has a bug the service
+    should not guess through), or a key or string that is not :func:`storable`. None when all is
+    well. Iterative, so any nesting the JSON parser accepted is fine."""
+    stack: list[tuple[str, object]] = [("", value)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, str):
+            if not storable(node):
+                return where or "body", _UNSTORABLE
+        elif isinstance(node, dict):
+            if isinstance(node, _ObjectWithRepeatedKey):
+                return _at(where, node.repeated), "is given more than once in one object; give each key once"
+            items = []
+            for key, item in node.items():
+                if not storable(str(key)):
+                    return where or "body", _UNSTORABLE
+                items.append((_at(where, key), item))
+            stack.extend(reversed(items))
+        elif isinstance(node, list):
+            stack.extend(reversed([(f"{where}[{i}]", item) for i, item in enumerate(node)]))
+    return None
+
+
+_UNSTORABLE = "must not contain a NUL character or an unpaired surrogate"
+
+
+def _at(where: str, key: object) -> str:
+    return f"{where}.{key}" if where else str(key)
 
 
 class NotAnAsciiNumber(str):
@@ -293,9 +363,7 @@ def _refuse_unstorable_query_and_form() -> None:
     for source in (request.args, request.form):
         for name, value in source.items(multi=True):
             if not storable(name) or not storable(value):
-                raise InvalidInput(
-                    f"{name} must not contain a NUL character or an unpaired surrogate", field=name
-                )
+                raise InvalidInput(f"{name} {_UNSTORABLE}", field=name)
 
 
 def storable(text: str) -> bool:
@@ -308,25 +376,3 @@ def storable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def unstorable_text(value: object) -> str | None:
-    """Where in a JSON value (``text``, ``candidates[2].text``) a key or string is not
-    :func:`storable`; None when all are. Iterative, so any nesting the JSON parser accepted is fine."""
-    stack: list[tuple[str, object]] = [("", value)]
-    while stack:
-        where, node = stack.pop()
-        if isinstance(node, str):
-            if not storable(node):
-                return where or "body"
-        elif isinstance(node, dict):
-            items = []
-            for key, item in node.items():
-                path = f"{where}.{key}" if where else str(key)
-                if not storable(str(key)):
-                    return where or "body"
-                items.append((path, item))
-            stack.extend(reversed(items))
-        elif isinstance(node, list):
-            stack.extend(reversed([(f"{where}[{i}]", item) for i, item in enumerate(node)]))
-    return None

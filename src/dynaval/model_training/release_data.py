@@ -18,7 +18,7 @@ from dynaval.domain.errors import InvalidInput
 from dynaval.model_builder.fine_tuning import Example, LabelledPair, LabelledText
 from dynaval.service_layer.release_verification import verify_release
 
-_SPLIT = re.compile(r"^(train|dev|test)_r([1-9][0-9]*)$")
+_SPLIT = re.compile(r"(train|dev|test)_r([1-9][0-9]*)")  # matched whole
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def check_one_lineage(releases: Sequence[ReleaseFolder]) -> None:
 
 
 def split_index(split: str) -> int:
-    match = _SPLIT.match(split)
+    match = _SPLIT.fullmatch(split)
     return int(match.group(2)) if match else 0
 
 
@@ -117,7 +117,7 @@ def train_splits(releases: Sequence[ReleaseFolder], requested: Sequence[str] | N
     if not requested:
         raise InvalidInput("--splits names no split; e.g. train_r1,train_r2", field="splits")
     for name in requested:
-        match = _SPLIT.match(name)
+        match = _SPLIT.fullmatch(name)
         if match and match.group(1) != "train":
             raise InvalidInput(
                 f"{name} is a {match.group(1)} split: a model is trained on train splits only", field="splits"

@@ -50,13 +50,13 @@ SUITE_KEY = 0
 """The matrix is one entry of the figures cache, which keys its entries by round: the suite's is 0."""
 """``sha256:`` and the first 12 hex digits."""
 
-_ROUND_SPLIT = re.compile(r"^(dev|test)_r(\d+)$")
+_ROUND_SPLIT = re.compile(r"(dev|test)_r([0-9]+)")  # matched whole
 
 
 def split_order(split: str) -> tuple[int, int, int, str]:
     """Round splits by round, dev before test (``dev_r1, test_r1, dev_r2``...); others (``capture``)
     after them, by name."""
-    found = _ROUND_SPLIT.match(split)
+    found = _ROUND_SPLIT.fullmatch(split)
     if found is None:
         return (1, 0, 0, split)
     return (0, int(found.group(2)), 0 if found.group(1) == "dev" else 1, split)

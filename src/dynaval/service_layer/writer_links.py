@@ -33,8 +33,8 @@ class WriterAnnotatorLinks:
         *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._ids = {name: user for name, user in configured.items() if user.isdigit()}
-        self._emails = {name: user.casefold() for name, user in configured.items() if not user.isdigit()}
+        self._ids = {name: user for name, user in configured.items() if _is_user_id(user)}
+        self._emails = {name: user.casefold() for name, user in configured.items() if not _is_user_id(user)}
         self._label_studio = label_studio
         self._clock = clock
         self._looked_up_at: float | None = None
@@ -64,3 +64,9 @@ class WriterAnnotatorLinks:
                 log.warning("writer %s: no Label Studio user has the email configured for them", name)
             else:
                 self._ids[name] = str(user_id)
+
+
+def _is_user_id(user: str) -> bool:
+    """Whether a configured link names a Label Studio user by id (ASCII digits, as Label Studio
+    writes them: ``str.isdigit`` alone also takes other scripts' digits) rather than by email."""
+    return user.isascii() and user.isdigit()
