@@ -32,6 +32,8 @@ from typing import Any
 import httpx
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+MODELS_DIR = REPO_ROOT / ".dynaval" / "models"
+"""The default models, built once by ``scripts/demo`` and kept between runs."""
 if str(REPO_ROOT) not in sys.path:  # for tests.support: the Label Studio harness is development tooling
     sys.path.insert(0, str(REPO_ROOT))
 
@@ -106,6 +108,10 @@ WRITERS = ("writer-ana", "writer-bo", "writer-carmen", "writer-dev")
 """The demo's writers, each with a token of their own (the token says who submits)."""
 COLLECTOR = "collector-form"
 """The demo's collector: an outside collection front end that submits for writers it names."""
+EXPORTER = "exporter-script"
+"""The demo's exporter: a script that reads round datasets, agreement reports and releases."""
+REPORTER = "reporter-monitoring"
+"""The demo's reporter: production monitoring that reports failures to capture rounds."""
 COLLECTED_WRITER = "field-writer-1"
 """The writer of the collector's front end whose candidates it submits (every fifth one)."""
 
@@ -139,6 +145,7 @@ class Service:
     def __init__(self, env: dict[str, str], port: int, log_path: Path) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
         self._log = log_path.open("ab")
         gunicorn = Path(sys.executable).with_name("gunicorn")
         self._process = subprocess.Popen(
@@ -151,7 +158,7 @@ class Service:
     def wait_healthy(self) -> None:
         def up() -> bool:
             if self._process.poll() is not None:
-                raise DemoError("the dynaval service exited at start; see .dynaval/demo/service.log")
+                raise DemoError(f"the dynaval service exited at start; see {self.log_path}")
             try:
                 return httpx.get(self.url + "/health", timeout=2).status_code == 200
             except httpx.HTTPError:
@@ -358,8 +365,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exit", action="store_true", help="stop both servers after the round")
     parser.add_argument("--port", type=int, default=8000, help="the service's port (default 8000, else free)")
     parser.add_argument("--label-studio-port", type=int, default=8080)
+    parser.add_argument(
+        "--models", type=Path, default=MODELS_DIR,
+        help="the folder of the default models, sentiment-default and nli-default (built by scripts/demo)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--work-dir", type=Path, default=REPO_ROOT / ".dynaval" / "demo",
+        help="the demo's folder: database, Label Studio, the service's data, exports (emptied first)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    demo_dir = REPO_ROOT / ".dynaval" / "demo"
+    demo_dir = args.work_dir.resolve()
     return guarded("demo", demo_dir, lambda: run_demo(args, demo_dir))
 
 
@@ -398,19 +413,37 @@ def _write_traceback(demo_dir: Path) -> str:
 
 def run_demo(args: argparse.Namespace, demo_dir: Path) -> int:
     try:
-        with servers_up(demo_dir, REPO_ROOT / ".dynaval", args.port, args.label_studio_port) as up:
+        with servers_up(demo_dir, args.models.resolve(), args.port, args.label_studio_port) as up:
             summaries, annotators = run_rounds(up.service.url, up.lead, up.writers, up.collector, up.server)
             for summary in summaries:
                 print_summary(summary, export_round(up.env, summary["id"], demo_dir))
             for summary in summaries:
                 freeze_round(up.service.url, up.lead, summary["id"])
                 print_release(release_round(up.env, summary, demo_dir))
-            print_access(up.service.url, up.server, annotators, up.lead, up.writers, up.collector)
+            print_access(up.service.url, up.server, annotators, up.tokens)
             if not args.exit:
                 keep_running()
     except KeyboardInterrupt:
         pass
     return 0
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """A fresh token for every role of the demo (each writer has one of their own)."""
+
+    lead: str
+    collector: str
+    exporter: str
+    reporter: str
+    writers: dict[str, str]
+
+    @classmethod
+    def fresh(cls) -> Tokens:
+        def new() -> str:
+            return secrets.token_urlsafe(24)
+
+        return cls(new(), new(), new(), new(), {name: new() for name in WRITERS})
 
 
 @dataclass(frozen=True)
@@ -420,21 +453,32 @@ class Running:
     env: dict[str, str]
     server: LabelStudioServer
     service: Service
-    lead: str
-    collector: str
-    writers: dict[str, str]
+    tokens: Tokens
+
+    @property
+    def lead(self) -> str:
+        return self.tokens.lead
+
+    @property
+    def collector(self) -> str:
+        return self.tokens.collector
+
+    @property
+    def writers(self) -> dict[str, str]:
+        return self.tokens.writers
 
 
 @contextmanager
-def servers_up(demo_dir: Path, data_dir: Path, port: int, label_studio_port: int) -> Iterator[Running]:
+def servers_up(demo_dir: Path, models_dir: Path, port: int, label_studio_port: int) -> Iterator[Running]:
     """Empty ``demo_dir``, make fresh tokens, start Label Studio and the service (on the preferred
-    ports, else free ones); both are stopped on the way out, whatever happened."""
+    ports, else free ones); both are stopped on the way out, whatever happened. Everything the
+    demo's service writes (its database, releases, task queue) lies in ``demo_dir``, so a second
+    run starts as clean as the first; only the default models in ``models_dir`` are kept."""
     shutil.rmtree(demo_dir, ignore_errors=True)  # every demo starts from a clean round
     demo_dir.mkdir(parents=True)
-    lead, collector = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
-    writers = {name: secrets.token_urlsafe(24) for name in WRITERS}
+    tokens = Tokens.fresh()
     service_port = _pick_port(port)
-    env = demo_env(demo_dir, data_dir, service_port, lead, collector, writers)
+    env = demo_env(demo_dir, models_dir, service_port, tokens)
     server = LabelStudioServer(data_dir=demo_dir / "label-studio", port=_pick_port(label_studio_port))
     service: Service | None = None
     try:
@@ -445,24 +489,25 @@ def servers_up(demo_dir: Path, data_dir: Path, port: int, label_studio_port: int
         print("starting the dynaval service ...", flush=True)
         service = Service(env, service_port, demo_dir / "service.log")
         service.wait_healthy()
-        yield Running(env, server, service, lead, collector, writers)
+        yield Running(env, server, service, tokens)
     finally:
         _stop("the dynaval service", service.stop if service is not None else None)
         _stop("Label Studio", server.stop)
 
 
-def demo_env(
-    demo_dir: Path, data_dir: Path, service_port: int, lead: str, collector: str, writers: dict[str, str]
-) -> dict[str, str]:
-    """The service's and the command line's environment: the data folder, the demo's database, and
-    a fresh token or secret for everything."""
+def demo_env(demo_dir: Path, models_dir: Path, service_port: int, tokens: Tokens) -> dict[str, str]:
+    """The service's and the command line's environment: the demo's own data folder and database,
+    the default models built once, and a fresh token or secret for everything."""
     return {
         **os.environ,
-        "DYNAVAL_DATA_DIR": str(data_dir),
+        "DYNAVAL_DATA_DIR": str(demo_dir / "data"),
+        "DYNAVAL_DEFAULT_MODEL_DIR": str(models_dir / "sentiment-default"),  # nli-default beside it
         "DYNAVAL_DATABASE_URL": f"sqlite:///{demo_dir / 'dynaval.sqlite3'}",
-        "DYNAVAL_LEAD_TOKENS": lead,
-        "DYNAVAL_WRITER_TOKENS": ",".join(f"{name}={token}" for name, token in writers.items()),
-        "DYNAVAL_COLLECTOR_TOKENS": f"{COLLECTOR}={collector}",
+        "DYNAVAL_LEAD_TOKENS": tokens.lead,
+        "DYNAVAL_WRITER_TOKENS": ",".join(f"{name}={token}" for name, token in tokens.writers.items()),
+        "DYNAVAL_COLLECTOR_TOKENS": f"{COLLECTOR}={tokens.collector}",
+        "DYNAVAL_EXPORTER_TOKENS": f"{EXPORTER}={tokens.exporter}",
+        "DYNAVAL_REPORTER_TOKENS": f"{REPORTER}={tokens.reporter}",
         "DYNAVAL_WEBHOOK_SECRET": secrets.token_urlsafe(24),
         "DYNAVAL_PSEUDONYM_SECRET": secrets.token_urlsafe(24),
         "DYNAVAL_SIGNING_SECRET": secrets.token_urlsafe(24),
@@ -575,12 +620,7 @@ def print_summary(summary: dict[str, Any], out: Path) -> None:
 
 
 def print_access(
-    service_url: str,
-    server: LabelStudioServer,
-    annotators: list[dict[str, Any]],
-    lead: str,
-    writers: dict[str, str],
-    collector: str,
+    service_url: str, server: LabelStudioServer, annotators: list[dict[str, Any]], tokens: Tokens
 ) -> None:
     print("\n=== running ===")
     print(f"  dynaval service   {service_url}   (API: {service_url}/openapi.json)")
@@ -592,10 +632,12 @@ def print_access(
         print(f"    annotator       {annotator['email']} / {DEFAULT_ANNOTATOR_PASSWORD}")
     # Scripts read these: one credential a line, single spaces, the token last.
     print("\n=== tokens ===")
-    print(f"lead token {lead}")
-    for name, token in writers.items():
+    print(f"lead token {tokens.lead}")
+    for name, token in tokens.writers.items():
         print(f"writer token {name} {token}")
-    print(f"collector token {collector}")
+    print(f"collector token {tokens.collector}")
+    print(f"exporter token {tokens.exporter}")
+    print(f"reporter token {tokens.reporter}")
 
 
 def _interrupt(_signum: int, _frame: object) -> None:

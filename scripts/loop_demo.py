@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 from demo import (  # the same folder: the demo's servers, simulated writers and annotators
     CLIENT_KEEPALIVE_S,
+    MODELS_DIR,
     REPO_ROOT,
     DemoError,
     Item,
@@ -40,7 +41,7 @@ from demo import (  # the same folder: the demo's servers, simulated writers and
     servers_up,
 )
 
-MODEL_A = REPO_ROOT / ".dynaval" / "models" / "sentiment-default"
+MODEL_A = MODELS_DIR / "sentiment-default"
 """Model A, round 1's model, unless ``--model-a`` names another: the default sentiment model
 ``scripts/loop_demo`` builds once."""
 
@@ -96,7 +97,7 @@ def run_loop(args: argparse.Namespace, demo_dir: Path) -> int:
     if not (model_a / "config.json").is_file():
         raise DemoError(f"no model in {model_a}: run scripts/loop_demo (it builds one) or pass --model-a")
     try:
-        with servers_up(demo_dir, demo_dir, args.port, args.label_studio_port) as up:
+        with servers_up(demo_dir, MODELS_DIR, args.port, args.label_studio_port) as up:
             run_steps(up, model_a, demo_dir)
             if not args.exit:
                 keep_running()
@@ -143,8 +144,7 @@ def run_steps(up: Running, model_a: Path, demo_dir: Path) -> None:
     for name, folder in (("A", model_a), ("B", model_b)):
         step(f"evaluate model {name} on every round", cli(env, "evaluate", "--model", str(folder)))
     print(f"\nrelease: {release_1}\nrelease: {release_2}\nmodel B: {model_b}")
-    print_access(up.service.url, up.server, [{"email": a.email, "id": a.id} for a in annotators], up.lead,
-                 up.writers, up.collector)  # fmt: skip
+    print_access(up.service.url, up.server, [{"email": a.email, "id": a.id} for a in annotators], up.tokens)
 
 
 def cli(env: dict[str, str], *command: str) -> str:

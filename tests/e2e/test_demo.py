@@ -1,0 +1,58 @@
+"""``scripts/demo.py`` run as a new user runs it: twice in a row in one folder, ``--exit`` each time.
+
+The second run used to end with ``release failed: ... dynaval-sentiment-1.0.0 exists already in the
+releases folder`` and exit 1: the demo emptied its own folder but not the service's data folder,
+where the first run's releases stayed. Every credential the demo makes is printed, one a line, the
+token last, an exporter and a reporter among them. Tiny models stand in for the default ones.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.service import free_port
+from tests.support.tiny_model import build_tiny_model
+
+pytestmark = pytest.mark.labelstudio
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_demo(models: Path, work: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "demo.py"), "--exit", "--models", str(models),
+         "--work-dir", str(work), "--port", str(free_port()), "--label-studio-port", str(free_port())],
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )  # fmt: skip
+
+
+def test_the_demo_runs_twice_in_a_row_and_prints_every_roles_token(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    build_tiny_model(models / "sentiment-default")
+    build_tiny_model(models / "nli-default", labels=("entailment", "neutral", "contradiction"))
+    work = tmp_path / "demo"
+    for run in ("first", "second"):
+        ran = run_demo(models, work)
+        assert ran.returncode == 0, f"{run} run:\n" + ran.stdout[-3000:] + ran.stderr[-3000:]
+        assert "Traceback" not in ran.stdout + ran.stderr
+        releases = [line for line in ran.stdout.splitlines() if line.startswith("release: ")]
+        assert len(releases) == 2, ran.stdout[-3000:]
+        tokens = ran.stdout.split("=== tokens ===", 1)[1].strip().splitlines()
+        roles = [line.split()[0] for line in tokens]
+        assert roles == ["lead", "writer", "writer", "writer", "writer", "collector", "exporter", "reporter"]
+        assert all(line.split()[1] == "token" and len(line.split()[-1]) >= 16 for line in tokens), tokens
+    # Everything the service wrote lies in the demo's own folder, which each run empties first.
+    assert {p.name for p in (work / "data" / "releases").iterdir()} == {
+        "dynaval-sentiment-1.0.0",
+        "dynaval-nli-1.0.0",
+    }
+    assert not (models / "releases").exists()
