@@ -158,6 +158,7 @@ def environment(url: str, data_dir: Path) -> dict[str, str]:
         "DYNAVAL_EMBEDDED_WORKER": "false",
         "DYNAVAL_RECONCILE_INTERVAL_S": "0",
         "DYNAVAL_RATE_LIMIT": "",
+        "DYNAVAL_ANONYMOUS_RATE_LIMIT": "",
     }
 
 

@@ -402,6 +402,7 @@ def service_environment(
         "DYNAVAL_DEFAULT_MODEL_DIR": str(model_dir),
         "OMP_NUM_THREADS": "1",
         "DYNAVAL_RATE_LIMIT": "",
+        "DYNAVAL_ANONYMOUS_RATE_LIMIT": "",
         "DYNAVAL_SCORING_LIMIT": "",
     }
     env.update({f"DYNAVAL_{name}": value for name, value in extra.items()})

@@ -1,12 +1,17 @@
-"""Model time per text by text length: what one scoring unit (``guards.SCORING_UNIT_CHARS``) is worth.
+"""Model time per example by the tokens the model reads: what one scoring unit
+(``guards.SCORING_UNIT_TOKENS``) is worth, and why a unit counts tokens, not characters.
 
-For each length, a batch of ``--batch`` texts of that length (seed sentences joined and cut, so
-real words) goes through one forward pass, as the micro-batcher sends them; the lengths take turns,
-``--repeats`` rounds after a warm-up, and the fastest pass of each is reported (on a shared machine
-the fastest is the one least disturbed by other work) as milliseconds of model time per text,
-beside the text's cost in scoring units and the model time per unit. The figures say whether a unit
-per started 50 characters tracks what a text really costs, and how many units per second the
-machine does.
+Two kinds of text at each length in tokens: English (seed sentences, so real words, about four
+characters a token) and punctuation (``"!" * n``: one token a character, so its characters
+understate its cost fourfold). Each is timed as a lone request sends it (a batch of one) and as
+the micro-batcher sends a full batch (``--batch`` texts of that length in one forward pass); the
+lengths take turns, ``--repeats`` rounds after a warm-up, and the fastest pass of each is reported
+(on a shared machine the fastest is the one least disturbed by other work).
+
+For each, the cost in scoring units counted by tokens (today's rule) and by characters (the rule
+before: one unit per started 50 characters) and the model time per unit under each. The spread of
+milliseconds per unit over all lengths and both kinds says how well a rule tracks what the model
+does: the smaller, the better. The machine's units per second follow from the median.
 
     .venv/bin/python benchmarks/scoring_cost.py                 # the built default model
     .venv/bin/python benchmarks/scoring_cost.py --model DIR     # any transformers classifier folder
@@ -15,6 +20,7 @@ machine does.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -29,23 +35,38 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = REPO_ROOT / ".dynaval" / "models" / "sentiment-default"
 
 from dynaval.adapters.predictor import TransformersPredictor  # noqa: E402
-from dynaval.entrypoints.guards import scoring_cost  # noqa: E402
+from dynaval.entrypoints.guards import SCORING_UNIT_TOKENS, scoring_cost  # noqa: E402
 from dynaval.model_builder import load_seed  # noqa: E402
 
-LENGTHS = (40, 125, 250, 500, 750, 1000, 1250, 1500, 2000)
+TOKENS = (8, 16, 32, 64, 128, 192, 256)
+OLD_UNIT_CHARS = 50  # the rule before: one unit per started 50 characters of each text
 
 
-def texts_of_length(length: int, count: int, sentences: Sequence[str]) -> list[str]:
-    """``count`` different texts of exactly ``length`` characters, made of seed sentences."""
+def english_of(tokens: int, count: int, words: Sequence[str], predictor: TransformersPredictor) -> list[str]:
+    """``count`` different English texts the model reads as exactly ``tokens`` tokens (or the
+    nearest below, when the last word is several tokens)."""
     out = []
     for i in range(count):
-        parts: list[str] = []
-        j = i
-        while sum(len(p) + 1 for p in parts) < length:
-            parts.append(sentences[j % len(sentences)])
+        picked: list[str] = []
+        j = i * 13
+        while True:
+            candidate = [*picked, words[j % len(words)]]
+            if predictor.token_counts([" ".join(candidate)])[0] > tokens:
+                break
+            picked = candidate
             j += 7
-        out.append(" ".join(parts)[:length])
+        out.append(" ".join(picked))
     return out
+
+
+def punctuation_of(tokens: int, count: int) -> list[str]:
+    """Texts of ``tokens`` tokens, one a character ([CLS] and [SEP] are the other two)."""
+    marks = "!?.,;:"
+    return [marks[i % len(marks)] * (tokens - 2) for i in range(count)]
+
+
+def old_cost(texts: Sequence[str]) -> int:
+    return sum(max(1, math.ceil(len(text) / OLD_UNIT_CHARS)) for text in texts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="transformers classifier folder")
-    parser.add_argument("--batch", type=int, default=32, help="texts per forward pass")
+    parser.add_argument("--batch", type=int, default=32, help="texts per forward pass of a full batch")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     if not (args.model / "config.json").is_file():
@@ -63,29 +84,54 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     predictor = TransformersPredictor(args.model)
-    sentences = [example.text for example in load_seed("heldout") + load_seed("train")]
-    print(f"model {args.model.name}, batches of {args.batch}, torch threads {torch.get_num_threads()}")
-    print(f"{'chars':>6} {'units':>6} {'ms/text':>8} {'x shortest':>10} {'ms/unit':>8}")
-    batches = {length: texts_of_length(length, args.batch, sentences) for length in LENGTHS}
-    seconds: dict[int, list[float]] = {length: [] for length in LENGTHS}
-    for batch in batches.values():
-        predictor.predict(batch)  # warm-up
+    words = " ".join(e.text for e in load_seed("heldout") + load_seed("train")).split()
+    print(f"model {args.model.name}, torch threads {torch.get_num_threads()}, {args.repeats} repeats")
+    cases: dict[tuple[str, int], list[str]] = {}
+    for tokens in TOKENS:
+        cases[("english", tokens)] = english_of(tokens, args.batch, words, predictor)
+        cases[("punctuation", tokens)] = punctuation_of(tokens, args.batch)
+    seconds: dict[tuple[str, int, int], list[float]] = {}
+    for texts in cases.values():
+        predictor.predict(texts)  # warm-up
     for _ in range(args.repeats):
-        for length, batch in batches.items():
-            started = time.perf_counter()
-            predictor.predict(batch)
-            seconds[length].append(time.perf_counter() - started)
-    shortest: float | None = None
-    per_unit: list[float] = []
-    for length, batch in batches.items():
-        ms_per_text = min(seconds[length]) / len(batch) * 1000
-        shortest = shortest or ms_per_text
-        units = scoring_cost([batch[0]])
-        per_unit.append(ms_per_text / units)
-        ratio = ms_per_text / shortest
-        print(f"{length:>6} {units:>6} {ms_per_text:>8.2f} {ratio:>10.1f} {ms_per_text / units:>8.2f}")
-    print(f"model time per unit: median {statistics.median(per_unit):.2f} ms, max {max(per_unit):.2f} ms")
-    print(f"so about {1000 / statistics.median(per_unit):.0f} units/s on this machine, all threads busy")
+        for (kind, tokens), texts in cases.items():
+            for size in (1, args.batch):
+                started = time.perf_counter()
+                predictor.predict(texts[:size])
+                seconds.setdefault((kind, tokens, size), []).append(time.perf_counter() - started)
+
+    header = (
+        f"{'kind':<12} {'tokens':>6} {'chars':>6} {'batch':>5} {'ms/text':>8} {'units':>5} {'ms/unit':>8}"
+    )
+    print(f"{header} {'old units':>9} {'ms/old unit':>11}")
+    per_unit: dict[str, list[float]] = {"tokens": [], "characters": []}
+    lone: list[float] = []
+    for (kind, tokens), texts in cases.items():
+        counted = predictor.token_counts(texts[:1])
+        units, units_then = scoring_cost(counted), old_cost(texts[:1])
+        for size in (1, args.batch):
+            ms = min(seconds[(kind, tokens, size)]) / size * 1000
+            per_unit["tokens"].append(ms / units)
+            per_unit["characters"].append(ms / units_then)
+            if size == 1:
+                lone.append(ms / units)
+            print(
+                f"{kind:<12} {counted[0]:>6} {len(texts[0]):>6} {size:>5} {ms:>8.2f} {units:>5} "
+                f"{ms / units:>8.2f} {units_then:>9} {ms / units_then:>11.2f}"
+            )
+    print()
+    for rule, values in per_unit.items():
+        spread = max(values) / min(values)
+        print(
+            f"by {rule:<10}: ms per unit median {statistics.median(values):.2f}, "
+            f"min {min(values):.2f}, max {max(values):.2f}, max/min {spread:.1f}"
+        )
+    median = statistics.median(per_unit["tokens"])
+    print(
+        f"a unit is {SCORING_UNIT_TOKENS} tokens: about {1000 / median:.0f} units/s on this machine, "
+        "all threads busy"
+    )
+    print(f"lone requests (a batch of one): {statistics.median(lone):.2f} ms a unit, median over lengths")
     return 0
 
 

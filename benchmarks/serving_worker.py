@@ -57,6 +57,7 @@ def service(stock: bool, threads: int, scratch: Path) -> Iterator[int]:
         "DYNAVAL_LEAD_TOKENS": "benchmark-lead-token",
         "DYNAVAL_WEBHOOK_SECRET": SECRET,
         "DYNAVAL_RATE_LIMIT": "",
+        "DYNAVAL_ANONYMOUS_RATE_LIMIT": "",
         "DYNAVAL_RECEIVE_TIMEOUT_S": "15",
         "DYNAVAL_LOG_LEVEL": "warning",
     }

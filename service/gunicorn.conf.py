@@ -9,6 +9,8 @@ DYNAVAL_MAX_BODY_BYTES from the app's settings.
 import os
 from typing import Any
 
+from dynaval.entrypoints.serving import MAX_HEAD_BYTES
+
 chdir = os.path.dirname(os.path.abspath(__file__))
 wsgi_app = "wsgi:application()"
 bind = os.environ.get("DYNAVAL_BIND", "127.0.0.1:8000")
@@ -26,6 +28,10 @@ graceful_timeout = 20
 # without one (requests/urllib3) should retry what is safe to repeat. The cost: a socket per idle
 # connection.
 keepalive = 120
+# The request head is bounded as a whole by the worker (64 KiB, 431): one header field may use it
+# all (gunicorn's own default, 8,190 bytes, refused a single 9 KB header). gunicorn still bounds the
+# request line (8,190 bytes, 414) and the number of header fields (100, 431).
+limit_request_field_size = MAX_HEAD_BYTES
 # gunicorn's access log: off by default, since formatting its line costs about a quarter of a
 # webhook's CPU time; DYNAVAL_ACCESS_LOG=- writes one line per request to stdout (or give a file).
 # Errors and the service's own warnings are logged either way.

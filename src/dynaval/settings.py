@@ -138,7 +138,12 @@ class Settings(BaseSettings):
     label_config_dir: Path | None = Field(default=None, description="Folder of <task>.xml labelling configs.")
 
     max_text_chars: int = 2000
-    max_body_bytes: int = Field(default=64 * 1024, ge=1, description="Larger request bodies get 413.")
+    max_body_bytes: int = Field(
+        default=0,
+        ge=0,
+        description="Larger request bodies get 413. 0 (the default): what a full batch needs "
+        "(batch_body_bytes: 1,306,496 bytes with the default batch size and text limit).",
+    )
     max_batch_size: int = Field(default=100, ge=1, description="Candidates one batch request may hold.")
     near_duplicate_semantic: bool = Field(
         default=True,
@@ -152,12 +157,26 @@ class Settings(BaseSettings):
     )
     rate_limit: str = Field(
         default="600/minute",
-        description='Requests per bearer token (or client address), e.g. "600/minute"; "" turns it off.',
+        description="Requests per caller (a known bearer token, or a lead's dashboard session), e.g. "
+        '"600/minute"; "" turns it off.',
+    )
+    anonymous_rate_limit: str = Field(
+        default="120/minute",
+        description="Requests per client address without a valid credential (no token, a made-up one, "
+        'an ended session), counted apart from every caller\'s; "" turns it off.',
+    )
+    trusted_proxies: int = Field(
+        default=0,
+        ge=0,
+        le=10,
+        description="Reverse proxies in front of the service that append the client's address to "
+        "X-Forwarded-For: the client address (rate limits, logs) is read from that many hops; 0 "
+        "(the default): the connection's own address, and X-Forwarded-For is ignored.",
     )
     scoring_limit: str = Field(
-        default="6000/minute",
-        description="Model work per token (or client address), in scoring units (docs/api.md, Limits), "
-        'e.g. "6000/minute"; "" turns it off.',
+        default="4000/minute",
+        description="Model work per caller, in scoring units (one per started 16 tokens the model reads "
+        'of each example; docs/api.md, Limits), e.g. "4000/minute"; "" turns it off.',
     )
     rate_limit_storage: str = Field(
         default="memory://",
@@ -205,6 +224,12 @@ class Settings(BaseSettings):
         description="How long the tasks webhooks named gather before one read of them from Label Studio.",
     )
 
+    @model_validator(mode="after")
+    def _fit_a_full_batch(self) -> Settings:
+        if not self.max_body_bytes:
+            self.max_body_bytes = batch_body_bytes(self.max_batch_size, self.max_text_chars)
+        return self
+
     @property
     def resolved_session_cookie_secure(self) -> bool:
         if self.session_cookie_secure is not None:
@@ -236,7 +261,7 @@ class Settings(BaseSettings):
             return [t.strip() for t in value.split(",") if t.strip()]
         return value
 
-    @field_validator("rate_limit", "scoring_limit")
+    @field_validator("rate_limit", "anonymous_rate_limit", "scoring_limit")
     @classmethod
     def _parse_rate_limit(cls, value: str, info: ValidationInfo) -> str:
         from limits import parse_many  # the limiter's own grammar: "600/minute", "10/second;600/hour"
@@ -425,6 +450,14 @@ class Settings(BaseSettings):
         # (an editable install) has only the label_config/ folder at the repository's top.
         packaged = Path(__file__).resolve().parent / "label_config"
         return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / "label_config"
+
+
+def batch_body_bytes(max_batch_size: int, max_text_chars: int) -> int:
+    """The default body limit: a full batch fits it, each candidate with ``max_text_chars``
+    characters of text written as JSON escapes (``\\u4e2d``: 6 bytes a character, as Python's
+    ``json`` writes anything not ASCII; written as UTF-8 they take 4 at most) and 1 KiB of JSON
+    around them; 4 KiB more for the body's own."""
+    return max_batch_size * (max_text_chars * 6 + 1024) + 4096
 
 
 def _is_placeholder(value: str) -> bool:

@@ -386,7 +386,7 @@ ROUTES = [
     Route("POST", "/api/rounds/{round}/candidates", WRITERS),
     Route("GET", "/api/candidates/{candidate}", CANDIDATE_READERS),
     Route("POST", "/api/rounds/{round}/captures", REPORTERS),
-    Route("POST", "/api/rounds/{round}/predict", OWN_WRITERS),
+    Route("POST", "/api/rounds/{round}/predict", WRITERS),  # a collector asks for its writers too
     Route("GET", "/api/rounds/{round}/my-candidates", OWN_WRITERS),
     Route("POST", "/api/releases", LEAD),
     Route("GET", "/api/releases", READERS),

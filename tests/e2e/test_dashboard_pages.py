@@ -56,8 +56,8 @@ from dynaval.domain.provenance import pseudonym
 from dynaval.domain.votes import current_votes
 from dynaval.entrypoints import pages as dashboard_pages
 from dynaval.entrypoints.app import create_app, shutdown
+from dynaval.entrypoints.auth import SESSION_COOKIE
 from dynaval.entrypoints.headers import DATA_POLICY, PAGE_POLICY
-from dynaval.entrypoints.pages import SESSION_COOKIE
 from dynaval.service_layer import dashboard
 from dynaval.service_layer.figures_cache import FiguresCache
 from dynaval.service_layer.services import Services

@@ -262,6 +262,7 @@ def service_env(
             # (tests/e2e/test_limits.py tests it). Left out here, the service ran with the default
             # 600/minute, and the lead's polling plus one read per candidate could run out.
             "DYNAVAL_RATE_LIMIT": settings.rate_limit,
+            "DYNAVAL_ANONYMOUS_RATE_LIMIT": settings.anonymous_rate_limit,
             "DYNAVAL_VERIFY_DELAY_S": str(settings.verify_delay_s),
             "DYNAVAL_DATABASE_URL": str(settings.database_url),
             "DYNAVAL_DATA_DIR": str(settings.data_dir),

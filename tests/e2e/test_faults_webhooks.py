@@ -223,7 +223,9 @@ def service_settings(
         label_studio_api_key=label_studio.api_key if label_studio else "unused-label-studio-key",
         public_url=public_url,
         model_dir=model_dir,
-        rate_limit="",  # these tests poll and replay as fast as they can; the limiter is tested elsewhere
+        # These tests poll and replay as fast as they can; the limiter is tested elsewhere.
+        rate_limit="",
+        anonymous_rate_limit="",
     )
 
 
@@ -640,6 +642,7 @@ def test_concurrent_votes_and_a_webhook_storm_on_four_gunicorn_workers_lose_no_u
         DYNAVAL_DEFAULT_MODEL_DIR=str(tiny_model_dir),
         DYNAVAL_RECONCILE_INTERVAL_S="0",
         DYNAVAL_RATE_LIMIT="",
+        DYNAVAL_ANONYMOUS_RATE_LIMIT="",
         DYNAVAL_EMBEDDED_WORKER="true",  # the service's default: its own queue worker
         OMP_NUM_THREADS="1",
     )

@@ -8,7 +8,6 @@ machine's Redis.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import secrets
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from sqlalchemy import text
 
 from dynaval.bootstrap import bootstrap
 from dynaval.entrypoints.app import create_app, served_routes
-from dynaval.settings import Settings
+from dynaval.settings import Settings, credential
 from tests.fixtures.service import (
     COLLECTOR_TOKEN,
     LEAD_TOKEN,
@@ -290,8 +289,12 @@ def limited_app(
 def limited(
     database_url: str, tmp_path: Path, label_studio_server: Any, tiny_model_dir: Path
 ) -> Iterator[LiveService]:
-    """The service with a limit of 5 requests a minute per token, counted in memory."""
-    live = limited_app(database_url, tmp_path, label_studio_server, tiny_model_dir, rate_limit="5/minute")
+    """The service with a limit of 5 requests a minute per caller and 3 per address without a valid
+    credential, counted in memory."""
+    live = limited_app(
+        database_url, tmp_path, label_studio_server, tiny_model_dir,
+        rate_limit="5/minute", anonymous_rate_limit="3/minute",
+    )  # fmt: skip
     try:
         yield live
     finally:
@@ -340,13 +343,19 @@ def test_the_webhook_and_health_are_never_refused_for_rate(limited: LiveService)
     assert limited.call("GET", "/openapi.json", token=None).status_code == 200
 
 
-def test_without_a_known_token_requests_count_against_the_client_address(limited: LiveService) -> None:
-    # Made-up tokens do not buy a fresh budget each: they all count against 127.0.0.1.
-    for i in range(5):
+def test_without_a_valid_credential_requests_count_against_the_address_apart(limited: LiveService) -> None:
+    # Made-up tokens do not buy a fresh budget each: they all count against 127.0.0.1, under the
+    # stricter anonymous limit, with no token at all too.
+    for i in range(3):
         assert_error(limited.call("GET", "/api/rounds", token=f"made-up-token-{i}"), 401, "Authorization")
-    assert_rate_limited(limited.call("GET", "/api/rounds", token="yet-another-made-up-token"))
+    refused = limited.call("GET", "/api/rounds", token="yet-another-made-up-token")
+    assert_rate_limited(refused)
+    assert "without a valid credential" in refused.json()["error"]["message"]
     assert_rate_limited(limited.call("GET", "/openapi.json", token=None))
-    assert limited.call("GET", "/api/rounds", token=WRITER_TOKEN).status_code == 200
+    # ... and spend nothing of a caller's, though the caller comes from the same address.
+    for _ in range(5):
+        assert limited.call("GET", "/api/rounds", token=WRITER_TOKEN).status_code == 200
+    assert_rate_limited(limited.call("GET", "/api/rounds", token=WRITER_TOKEN))
 
 
 def test_an_empty_rate_limit_turns_it_off(
@@ -380,7 +389,7 @@ def redis_client() -> Iterator[redis.Redis]:
     client.close()
 
 
-def test_processes_sharing_redis_share_one_budget_keyed_by_the_token_hash(
+def test_processes_sharing_redis_share_one_budget_keyed_by_the_callers_name(
     database_url: str,
     tmp_path: Path,
     label_studio_server: Any,
@@ -389,18 +398,18 @@ def test_processes_sharing_redis_share_one_budget_keyed_by_the_token_hash(
 ) -> None:
     # A token of its own, so runs of this test never share a count.
     token = "lead-" + secrets.token_hex(16)
-    digest = hashlib.sha256(token.encode()).hexdigest()
+    name = credential(token, role="lead").name  # a plain token's name: lead- and 8 hex digits of its hash
     apps = [
         limited_app(
             database_url,
-            tmp_path / name,
+            tmp_path / folder,
             label_studio_server,
             tiny_model_dir,
             rate_limit="4/minute",
             rate_limit_storage=REDIS_URL,
             lead_tokens=[token],
         )
-        for name in ("one", "two")
+        for folder in ("one", "two")
     ]
     try:
         one, two = apps
@@ -411,13 +420,13 @@ def test_processes_sharing_redis_share_one_budget_keyed_by_the_token_hash(
         assert_rate_limited(one.call("GET", "/api/rounds", token=token))
         assert_rate_limited(two.call("GET", "/api/rounds", token=token))
         keys = [k.decode() for k in redis_client.scan_iter(match="*dynaval*")]
-        mine = [k for k in keys if digest in k]
+        mine = [k for k in keys if f"lead:{name}" in k]
         assert mine, keys
         assert not [k for k in keys if token in k], "the raw token reached the limiter's storage"
     finally:
         for live in apps:
             live.close()
-        for key in redis_client.scan_iter(match=f"*{digest}*"):
+        for key in redis_client.scan_iter(match=f"*{name}*"):
             redis_client.delete(key)
 
 
@@ -444,15 +453,24 @@ def test_an_unreachable_rate_limit_storage_never_fails_a_request(
 
 
 def texts(n: int, chars: int, *, start: int = 0) -> list[dict[str, str]]:
-    """``n`` candidates whose texts have ``chars`` characters each (a long word for the long ones: a
-    few tokens, which the tiny test model, made for short texts, can take), as a writer or lead sends
-    them: their token names the writer."""
+    """``n`` candidates whose texts have ``chars`` characters each, and five tokens whatever their
+    length (two words and a long one the tiny test model does not know: one token each), as a
+    writer or lead sends them: their token names the writer."""
     out = []
     for i in range(start, start + n):
         stem = f"Sentence {i} "
         text = stem + "a" * (chars - len(stem))
         out.append({"text": text, "writer_label": "positive"})
     return out
+
+
+def of_tokens(n: int, tokens: int, *, start: int = 0) -> list[dict[str, str]]:
+    """``n`` candidates the tiny test model reads as ``tokens`` tokens each ([CLS], a word of its
+    own, then punctuation, a token a mark, then [SEP]): few characters for their cost."""
+    return [
+        {"text": f"item{i} " + "!" * (tokens - 3), "writer_label": "positive"}
+        for i in range(start, start + n)
+    ]
 
 
 def assert_scoring_limited(response: requests.Response, field: str) -> None:
@@ -490,23 +508,30 @@ def test_scoring_is_limited_by_model_work_per_token_not_by_requests(scoring_limi
     def post_batch(items: list[dict[str, str]], token: str = WRITER_TOKEN) -> requests.Response:
         return live.call("POST", batch, token=token, json={"candidates": items})
 
-    # Two texts of 2,000 characters cost 80 units (one per started 50 characters of each): 20 left.
-    assert post_batch(texts(2, 2000)).status_code == 201
+    # Ten examples of 128 tokens cost 80 units (one per started 16 tokens of each), though they are
+    # 131 characters each: 20 left.
+    assert post_batch(of_tokens(10, 128)).status_code == 201
     before = rows(live)
-    # Three texts of 400 characters cost 24: refused whole, nothing stored, with Retry-After, though
-    # this token has sent 2 requests of the 600 a minute it may.
-    assert_scoring_limited(post_batch(texts(3, 400, start=100)), "candidates")
+    # Three more cost 24: refused whole, nothing stored, with Retry-After, though this token has sent
+    # 2 requests of the 600 a minute it may.
+    assert_scoring_limited(post_batch(of_tokens(3, 128, start=100)), "candidates")
     assert rows(live) == before
-    assert post_batch(texts(3, 40, start=200)).status_code == 201  # 3 units: 17 left
-    # A single text of 1,000 characters costs 20: refused, naming the text.
+    # Characters cost nothing the model does not read: three texts of 2,000 characters in five tokens
+    # each cost 3 units (by characters they cost 120): 17 left.
+    assert post_batch(texts(3, 2000, start=200)).status_code == 201
+    # Single examples of 128 tokens cost 8 each: two are taken (1 unit left), a third is refused,
+    # naming the text.
+    for start in (300, 301):
+        answer = live.call("POST", single, token=WRITER_TOKEN, json=of_tokens(1, 128, start=start)[0])
+        assert answer.status_code == 201, answer.text
     assert_scoring_limited(
-        live.call("POST", single, token=WRITER_TOKEN, json=texts(1, 1000, start=300)[0]), "text"
+        live.call("POST", single, token=WRITER_TOKEN, json=of_tokens(1, 128, start=400)[0]), "text"
     )
-    assert rows(live)["candidate"] == before["candidate"] + 3
-    assert live.call("POST", single, token=WRITER_TOKEN, json=GOOD).status_code == 201  # 1 unit: 16 left
+    assert rows(live)["candidate"] == before["candidate"] + 5
+    assert live.call("POST", single, token=WRITER_TOKEN, json=GOOD).status_code == 201  # 1 unit: 0 left
     # Reading is not scoring, and another token has its own budget.
     assert live.call("GET", "/api/rounds", token=WRITER_TOKEN).status_code == 200
-    lead = post_batch(texts(2, 2000, start=400), token=LEAD_TOKEN)
+    lead = post_batch(of_tokens(10, 128, start=500), token=LEAD_TOKEN)
     assert lead.status_code == 201, lead.text
 
 
@@ -536,18 +561,18 @@ def test_processes_sharing_redis_share_one_scoring_budget(
     redis_client: redis.Redis,
 ) -> None:
     token = "lead-" + secrets.token_hex(16)
-    digest = hashlib.sha256(token.encode()).hexdigest()
+    name = credential(token, role="lead").name
     apps = [
         limited_app(
             database_url,
-            tmp_path / name,
+            tmp_path / folder,
             label_studio_server,
             tiny_model_dir,
             scoring_limit="12/minute",
             rate_limit_storage=REDIS_URL,
             lead_tokens=[token],
         )
-        for name in ("one", "two")
+        for folder in ("one", "two")
     ]
     try:
         one, two = apps
@@ -564,12 +589,12 @@ def test_processes_sharing_redis_share_one_scoring_budget(
             one.call("POST", url, token=token, json={"candidates": texts(1, 40)}), "candidates"
         )
         keys = [k.decode() for k in redis_client.scan_iter(match="*scoring*")]
-        assert [k for k in keys if digest in k], keys
+        assert [k for k in keys if f"lead:{name}" in k], keys
         assert not [k for k in keys if token in k], "the raw token reached the limiter's storage"
     finally:
         for live in apps:
             live.close()
-        for key in redis_client.scan_iter(match=f"*{digest}*"):
+        for key in redis_client.scan_iter(match=f"*{name}*"):
             redis_client.delete(key)
 
 
@@ -602,5 +627,5 @@ def test_a_scoring_limit_that_does_not_parse_is_refused_at_start_and_an_empty_on
 ) -> None:
     with pytest.raises(ValueError, match="DYNAVAL_SCORING_LIMIT"):
         Settings(development=True, data_dir=tmp_path, scoring_limit="lots")
-    assert Settings(development=True, data_dir=tmp_path).scoring_limit == "6000/minute"
+    assert Settings(development=True, data_dir=tmp_path).scoring_limit == "4000/minute"
     assert Settings(development=True, data_dir=tmp_path, scoring_limit=" ").scoring_limit == ""

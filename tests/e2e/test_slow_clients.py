@@ -31,6 +31,7 @@ from tests.support.gunicorn_service import HOST, REPO_ROOT, GunicornService
 RECEIVE_TIMEOUT_S = 6.0
 PIECE_EVERY_S = 0.5
 DECLARED_BODY = 60 * 1024
+BODY_LIMIT = 64 * 1024  # DYNAVAL_MAX_BODY_BYTES here: the slow bodies fit it, the large ones do not
 HOOK = {"action": "PROJECT_UPDATED", "project": {"id": 1}}
 
 
@@ -50,7 +51,12 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornServic
     port = free_port()
     # One worker, its default thread count: what a slow client used to exhaust.
     env = deployed_environment(
-        folder, port, DYNAVAL_RECEIVE_TIMEOUT_S=str(RECEIVE_TIMEOUT_S), DYNAVAL_RATE_LIMIT=""
+        folder,
+        port,
+        DYNAVAL_RECEIVE_TIMEOUT_S=str(RECEIVE_TIMEOUT_S),
+        DYNAVAL_RATE_LIMIT="",
+        DYNAVAL_ANONYMOUS_RATE_LIMIT="",
+        DYNAVAL_MAX_BODY_BYTES=str(BODY_LIMIT),
     )
     with GunicornService(env, port, folder / "gunicorn.log") as running:
         yield running
@@ -292,7 +298,7 @@ def test_a_head_or_body_over_the_limit_is_refused_and_the_connection_closed(serv
         answer = read_answer(sock)
         assert_error(answer, 431, "too_large", "headers")
         assert read_to_end(sock) == b""
-    limit = 64 * 1024  # DYNAVAL_MAX_BODY_BYTES's default
+    limit = BODY_LIMIT
     post = (
         b"POST /api/rounds/1/candidates HTTP/1.1\r\nHost: dynaval\r\nContent-Type: application/json\r\n"
         b"Authorization: Bearer " + WRITER_TOKEN.encode() + b"\r\n"

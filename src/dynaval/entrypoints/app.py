@@ -9,6 +9,7 @@ from typing import Any
 from flask import Flask, jsonify
 from sqlalchemy.exc import OperationalError
 from werkzeug.exceptions import HTTPException
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from dynaval.adapters.task_queue import EmbeddedConsumer, start_embedded_consumer
 from dynaval.domain.errors import DomainError
@@ -86,6 +87,11 @@ def create_app(
     app.wsgi_app = LabelStudioWebhookEndpoint(  # type: ignore[method-assign]
         app.wsgi_app, services, functools.partial(render_error, max_body_bytes=max_body_bytes)
     )
+    if services.settings.trusted_proxies:
+        # The client's address as the trusted proxies forwarded it (Werkzeug's ProxyFix reads that
+        # many hops of X-Forwarded-For from the right); nothing else of their headers is believed.
+        hops = services.settings.trusted_proxies
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=0, x_host=0, x_port=0, x_prefix=0)  # type: ignore[method-assign]
 
     run_background = start_background if start_background is not None else services.settings.embedded_worker
     if run_background:

@@ -20,7 +20,11 @@ from typing import Any, TypeVar
 from flask import current_app, g, request
 
 from dynaval.domain.errors import DomainError, Forbidden
+from dynaval.service_layer import dashboard_sessions
 from dynaval.settings import Settings
+
+SESSION_COOKIE = "dynaval_session"
+"""The dashboard's session cookie: a random id naming a lead's session kept in the database."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -92,6 +96,26 @@ def caller_of(settings: Settings, authorization: str | None) -> Caller:
     if caller is None:
         raise Unauthorized("unknown token", field="Authorization")
     return caller
+
+
+def session_caller() -> Caller | None:
+    """The lead whose dashboard session the request's cookie names, if it holds; resolved once per
+    request (the rate limiter and the page both ask), its id then on ``g.session_id``."""
+    if "dynaval_session_caller" not in g:
+        g.dynaval_session_caller = _resolve_session()
+    found: Caller | None = g.dynaval_session_caller
+    return found
+
+
+def _resolve_session() -> Caller | None:
+    session_id = request.cookies.get(SESSION_COOKIE, "")
+    if not session_id:
+        return None
+    found = dashboard_sessions.resolve(current_app.extensions["dynaval"], session_id)
+    if found is None:
+        return None
+    g.session_id = session_id
+    return Caller(Role.LEAD, found.lead)
 
 
 def role_of(settings: Settings, authorization: str | None) -> Role:

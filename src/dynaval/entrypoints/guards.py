@@ -7,16 +7,16 @@ use case runs, so a refused request changes nothing.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from flask import Flask, current_app, jsonify, request
+from flask import Flask, current_app, g, jsonify, request
 from flask_limiter import Limiter, RateLimitExceeded
 from limits import RateLimitItem, parse_many
 from limits.storage import MemoryStorage, storage_from_string
@@ -25,7 +25,7 @@ from werkzeug.routing import IntegerConverter
 
 from dynaval.adapters.database import MAX_SERIAL_ID
 from dynaval.domain.errors import InvalidInput, NotFound, ScoringLimited, TooLarge
-from dynaval.entrypoints.auth import caller_of_token
+from dynaval.entrypoints.auth import Caller, caller_of_token, session_caller
 from dynaval.service_layer.services import Services
 
 log = logging.getLogger(__name__)
@@ -43,17 +43,18 @@ def init_app(app: Flask) -> None:
     settings = services.settings
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.url_value_preprocessor(_check_url_values)
-    if settings.rate_limit:
+    if settings.rate_limit or settings.anonymous_rate_limit:
+        limits = RequestLimits(known=settings.rate_limit, anonymous=settings.anonymous_rate_limit)
         limiter = Limiter(
             _rate_key,
-            application_limits=[settings.rate_limit],
+            application_limits=[limits.for_request],
             storage_uri=settings.rate_limit_storage,
             strategy="moving-window",
             key_prefix="dynaval",
             # A storage failure (Redis down) must not turn every request into a 500: count in this
             # process's memory until the storage answers again.
             in_memory_fallback_enabled=True,
-            in_memory_fallback=[settings.rate_limit],
+            in_memory_fallback=[limits.for_request],  # type: ignore[list-item]  # it takes callables
             swallow_errors=True,
         )
         limiter.request_filter(lambda: request.endpoint in RATE_EXEMPT_ENDPOINTS)
@@ -66,28 +67,68 @@ def init_app(app: Flask) -> None:
     app.before_request(_refuse_unstorable_query_and_form)
 
 
+@dataclass(frozen=True)
+class RateIdentity:
+    """Whom a request counts against: a caller a credential names (a known bearer token, or a
+    lead's live dashboard session) by role and name, else the client's address, anonymously."""
+
+    key: str
+    known: bool
+
+
+def rate_identity() -> RateIdentity:
+    """The request's :class:`RateIdentity`, worked out once per request.
+
+    A known bearer token counts against its caller (``lead:ana``; never the token itself), and so
+    does a lead's dashboard session: a signed-in lead's pages spend the lead's budget, not their
+    address's. Everything else (no credential, a made-up token, an ended session) counts against
+    the client's address, in a bucket of its own under the stricter ``DYNAVAL_ANONYMOUS_RATE_LIMIT``:
+    made-up tokens buy no fresh budget, and anonymous traffic never spends a caller's. The address
+    is the connection's, or behind ``DYNAVAL_TRUSTED_PROXIES`` proxies the one they forwarded.
+    """
+    found: RateIdentity | None = g.get("dynaval_rate_identity")
+    if found is None:
+        found = g.dynaval_rate_identity = _identify()
+    return found
+
+
+def _identify() -> RateIdentity:
+    services: Services = current_app.extensions["dynaval"]
+    header = request.headers.get("Authorization")
+    caller: Caller | None = None
+    if header is None:
+        caller = session_caller()
+    elif header.startswith("Bearer ") and (token := header.removeprefix("Bearer ").strip()):
+        caller = caller_of_token(services.settings, token)
+    if caller is None:
+        return RateIdentity("anonymous:" + (request.remote_addr or "unknown"), known=False)
+    return RateIdentity(f"{caller.role.value}:{caller.name}", known=True)
+
+
 def _rate_key() -> str:
-    """Whom a request counts against: a known bearer token (by its SHA-256, never the token itself),
-    else the client's address. An unknown token counts against the address, so a client cannot
-    get a fresh budget by making tokens up."""
-    header = request.headers.get("Authorization", "")
-    if header.startswith("Bearer "):
-        token = header.removeprefix("Bearer ").strip()
-        services: Services = current_app.extensions["dynaval"]
-        if token and caller_of_token(services.settings, token) is not None:
-            return "token:" + hashlib.sha256(token.encode()).hexdigest()
-    return "address:" + (request.remote_addr or "unknown")
+    return rate_identity().key
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """The request limit of each kind of caller (``""``: none for that kind)."""
+
+    known: str
+    anonymous: str
+
+    def for_request(self) -> str:
+        return self.known if rate_identity().known else self.anonymous
 
 
 def _too_many_requests(error: RateLimitExceeded) -> Any:
     limiter: Limiter = current_app.extensions[LIMITER]
     current = limiter.current_limit
     wait_s = max(1, math.ceil(current.window.reset_time - time.time())) if current is not None else 1
+    whom = "for this credential" if rate_identity().known else "from this address without a valid credential"
     body = {
         "error": {
             "code": "rate_limited",
-            "message": f"too many requests for this token: at most {error.limit.limit}; "
-            f"retry after {wait_s} s",
+            "message": f"too many requests {whom}: at most {error.limit.limit}; retry after {wait_s} s",
             "field": "Authorization",
         }
     }
@@ -96,17 +137,21 @@ def _too_many_requests(error: RateLimitExceeded) -> Any:
 
 # ---------------------------------------------------------------------------------- model work
 
-#: One scoring unit is one started run of this many characters of a text the model scores. The
-#: default model's time per text grows with its length, from ~2.4 ms for 40 characters to ~55 ms
-#: for 1,250 or more (it reads 256 tokens at most) on 2 cores, 1.4 to 2.4 ms a unit at every length
-#: (benchmarks/scoring_cost.py): the machine does some 400 to 550 units a second.
-SCORING_UNIT_CHARS = 50
+#: One scoring unit is one started run of this many tokens of an example the model reads (its
+#: special tokens included; a pair's two texts together): what the model reads, not what was sent,
+#: so a text of punctuation (a token a character) costs what it makes the model do. The default
+#: model's time per example grows with its tokens (benchmarks/scoring_cost.py, docs/benchmarks.md).
+SCORING_UNIT_TOKENS = 16
 
 
-def scoring_cost(texts: Sequence[str]) -> int:
-    """The model work of scoring ``texts``, in scoring units: each text costs one unit per started
-    ``SCORING_UNIT_CHARS`` characters (a short text one unit, one of 2,000 characters forty)."""
-    return sum(max(1, math.ceil(len(text) / SCORING_UNIT_CHARS)) for text in texts)
+def scoring_cost(token_counts: Sequence[int]) -> int:
+    """The model work of scoring examples of ``token_counts`` tokens, in scoring units: each costs
+    one unit per started ``SCORING_UNIT_TOKENS`` tokens (a short sentence one unit, an example of
+    256 tokens sixteen)."""
+    return sum(max(1, math.ceil(count / SCORING_UNIT_TOKENS)) for count in token_counts)
+
+
+UNIT_SAYS = f"one per started {SCORING_UNIT_TOKENS} tokens the model reads of each example"
 
 
 class ScoringBudget:
@@ -166,32 +211,30 @@ class ScoringBudget:
         return max(1, math.ceil(reset_at - time.time()))
 
 
-def charge_scoring(texts: Sequence[str], field: str) -> None:
-    """Charge the caller's scoring budget for the model scoring ``texts``.
+def charge_scoring(token_counts: Sequence[int], field: str) -> None:
+    """Charge the caller's scoring budget for the model scoring examples of ``token_counts`` tokens.
 
     Every route that runs the model calls this once, after its input is validated and before
     anything is stored or scored: over the budget → 429 with ``Retry-After`` (nothing spent, nothing
     stored); more units than the budget holds at all → 413. ``field`` is what the error names (the
-    list of texts, or the text).
+    list of examples, or the text).
     """
     budget: ScoringBudget | None = current_app.extensions.get(SCORING_BUDGET)
     if budget is None:
         return
-    cost = scoring_cost(texts)
+    cost = scoring_cost(token_counts)
     if cost > budget.largest_cost:
         raise TooLarge(
-            f"this request costs {cost} scoring units (one per started {SCORING_UNIT_CHARS} characters "
-            f"of each text), more than the {budget.largest_cost} a caller may spend at once; "
-            "send fewer or shorter texts",
+            f"this request costs {cost} scoring units ({UNIT_SAYS}), more than the "
+            f"{budget.largest_cost} a caller may spend at once; send fewer or shorter examples",
             field=field,
         )
     wait_s = budget.spend(_rate_key(), cost)
     if wait_s is not None:
         limits = "; ".join(str(item) for item in budget.items)
         raise ScoringLimited(
-            f"scoring budget spent for this token: at most {limits} scoring units (one per started "
-            f"{SCORING_UNIT_CHARS} characters of each text), and this request costs {cost}; "
-            f"retry after {wait_s} s",
+            f"scoring budget spent for this credential: at most {limits} scoring units ({UNIT_SAYS}), "
+            f"and this request costs {cost}; retry after {wait_s} s",
             field=field,
             retry_after_s=wait_s,
         )

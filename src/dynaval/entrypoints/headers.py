@@ -45,6 +45,13 @@ COMMON = {
     # dashboard's own form posts.
     "Referrer-Policy": "same-origin",
 }
+DATA_HEADERS: tuple[tuple[str, str], ...] = (
+    *COMMON.items(),
+    ("Content-Security-Policy", DATA_POLICY),
+    ("Cache-Control", "no-store"),
+)
+"""The security headers of a JSON answer given outside Flask: Label Studio's webhook, and the
+answers the serving worker gives itself (408, 431, and gunicorn's own 400, 414...)."""
 
 
 def init_app(app: Flask) -> None:

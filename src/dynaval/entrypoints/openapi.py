@@ -127,7 +127,7 @@ def build_openapi(app: Flask) -> dict[str, Any]:
                     429, "Too many requests, or the scoring budget is spent; Retry-After says when to retry"
                 )
             if LIMITER in app.extensions and rule.endpoint not in RATE_EXEMPT_ENDPOINTS:
-                responses.setdefault(429, "Too many requests for this token; Retry-After says when to retry")
+                responses.setdefault(429, "Too many requests for this caller; Retry-After says when to retry")
             operation["responses"] = _responses(responses)
             paths.setdefault(path, {})[method.lower()] = operation
     paths[WEBHOOK_PATH] = {"post": _webhook_operation(WEBHOOK_OPERATION, components)}

@@ -43,7 +43,15 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from dynaval.domain.errors import DomainError, InvalidInput
 from dynaval.entrypoints import charts
-from dynaval.entrypoints.auth import Caller, Role, Unauthorized, caller_of, caller_of_token
+from dynaval.entrypoints.auth import (
+    SESSION_COOKIE,
+    Caller,
+    Role,
+    Unauthorized,
+    caller_of,
+    caller_of_token,
+    session_caller,
+)
 from dynaval.entrypoints.errors import status_of
 from dynaval.entrypoints.guards import query_int
 from dynaval.entrypoints.routes import FIGURES_CACHE, dataset_download, release_download
@@ -74,7 +82,6 @@ pages = Blueprint(
     static_folder="static",
 )
 
-SESSION_COOKIE = "dynaval_session"
 LOGIN_COOKIE = "dynaval_login"
 """Holds the random value the login form's CSRF token is derived from (before any session)."""
 COOKIE_PATH = "/dashboard"  # the API never reads the cookies: they are not sent there
@@ -114,18 +121,6 @@ def _mac(purpose: str, value: str) -> str:
 
 def _same(presented: str, wanted: str) -> bool:
     return bool(wanted) and hmac.compare_digest(presented.encode(), wanted.encode())
-
-
-def _session_caller() -> Caller | None:
-    """The lead whose session the cookie names, if it holds; the id lands on ``g.session_id``."""
-    session_id = request.cookies.get(SESSION_COOKIE, "")
-    if not session_id:
-        return None
-    found = dashboard_sessions.resolve(_services(), session_id)
-    if found is None:
-        return None
-    g.session_id = session_id
-    return Caller(Role.LEAD, found.lead)
 
 
 def _csrf_token() -> str:
@@ -186,7 +181,7 @@ def lead_page(view: F) -> F:
             except Unauthorized:
                 caller = None
         else:
-            caller = _session_caller()
+            caller = session_caller()
         if caller is None:
             response = redirect(url_for("dashboard.login"))
             # A cookie naming a session that ended is of no use any more.

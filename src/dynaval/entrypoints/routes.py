@@ -308,7 +308,7 @@ def report_captures(round_id: int) -> Any:
     body=PredictRequest,
     responses={
         200: "The model's label and its probability for each of the round's labels",
-        403: "Not a writer or lead",
+        403: "Not a writer, collector or lead",
         404: "No such round",
         409: "Round closed or frozen",
         413: "Text too long",
@@ -317,7 +317,9 @@ def report_captures(round_id: int) -> Any:
     },
     scores=True,
 )
-@requires(*WRITERS)  # the writer's "try it" button: writers and leads, who write as themselves
+# The writer's "try it" button, and a collection front end's live guess for the writers it serves
+# (charged to its own scoring budget): whoever submits candidates may ask first.
+@requires(*SUBMITTERS)
 def predict(round_id: int) -> Any:
     body = _body(PredictRequest)
     answer = candidates.predict(_services(), round_id=round_id, given=body.given(), charge=charge_scoring)
@@ -330,13 +332,13 @@ def predict(round_id: int) -> Any:
     "(max_tokens, over the inputs in counted_over together); a longer example is refused",
     responses={
         200: "OK",
-        403: "Not a writer or lead",
+        403: "Not a writer, collector or lead",
         404: "No such round",
         409: "Round closed or frozen, or a capture round",
         503: "The round's model cannot be loaded now",
     },
 )
-@requires(*WRITERS)
+@requires(*SUBMITTERS)
 def model_reading(round_id: int) -> Any:
     return jsonify(candidates.model_reading(_services(), round_id=round_id))
 

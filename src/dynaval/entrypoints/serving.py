@@ -12,7 +12,9 @@ socket and the bytes it sent so far. A request not received whole within
 ``DYNAVAL_RECEIVE_TIMEOUT_S`` (counted from the connection, or on a kept-alive connection from the
 first byte of the request) is answered 408 and its connection closed. A head over 64 KiB is answered
 431. Nothing else about the request is interpreted here: gunicorn's own parser reads it, from the
-bytes buffered here, and answers anything malformed as it always has.
+bytes buffered here, and refuses anything malformed as it always has (400; 414 for a request line
+over 8,190 bytes; 431 for more than 100 header fields), but in the API's JSON error body with the
+security headers every answer carries, not gunicorn's HTML page.
 
 When the framing is unusual (a malformed or doubled length, a transfer coding other than plain
 chunked, a body over the limit, a bare LF), the request goes to a thread at once so that gunicorn and
@@ -32,6 +34,7 @@ served by it (TLS ends in front of the service).
 from __future__ import annotations
 
 import contextlib
+import html
 import json
 import re
 import selectors
@@ -42,9 +45,12 @@ from enum import Enum
 from functools import partial
 from typing import Any
 
+from gunicorn import util as gunicorn_util
 from gunicorn.http.errors import NoMoreData
 from gunicorn.workers.gthread import ThreadWorker
 from werkzeug.exceptions import RequestTimeout
+
+from dynaval.entrypoints.headers import DATA_HEADERS
 
 #: Largest request head (request line and headers) received; a longer one is answered 431. The API
 #: needs a few hundred bytes; nginx's default allows 32 KiB.
@@ -383,16 +389,22 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is 
     def _answer_and_close(
         self, conn: Any, status: int, reason: str, code: str, message: str, field: str | None
     ) -> None:
-        error = {"error": {"code": code, "message": message, "field": field}}
-        body = json.dumps(error, separators=(",", ":")).encode() + b"\n"
-        head = (
-            f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-        ).encode()
         # A few hundred bytes fit an empty send buffer; never wait for the client here.
         with contextlib.suppress(OSError):
-            conn.sock.send(head + body)
+            conn.sock.send(error_answer(status, reason, code, message, field))
         self._close(conn)
+
+    def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
+        """gunicorn's own refusals (a malformed request line or header, a request line over its
+        limit, too many header fields...) as the API answers errors: the same status and reason,
+        in a JSON error body with the security headers. gunicorn decides and logs them as it always
+        has; only what it would write (an HTML page) is read back and written as JSON instead."""
+        written = _WrittenAnswer()
+        super().handle_error(req, written, addr, exc)
+        status, reason, message = written.error()
+        code, field = GUNICORN_ERRORS.get(status, ("bad_request" if status < 500 else "internal", None))
+        with contextlib.suppress(Exception):  # the client may be gone: gunicorn's own way
+            gunicorn_util.write_nonblock(client, error_answer(status, reason, code, message, field))
 
     # ------------------------------------------------------------------------ in the thread
 
@@ -467,6 +479,62 @@ class BufferingThreadWorker(ThreadWorker):  # type: ignore[misc]  # gunicorn is 
                 _close_quietly(sock)
             for conn in self._incoming:
                 _close_quietly(conn.sock)
+
+
+#: The error code and the field of each status gunicorn answers by itself.
+GUNICORN_ERRORS: dict[int, tuple[str, str | None]] = {
+    400: ("bad_request", None),
+    403: ("forbidden", None),
+    414: ("too_large", "path"),
+    417: ("expectation_failed", "Expect"),
+    431: ("too_large", "headers"),
+    500: ("internal", None),
+    501: ("not_implemented", "Transfer-Encoding"),
+}
+
+
+def error_answer(status: int, reason: str, code: str, message: str, field: str | None) -> bytes:
+    """A whole HTTP answer that closes the connection: the API's JSON error body, and the security
+    headers of every JSON answer."""
+    error = {"error": {"code": code, "message": message, "field": field}}
+    body = json.dumps(error, separators=(",", ":")).encode() + b"\n"
+    headers = "".join(f"{name}: {value}\r\n" for name, value in DATA_HEADERS)
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n{headers}Connection: close\r\n\r\n"
+    ).encode()
+    return head + body
+
+
+class _WrittenAnswer:
+    """Stands for the client's socket while gunicorn writes an error answer of its own, and keeps
+    what it wrote: ``HTTP/1.1 400 Bad Request``, then an HTML page whose text is the message."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def gettimeout(self) -> float:
+        return 0.0
+
+    def setblocking(self, flag: bool) -> None:
+        pass
+
+    def sendall(self, data: bytes) -> None:
+        self.data += data
+
+    def send(self, data: bytes) -> int:
+        self.data += data
+        return len(data)
+
+    def error(self) -> tuple[int, str, str]:
+        """The status, its reason and the message gunicorn wrote (its reason when it wrote none)."""
+        head, _, page = bytes(self.data).decode("latin-1").partition("\r\n\r\n")
+        status_line = head.split("\r\n", 1)[0].split(" ", 2)
+        status = int(status_line[1]) if len(status_line) > 1 and status_line[1].isdigit() else 500
+        reason = status_line[2] if len(status_line) > 2 else "Error"
+        text = page.partition("</h1>")[2].partition("</body>")[0]
+        message = " ".join(html.unescape(text).split()) or reason.lower()
+        return status, reason, message
 
 
 def _close_quietly(sock: socket.socket) -> None:

@@ -29,7 +29,7 @@ from werkzeug.wsgi import LimitedStream
 
 from dynaval.adapters.label_studio import WEBHOOK_SECRET_HEADER
 from dynaval.entrypoints.guards import parse_json
-from dynaval.entrypoints.headers import COMMON, DATA_POLICY
+from dynaval.entrypoints.headers import DATA_HEADERS
 from dynaval.entrypoints.schemas import LabelStudioWebhook, read_webhook
 from dynaval.service_layer import webhooks
 from dynaval.service_layer.services import Services
@@ -51,7 +51,6 @@ WEBHOOK_OPERATION: dict[str, Any] = {
 """What the OpenAPI document publishes of the endpoint (it is no Flask route)."""
 
 _SECRET_ENVIRON_KEY = "HTTP_" + WEBHOOK_SECRET_HEADER.upper().replace("-", "_")
-_HEADERS = [*COMMON.items(), ("Content-Security-Policy", DATA_POLICY), ("Cache-Control", "no-store")]
 
 StartResponse = Callable[..., Any]
 WSGIApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -84,7 +83,7 @@ class LabelStudioWebhookEndpoint:
             [
                 ("Content-Type", "application/json"),
                 ("Content-Length", str(len(data))),
-                *_HEADERS,
+                *DATA_HEADERS,
                 *headers.items(),
             ],
         )

@@ -25,9 +25,10 @@ from dynaval.service_layer.unit_of_work import UnitOfWork
 
 log = logging.getLogger(__name__)
 
-ScoringCharge = Callable[[Sequence[str], str], None]
-"""Charges the caller for the model work of scoring some texts (an error would name the field
-given); raises to refuse. The HTTP routes pass ``dynaval.entrypoints.guards.charge_scoring``."""
+ScoringCharge = Callable[[Sequence[int], str], None]
+"""Charges the caller for the model work of scoring some examples, given the tokens the model reads
+of each (an error would name the field given); raises to refuse. The HTTP routes pass
+``dynaval.entrypoints.guards.charge_scoring``."""
 
 
 @dataclass(frozen=True)
@@ -73,11 +74,6 @@ def model_input(task_type: TaskType, inputs: Mapping[str, str]) -> ModelInput:
     return values[0] if len(values) == 1 else (values[0], values[1])
 
 
-def scored_text(inputs: Mapping[str, str]) -> str:
-    """An example's texts as one, for charging the scoring budget by length."""
-    return "\n".join(inputs.values())
-
-
 def round_model(services: Services, round_: Round) -> MicroBatcher:
     """The round's model, loaded once per process. Its folder was checked when the round was made;
     one that cannot be loaded now (moved, deleted, damaged) is the service's trouble, not the
@@ -109,20 +105,22 @@ def check_model_reads_whole(
     round_: Round,
     task_type: TaskType,
     examples: Sequence[tuple[Mapping[str, str], GivenInputs, str]],
-) -> None:
-    """Refuse an example longer than the round's model reads (:attr:`Predictor.max_tokens`).
+) -> list[int]:
+    """Refuse an example longer than the round's model reads (:attr:`Predictor.max_tokens`), and
+    return how many tokens the model reads of each: what scoring them costs.
 
     The model would judge its beginning only: words past the cut could turn the label without the
     model ever reading them, and such an example would fool it for nothing it got wrong.
     ``examples`` holds each example's checked inputs, the inputs as the body gave them, and where
     the body has them (``candidates[3]``, or ``""``); the error names the example's longest field
     there. When the model cannot be loaded now, nothing is refused here: the candidate is stored
-    and scored later, as any is when the model fails.
+    and scored later, as any is when the model fails; each example is then counted at the most
+    tokens a model of the service reads (``DYNAVAL_MODEL_MAX_TOKENS``).
     """
     try:
         predictor = round_model(services, round_).predictor
     except Unavailable:
-        return
+        return [services.settings.model_max_tokens] * len(examples)
     counts = predictor.token_counts([model_input(task_type, inputs) for inputs, _, _ in examples])
     for (inputs, given, where), count in zip(examples, counts, strict=True):
         if count > predictor.max_tokens:
@@ -134,6 +132,7 @@ def check_model_reads_whole(
                 f"{predictor.max_tokens}: shorten it, since the model would judge only its beginning",
                 field=(f"{where}." if where else "") + given.field(longest),
             )
+    return counts
 
 
 def model_reading(services: Services, *, round_id: int) -> dict[str, Any]:
@@ -166,9 +165,9 @@ def predict(
     round_.check_takes_candidates()
     task_type = services.catalog.get(round_.task_type)
     inputs = task_inputs(task_type, given)
-    check_model_reads_whole(services, round_, task_type, [(inputs, given, "")])
+    tokens = check_model_reads_whole(services, round_, task_type, [(inputs, given, "")])
     if charge is not None:
-        charge([scored_text(inputs)], given.field(task_type.main_field))
+        charge(tokens, given.field(task_type.main_field))
     (prediction,) = score(services, round_, [inputs])
     return prediction
 
@@ -252,14 +251,14 @@ def _submit(
         _new_candidate(round_, task_type, candidate, where=where, submitter=submitter)
         for candidate, where in given
     ]
-    check_model_reads_whole(
+    tokens = check_model_reads_whole(
         services,
         round_,
         task_type,
         [(c.inputs, new.inputs, where) for c, (new, where) in zip(candidates, given, strict=True)],
     )
     if charge is not None:
-        charge([scored_text(c.inputs) for c in candidates], charge_field or task_type.main_field)
+        charge(tokens, charge_field or task_type.main_field)
     encoded = near_duplicates.encode_new(services, task_type, candidates)
     with services.uow() as uow:
         round_ = uow.rounds.get(round_id)
