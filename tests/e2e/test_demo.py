@@ -8,31 +8,14 @@ token last, an exporter and a reporter among them. Tiny models stand in for the 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures.service import free_port
+from tests.support.scripts import run_script
 from tests.support.tiny_model import build_tiny_model
 
 pytestmark = pytest.mark.labelstudio
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_demo(models: Path, work: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "demo.py"), "--exit", "--models", str(models),
-         "--work-dir", str(work), "--port", str(free_port()), "--label-studio-port", str(free_port())],
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )  # fmt: skip
 
 
 def test_the_demo_runs_twice_in_a_row_and_prints_every_roles_token(tmp_path: Path) -> None:
@@ -41,7 +24,7 @@ def test_the_demo_runs_twice_in_a_row_and_prints_every_roles_token(tmp_path: Pat
     build_tiny_model(models / "nli-default", labels=("entailment", "neutral", "contradiction"))
     work = tmp_path / "demo"
     for run in ("first", "second"):
-        ran = run_demo(models, work)
+        ran = run_script("demo.py", "--models", str(models), "--work-dir", str(work))
         assert ran.returncode == 0, f"{run} run:\n" + ran.stdout[-3000:] + ran.stderr[-3000:]
         assert "Traceback" not in ran.stdout + ran.stderr
         releases = [line for line in ran.stdout.splitlines() if line.startswith("release: ")]

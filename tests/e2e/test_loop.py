@@ -9,34 +9,20 @@ random weights; B is really fine-tuned from it by ``dynaval model train``.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.label_studio_server import free_port
+from tests.support.scripts import run_script
 
 pytestmark = pytest.mark.labelstudio
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_loop_runs_from_round_one_to_the_evaluation_of_both_models(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     work = tmp_path / "loop"
-    ran = subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "loop_demo.py"), "--exit",
-         "--model-a", str(tiny_model_dir), "--work-dir", str(work),
-         "--port", str(free_port()), "--label-studio-port", str(free_port())],
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )  # fmt: skip
+    ran = run_script("loop_demo.py", "--model-a", str(tiny_model_dir), "--work-dir", str(work))
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     assert "Traceback" not in ran.stdout + ran.stderr
     out = ran.stdout
