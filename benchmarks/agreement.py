@@ -39,7 +39,7 @@ import krippendorff
 import numpy as np
 import numpy.typing as npt
 
-from dynaval.domain.agreement_engine import VoteColumns, agreement_report, round_alpha
+from dynaval.domain.agreement import VoteColumns, agreement_report, round_alpha
 
 MiB = 2**20
 GOAL = 2.0

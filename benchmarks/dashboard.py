@@ -32,9 +32,9 @@ from harness import InProcessApp, in_process_services, timed
 from sqlalchemy import insert
 from sqlmodel import select
 
-from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow
-from dynaval.domain.decision import Ballot, decide
-from dynaval.domain.policy import DecisionPolicy
+from dynaval.adapters.db.orm import AnnotationRow, CandidateRow, RoundRow
+from dynaval.domain.validation.decision import Ballot, decide
+from dynaval.domain.validation.policy import DecisionPolicy
 
 LABELS = ["positive", "negative", "neutral"]
 WORDS = (

@@ -79,11 +79,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tests.support.release_seed import seed_frozen_round
 
     from dynaval.adapters.predictor import MicroBatcher
-    from dynaval.domain.release import SplitRule
-    from dynaval.service_layer import evaluation
-    from dynaval.service_layer.candidates import model_input
-    from dynaval.service_layer.regression_suite import list_cases
-    from dynaval.service_layer.releases import ReleaseRequest, create_release
+    from dynaval.domain.releases.release import SplitRule
+    from dynaval.service_layer.regression import evaluation
+    from dynaval.service_layer.regression.suite import list_cases
+    from dynaval.service_layer.releases.releases import ReleaseRequest, create_release
+    from dynaval.service_layer.validation.candidates import model_input
 
     with (
         tempfile.TemporaryDirectory(prefix="dynaval-bench-") as tmp,

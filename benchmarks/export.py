@@ -47,10 +47,10 @@ from typing import Any
 
 from sqlalchemy import insert, text
 
-from dynaval.adapters.database import Database
-from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow
-from dynaval.domain.decision import Ballot, decide
-from dynaval.domain.policy import DecisionPolicy
+from dynaval.adapters.db.database import Database
+from dynaval.adapters.db.orm import AnnotationRow, CandidateRow, RoundRow
+from dynaval.domain.validation.decision import Ballot, decide
+from dynaval.domain.validation.policy import DecisionPolicy
 
 GOAL_ROWS_PER_S = 200_000
 GOAL_PEAK_RSS_MB = 300
@@ -111,7 +111,7 @@ MARKER = "seeded.json"
 CHILD_EXPORT = """
 import json, os, sys, time
 started = time.perf_counter()
-from dynaval.entrypoints.cli import main
+from dynaval.entrypoints.cli.main import main
 imported = time.perf_counter()
 code = main(sys.argv[1:])
 done = time.perf_counter()

@@ -68,11 +68,11 @@ from tests.support.label_studio_server import (  # noqa: E402
     free_port,
 )
 
-from dynaval.adapters.database import Database  # noqa: E402
-from dynaval.adapters.orm import AnnotationRow, CandidateRow, as_utc  # noqa: E402
+from dynaval.adapters.db.database import Database  # noqa: E402
+from dynaval.adapters.db.orm import AnnotationRow, CandidateRow, as_utc  # noqa: E402
 
 if TYPE_CHECKING:
-    from dynaval.service_layer.figures_cache import FiguresCache
+    from dynaval.service_layer.dashboard.figures_cache import FiguresCache
     from dynaval.service_layer.services import Services
 
 __all__ = ["Annotator", "LabelStudioServer", "free_port"]

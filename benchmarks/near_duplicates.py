@@ -4,7 +4,7 @@ submission, the process's memory, and the time to rebuild the index from the dat
 ``--examples`` earlier sentiment examples (1,000,000 by default) are seeded in bulk into a SQLite
 file (raw ``executemany`` in one transaction): one candidate row each, and its row in
 ``near_duplicate_example`` with its 32 MinHash LSH band keys, computed by the same
-:func:`~dynaval.adapters.minhash_index.band_keys` the service uses, and a stored vector. The texts
+:func:`~dynaval.domain.health.minhash.band_keys` the service uses, and a stored vector. The texts
 are synthetic review sentences (10 to 20 words from a few hundred words of vocabulary, so many
 share function-word bigrams, as real reviews do). Encoding a million texts with
 MiniLM on two CPU cores takes hours, so the stored vectors of the seeded examples are random unit
@@ -51,17 +51,19 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import numpy
 
-from dynaval.adapters.band_key_index import BandKeyIndex, keys_to_bytes
-from dynaval.adapters.database import Database
+from dynaval.adapters.db.database import Database
+from dynaval.adapters.db.unit_of_work import sql_units_of_work
+from dynaval.adapters.health.semantic_index import SemanticVectors
 from dynaval.adapters.label_config import LabelConfigCatalog
-from dynaval.adapters.minhash_index import band_keys
-from dynaval.adapters.semantic_index import SemanticVectors, to_bytes
-from dynaval.adapters.unit_of_work import sql_units_of_work
-from dynaval.domain.candidate import Candidate
-from dynaval.domain.near_duplicates import field_shingles
-from dynaval.domain.policy import DecisionPolicy
-from dynaval.service_layer import near_duplicates
-from dynaval.service_layer.services import ModelRegistry, Services
+from dynaval.adapters.predictor import ModelRegistry
+from dynaval.domain.health.band_keys import BandKeyIndex, keys_to_bytes
+from dynaval.domain.health.minhash import band_keys
+from dynaval.domain.health.near_duplicates import field_shingles
+from dynaval.domain.health.semantic_duplicates import to_bytes
+from dynaval.domain.validation.candidate import Candidate
+from dynaval.domain.validation.policy import DecisionPolicy
+from dynaval.service_layer.health import near_duplicates
+from dynaval.service_layer.services import Services
 from dynaval.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -1,8 +1,8 @@
 """Push: queued candidates into the round's Label Studio project, against Label Studio's own import.
 
 Fooled candidates wait ``queued`` until the task queue imports them into the round's Label Studio
-project in bulk (``service_layer/pushing.py``, ``DYNAVAL_PUSH_BATCH_SIZE`` a request) and marks them
-``in_validation``. This script measures, in one run, on this machine:
+project in bulk (``service_layer/validation/pushing.py``, ``DYNAVAL_PUSH_BATCH_SIZE`` a request) and marks
+them ``in_validation``. This script measures, in one run, on this machine:
 
 1. A real Label Studio (a temporary data directory) and the service under gunicorn
    (``service/gunicorn.conf.py`` with its defaults: one worker, 16 threads, the task queue's
@@ -73,8 +73,8 @@ from harness import (
 from sqlalchemy import func
 from sqlmodel import col, select
 
-from dynaval.adapters.database import Database
-from dynaval.adapters.orm import CandidateRow, as_utc
+from dynaval.adapters.db.database import Database
+from dynaval.adapters.db.orm import CandidateRow, as_utc
 
 GOAL_RATIO = 0.5
 GOAL_P99_S = 2.0

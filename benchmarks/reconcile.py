@@ -3,7 +3,7 @@
 Reconcile (``POST /api/rounds/<id>/sync``, ``dynaval sync``, every ``DYNAVAL_RECONCILE_INTERVAL_S``)
 reads the round's whole project with one export request and makes the stored annotations of every
 task equal Label Studio's, deciding again each candidate whose votes changed
-(``service_layer/verification.py``, in chunks of 50 candidates a transaction). This script
+(``service_layer/validation/vote_reading.py``, in chunks of 50 candidates a transaction). This script
 measures, in one run, on this machine:
 
 1. A real Label Studio (a temporary data directory) and the service under gunicorn
@@ -66,8 +66,8 @@ from harness import (
 from sqlalchemy import delete, update
 from sqlmodel import col, select
 
-from dynaval.adapters.database import Database
-from dynaval.adapters.orm import AnnotationRow, CandidateRow, DecisionRow
+from dynaval.adapters.db.database import Database
+from dynaval.adapters.db.orm import AnnotationRow, CandidateRow, DecisionRow
 
 GOAL_RATIO = 1.5
 

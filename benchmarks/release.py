@@ -26,7 +26,7 @@ row to its split's files, and the tally).
 Each release (the copy and the one kept in the data folder) is removed after its repeat.
 
 A build of over 20,000 rows hashes its MinHash index in a child process of its own
-(``adapters/minhash_process.py``). The create command's peak RSS, from ``os.wait4``, is then the
+(``adapters/health/minhash_process.py``). The create command's peak RSS, from ``os.wait4``, is then the
 larger of the two processes' peaks, and its CPU seconds count both. So the script also prints the
 child's own peak, and that peak plus the build's RSS when the child answered: about the most the
 two held at once (the build's memory grows while it reads, and the child's peak comes as it
@@ -70,7 +70,7 @@ if str(REPO_ROOT) not in sys.path:  # for tests.support.release_seed
 from benchmarks.export import environment  # noqa: E402
 from tests.support.release_seed import seed_frozen_round  # noqa: E402
 
-from dynaval.adapters.database import Database  # noqa: E402
+from dynaval.adapters.db.database import Database  # noqa: E402
 
 GOAL_ROWS = 1_000_000
 GOAL_SECONDS = 30.0
@@ -81,7 +81,7 @@ MARKER = "seeded.json"
 CHILD = """
 import json, os, sys, time
 started = time.perf_counter()
-from dynaval.entrypoints.cli import main
+from dynaval.entrypoints.cli.main import main
 phases = {}
 peaks = {}
 index_process = {}

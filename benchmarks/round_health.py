@@ -31,12 +31,12 @@ from typing import Any
 from harness import InProcessApp, in_process_services, timed, timed_cpu
 from sqlalchemy import insert
 
-from dynaval.adapters.minhash_index import band_keys
-from dynaval.adapters.orm import CandidateRow, RoundRow
-from dynaval.domain.near_duplicates import field_shingles
-from dynaval.domain.policy import DecisionPolicy
-from dynaval.service_layer.near_duplicates import reindex
-from dynaval.service_layer.round_health import compute_round_health
+from dynaval.adapters.db.orm import CandidateRow, RoundRow
+from dynaval.domain.health.minhash import band_keys
+from dynaval.domain.health.near_duplicates import field_shingles
+from dynaval.domain.validation.policy import DecisionPolicy
+from dynaval.service_layer.health.near_duplicates import reindex
+from dynaval.service_layer.health.round_health import compute_round_health
 from dynaval.service_layer.services import Services
 
 CHUNK = 5000

@@ -96,8 +96,8 @@ from harness import (
 from sqlalchemy import bindparam, func, update
 from sqlmodel import col, select
 
-from dynaval.adapters.database import Database
-from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow, TaskCheckRow
+from dynaval.adapters.db.database import Database
+from dynaval.adapters.db.orm import AnnotationRow, CandidateRow, RoundRow, TaskCheckRow
 
 GOAL_S = 30 * 60.0
 FINAL = ("accepted", "rejected", "flagged")

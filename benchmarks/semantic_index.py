@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-    from dynaval.adapters.vector_index import VectorIndex
-    from dynaval.domain.semantic_duplicates import SEMANTIC_THRESHOLD, example_vector, field_cosines
+    from dynaval.domain.health.semantic_duplicates import SEMANTIC_THRESHOLD, example_vector, field_cosines
+    from dynaval.domain.health.vector_index import VectorIndex
 
     cores = os.cpu_count() or 1
     load = os.getloadavg()[0]

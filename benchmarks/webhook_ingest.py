@@ -82,7 +82,7 @@ from harness import (
     webhook_headers,
 )
 
-from dynaval.adapters.database import Database
+from dynaval.adapters.db.database import Database
 
 GOAL_VERIFIED_RATIO = 10.0
 GOAL_RATIO = 30.0

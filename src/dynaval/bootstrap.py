@@ -4,17 +4,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dynaval.adapters.band_key_index import BandKeyIndex
-from dynaval.adapters.database import Database
+from dynaval.adapters.db.database import Database
+from dynaval.adapters.db.dataset_query import DatasetQuery
+from dynaval.adapters.db.unit_of_work import sql_units_of_work
+from dynaval.adapters.files.corpus_files import TextCorpora
+from dynaval.adapters.files.release_files import ReleaseFolders
+from dynaval.adapters.health.minhash_process import MinHashProcess
+from dynaval.adapters.health.semantic_index import SemanticVectors, shared_encoder
 from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.label_studio import LabelStudioGateway, SdkLabelStudioGateway
-from dynaval.adapters.predictor import Predictor, TransformersPredictor
-from dynaval.adapters.semantic_index import SemanticVectors
+from dynaval.adapters.predictor import ModelRegistry, PredictorFactory, TransformersPredictor
 from dynaval.adapters.task_queue import BackgroundJobs, QueuedWork, make_huey
-from dynaval.adapters.unit_of_work import sql_units_of_work
-from dynaval.service_layer import pushing, revalidation, verification
-from dynaval.service_layer.services import ModelRegistry, PredictorFactory, Services
-from dynaval.service_layer.writer_links import WriterAnnotatorLinks
+from dynaval.domain.health.band_keys import BandKeyIndex
+from dynaval.service_layer.files import OfflineServices
+from dynaval.service_layer.predictions import Predictor
+from dynaval.service_layer.regression import revalidation
+from dynaval.service_layer.services import Services
+from dynaval.service_layer.validation import pushing
+from dynaval.service_layer.validation import vote_reading as verification
+from dynaval.service_layer.validation.writer_links import WriterAnnotatorLinks
 from dynaval.settings import Settings
 
 
@@ -53,6 +61,7 @@ def bootstrap(
     services = Services(
         settings=settings,
         database=database,
+        dataset_reads=DatasetQuery(database),
         uow=sql_units_of_work(database),
         catalog=LabelConfigCatalog(settings.resolved_label_config_dir),
         label_studio=gateway,
@@ -60,11 +69,25 @@ def bootstrap(
         writer_links=WriterAnnotatorLinks(settings.writer_label_studio_links, gateway),
         band_keys=BandKeyIndex(),
         vectors=SemanticVectors() if settings.near_duplicate_semantic else None,
+        offline=offline_services(),
     )
+    services.after_freeze.append(lambda round_id: revalidation.settle_after_freeze(services, round_id))
     # The task queue's tasks call the use cases, which ask for work through services.work.
     services.task_queue = make_huey(settings.queue_url, settings.data_dir, settings.queue_name)
     services.work = QueuedWork(services.task_queue, settings, background_jobs(services))
     return services
+
+
+def offline_services() -> OfflineServices:
+    """What the use cases on release files and corpora need: for commands on files alone, and
+    inside the service's :class:`Services`. Nothing loads until used (the encoder at its first
+    call)."""
+    return OfflineServices(
+        release_files=ReleaseFolders(),
+        encoder=shared_encoder,
+        release_index=MinHashProcess,
+        corpus=TextCorpora(),
+    )
 
 
 def background_jobs(services: Services) -> BackgroundJobs:

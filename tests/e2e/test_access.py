@@ -26,9 +26,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
-from dynaval.adapters.orm import CandidateRow, RoundRow
+from dynaval.adapters.db.orm import CandidateRow, RoundRow
 from dynaval.bootstrap import bootstrap
-from dynaval.domain.policy import DecisionPolicy
+from dynaval.domain.validation.policy import DecisionPolicy
 from dynaval.entrypoints.app import create_app, served_routes, shutdown
 from dynaval.entrypoints.auth import Role
 from dynaval.service_layer.services import Services

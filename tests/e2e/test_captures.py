@@ -20,12 +20,13 @@ import pytest
 import requests
 from label_studio_sdk import LabelStudio
 
-from dynaval.adapters.orm import RoundRow
-from dynaval.domain.capture import Capture, CaptureSource, reported_candidate
+from dynaval.adapters.db.orm import RoundRow
 from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import Conflict
-from dynaval.domain.policy import DecisionPolicy
-from dynaval.service_layer import captures, regression_suite
+from dynaval.domain.validation.capture import Capture, CaptureSource, reported_candidate
+from dynaval.domain.validation.policy import DecisionPolicy
+from dynaval.service_layer.regression import suite as regression_suite
+from dynaval.service_layer.validation import captures
 from tests.fixtures.service import (
     EXPORTER_TOKEN,
     LEAD_TOKEN,

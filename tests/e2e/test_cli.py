@@ -50,7 +50,11 @@ def dynaval_command() -> list[str]:
     script = Path(sys.executable).with_name("dynaval")
     if script.is_file():
         return [str(script)]
-    return [sys.executable, "-m", "dynaval.entrypoints.cli"]  # pragma: no cover - not installed as a script
+    return [
+        sys.executable,
+        "-m",
+        "dynaval.entrypoints.cli",
+    ]  # pragma: no cover - not installed as a script
 
 
 def clean_environment(**values: str) -> dict[str, str]:

@@ -35,8 +35,8 @@ from sqlalchemy import delete, func
 from sqlmodel import col, select
 from werkzeug.test import TestResponse
 
-from dynaval.adapters import queries as round_queries_module
-from dynaval.adapters.orm import (
+from dynaval.adapters.db import queries as round_queries_module
+from dynaval.adapters.db.orm import (
     AnnotationRow,
     AnnotatorStatusRow,
     AuditEventRow,
@@ -47,19 +47,19 @@ from dynaval.adapters.orm import (
     RoundRow,
     as_utc,
 )
-from dynaval.adapters.repositories import record_of
-from dynaval.adapters.unit_of_work import SqlUnitOfWork
+from dynaval.adapters.db.repositories import record_of
+from dynaval.adapters.db.unit_of_work import SqlUnitOfWork
 from dynaval.bootstrap import bootstrap
-from dynaval.domain.agreement_engine.report import round_alpha
-from dynaval.domain.policy import DecisionPolicy
+from dynaval.domain.agreement.report import round_alpha
 from dynaval.domain.provenance import pseudonym
-from dynaval.domain.votes import current_votes
-from dynaval.entrypoints import pages as dashboard_pages
+from dynaval.domain.validation.policy import DecisionPolicy
+from dynaval.domain.validation.votes import current_votes
 from dynaval.entrypoints.app import create_app, shutdown
 from dynaval.entrypoints.auth import SESSION_COOKIE
 from dynaval.entrypoints.headers import DATA_POLICY, PAGE_POLICY
-from dynaval.service_layer import dashboard
-from dynaval.service_layer.figures_cache import FiguresCache
+from dynaval.entrypoints.pages import dashboard as dashboard_pages
+from dynaval.service_layer.dashboard import views as dashboard
+from dynaval.service_layer.dashboard.figures_cache import FiguresCache
 from dynaval.service_layer.services import Services
 from tests.e2e.test_validation_loop import wait_for
 from tests.fixtures.service import (

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import requests
 
-from dynaval.adapters.orm import AnnotationRow
+from dynaval.adapters.db.orm import AnnotationRow
 from tests.fixtures.service import WRITER_TOKEN, LiveService
 from tests.support.fault_report import record_scenario
 from tests.support.label_studio_server import Annotator, LabelStudioServer

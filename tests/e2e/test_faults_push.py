@@ -20,7 +20,7 @@ import pytest
 import requests
 from sqlmodel import select
 
-from dynaval.adapters.orm import CandidateRow, RoundRow, as_utc
+from dynaval.adapters.db.orm import CandidateRow, RoundRow, as_utc
 from dynaval.bootstrap import bootstrap
 from dynaval.entrypoints.app import create_app
 from dynaval.settings import Settings

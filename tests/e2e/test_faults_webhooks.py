@@ -40,9 +40,9 @@ import pytest
 import requests
 from sqlmodel import select
 
-from dynaval.adapters.database import Database
+from dynaval.adapters.db.database import Database
+from dynaval.adapters.db.orm import CandidateRow, DecisionRow
 from dynaval.adapters.label_studio import LabelStudioGateway
-from dynaval.adapters.orm import CandidateRow, DecisionRow
 from dynaval.bootstrap import bootstrap
 from dynaval.entrypoints.app import create_app
 from dynaval.settings import Settings

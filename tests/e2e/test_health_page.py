@@ -16,14 +16,14 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import insert, update
 
-from dynaval.adapters.orm import CandidateRow, RoundRow
-from dynaval.domain.policy import DecisionPolicy
+from dynaval.adapters.db.orm import CandidateRow, RoundRow
+from dynaval.domain.health.round_health import diversity
 from dynaval.domain.provenance import writer_pseudonym
-from dynaval.domain.round_health import diversity
+from dynaval.domain.validation.policy import DecisionPolicy
+from dynaval.entrypoints.api.routes import FIGURES_CACHE
 from dynaval.entrypoints.app import shutdown
-from dynaval.entrypoints.routes import FIGURES_CACHE
-from dynaval.service_layer import agreement
-from dynaval.service_layer.figures_cache import FiguresCache
+from dynaval.service_layer.agreement import reports as agreement
+from dynaval.service_layer.dashboard.figures_cache import FiguresCache
 from dynaval.service_layer.services import Services
 from tests.e2e.test_dashboard_pages import PageIds, fmt3, lead
 from tests.fixtures.service import (

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import BrowserContext, Page
 
-from dynaval.service_layer import round_health
+from dynaval.service_layer.health import round_health
 from tests.e2e.test_dashboard_browser import (
     LOGIN_PATH,
     check_charts,

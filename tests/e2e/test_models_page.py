@@ -14,11 +14,13 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from dynaval.domain.regression import accuracy_with_ci
+from dynaval.domain.regression.suite import accuracy_with_ci
 from dynaval.entrypoints.app import shutdown
-from dynaval.entrypoints.pages import CACHE
-from dynaval.service_layer import evaluation, gate, models_page, regression_suite
-from dynaval.service_layer.figures_cache import FiguresCache
+from dynaval.entrypoints.pages.dashboard import CACHE
+from dynaval.service_layer.dashboard import models_page
+from dynaval.service_layer.dashboard.figures_cache import FiguresCache
+from dynaval.service_layer.regression import evaluation, gate
+from dynaval.service_layer.regression import suite as regression_suite
 from dynaval.service_layer.services import Services
 from tests.e2e.test_dashboard_pages import NAMED_TOKEN, PageIds, fmt3, lead
 from tests.fixtures.service import (

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import BrowserContext, Page
 
-from dynaval.service_layer import gate
+from dynaval.service_layer.regression import gate
 from tests.e2e.test_dashboard_browser import (
     LOGIN_PATH,
     goto,

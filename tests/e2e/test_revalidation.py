@@ -22,9 +22,9 @@ import pytest
 from label_studio_sdk import LabelStudio
 
 from dynaval.domain.clock import utcnow
-from dynaval.domain.regression import RegressionCase
-from dynaval.entrypoints import cli
-from dynaval.service_layer import evaluation
+from dynaval.domain.regression.suite import RegressionCase
+from dynaval.entrypoints.cli import main as cli
+from dynaval.service_layer.regression import evaluation
 from tests.fixtures.service import (
     EXPORTER_TOKEN,
     POSTGRES_ADMIN_URL,

@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 from label_studio_sdk import LabelStudio
 
-from dynaval.domain.policy import RULE_VERSION
 from dynaval.domain.provenance import pseudonym, verify_prediction, writer_pseudonym
+from dynaval.domain.validation.policy import RULE_VERSION
 from tests.fixtures.service import (
     COLLECTOR_NAME,
     COLLECTOR_TOKEN,

@@ -28,7 +28,7 @@ from label_studio_sdk.client import LabelStudio
 from nltk.metrics.agreement import AnnotationTask
 from nltk.metrics.distance import masi_distance
 
-from dynaval.entrypoints.cli import main
+from dynaval.entrypoints.cli.main import main
 from tests.support.label_studio_server import Annotator, LabelStudioServer
 
 pytestmark = pytest.mark.labelstudio

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from dynaval.adapters.release_files import iter_jsonl
-from dynaval.entrypoints import cli
-from dynaval.service_layer.releases import ReleaseRequest, create_release
+from dynaval.adapters.files.release_files import iter_jsonl
+from dynaval.entrypoints.cli import main as cli
+from dynaval.service_layer.releases.releases import ReleaseRequest, create_release
 from dynaval.service_layer.services import Services
 from tests.support.release_seed import seed_frozen_round, set_inputs
 

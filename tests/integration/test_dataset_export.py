@@ -27,12 +27,12 @@ from flask import Flask
 from sqlalchemy import null, update
 from sqlmodel import col, select
 
-from dynaval.adapters import dataset_query
-from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow
-from dynaval.domain.policy import DecisionPolicy
+from dynaval.adapters.db import dataset_query
+from dynaval.adapters.db.orm import AnnotationRow, CandidateRow, RoundRow
 from dynaval.domain.provenance import pseudonym, writer_pseudonym
-from dynaval.entrypoints import cli
-from dynaval.service_layer import dataset
+from dynaval.domain.validation.policy import DecisionPolicy
+from dynaval.entrypoints.cli import main as cli
+from dynaval.service_layer.releases import round_dataset as dataset
 from dynaval.service_layer.services import Services
 from tests.fixtures.service import (
     EXPORTER_TOKEN,

@@ -19,7 +19,7 @@ from sqlalchemy import text
 
 from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.domain.errors import InvalidInput
-from dynaval.domain.release import check_release_name, check_version
+from dynaval.domain.releases.release import check_release_name, check_version
 from dynaval.service_layer.services import Services
 from dynaval.settings import Settings
 from tests.fixtures.service import LEAD_TOKEN, WRITER_TOKEN

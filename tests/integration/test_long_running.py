@@ -8,9 +8,9 @@ from pathlib import Path
 
 from flask import Flask
 
-from dynaval.adapters.predictor import Prediction
+from dynaval.adapters.predictor import ModelRegistry, Prediction
 from dynaval.entrypoints.app import freeze_long_lived_objects, prepare_long_running_process
-from dynaval.service_layer.services import ModelRegistry, Services
+from dynaval.service_layer.services import Services
 
 
 class FixedPredictor:

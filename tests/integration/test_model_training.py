@@ -18,16 +18,16 @@ from typing import Any
 
 import pytest
 
+from dynaval.adapters.files.release_files import file_sha256
 from dynaval.adapters.predictor import TransformersPredictor, hash_model_folder
-from dynaval.adapters.release_files import file_sha256
-from dynaval.bootstrap import bootstrap
-from dynaval.domain.release import SplitRule
-from dynaval.entrypoints.cli import main
+from dynaval.bootstrap import bootstrap, offline_services
+from dynaval.domain.releases.release import SplitRule
+from dynaval.entrypoints.cli.main import main
 from dynaval.model_builder import fine_tuning
 from dynaval.model_builder.default_model import load_task_seed
 from dynaval.model_builder.fine_tuning import Example, LabelledPair
 from dynaval.model_training.train import TrainingRequest, train_next_model
-from dynaval.service_layer.releases import ReleaseRequest, create_release
+from dynaval.service_layer.releases.releases import ReleaseRequest, create_release
 from tests.fixtures.service import make_settings
 from tests.support.release_seed import seed_frozen_round
 from tests.support.tiny_model import build_tiny_model
@@ -247,6 +247,7 @@ def test_nli_pairs_train_as_sentence_pairs_with_the_seed_set(
         TrainingRequest(
             releases=[releases.nli], base=tiny_nli_mixed, out=tmp_path / "nli-b", epochs=1, with_seed_set=True
         ),
+        files=offline_services(),
         log=lines.append,
     )
     seed_set: list[Example] = load_task_seed("nli", "train")

@@ -15,15 +15,15 @@ from pydantic import ValidationError
 from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.predictor import MicroBatcher, Prediction, TransformersPredictor
 from dynaval.bootstrap import bootstrap
-from dynaval.domain.candidate import CandidateStatus
 from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import InvalidInput, Unavailable
-from dynaval.domain.policy import DecisionPolicy
-from dynaval.domain.round import Round
+from dynaval.domain.validation.candidate import CandidateStatus
+from dynaval.domain.validation.policy import DecisionPolicy
+from dynaval.domain.validation.round import Round
 from dynaval.model_builder import SEED_LABELS, build_default_model, load_nli_seed, load_seed
-from dynaval.service_layer import candidates
-from dynaval.service_layer.candidates import GivenInputs
 from dynaval.service_layer.services import Services
+from dynaval.service_layer.validation import candidates
+from dynaval.service_layer.validation.candidates import GivenInputs
 from tests.support.tiny_model import WORDS, build_tiny_model
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -324,7 +324,7 @@ def test_a_round_whose_model_folder_is_gone_is_unavailable_and_loses_nothing(
     round_id = open_sentiment_round(services, folder)
     shutil.rmtree(folder)
     given = GivenInputs({"text": "the film was good"})
-    with caplog.at_level("WARNING", logger="dynaval.service_layer.candidates"):
+    with caplog.at_level("WARNING", logger="dynaval.service_layer.validation.candidates"):
         for ask in (
             lambda: candidates.predict(services, round_id=round_id, given=given),
             lambda: candidates.model_reading(services, round_id=round_id),

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from sqlmodel import select
 
+from dynaval.adapters.db.orm import CandidateRow, RoundRow, as_utc, utcnow
 from dynaval.adapters.label_studio import LabelStudioUnavailable
-from dynaval.adapters.orm import CandidateRow, RoundRow, as_utc, utcnow
 from dynaval.bootstrap import bootstrap
 from dynaval.domain.errors import Unavailable
-from dynaval.service_layer import candidates, pushing, rounds
-from dynaval.service_layer.pushing import push_pending
 from dynaval.service_layer.services import Services
+from dynaval.service_layer.validation import candidates, pushing, rounds
+from dynaval.service_layer.validation.pushing import push_pending
 from tests.fixtures.service import free_port, make_settings
 from tests.support.label_studio_server import LabelStudioServer
 

@@ -21,11 +21,13 @@ from sqlalchemy import select
 
 from dynaval.adapters.predictor import hash_model_folder
 from dynaval.domain.errors import InvalidInput
-from dynaval.domain.release import SplitRule
-from dynaval.entrypoints import cli
-from dynaval.service_layer import evaluation, gate, model_catalog, regression_suite, rounds
-from dynaval.service_layer.releases import ReleaseRequest, create_release
+from dynaval.domain.releases.release import SplitRule
+from dynaval.entrypoints.cli import main as cli
+from dynaval.service_layer.regression import evaluation, gate, model_catalog
+from dynaval.service_layer.regression import suite as regression_suite
+from dynaval.service_layer.releases.releases import ReleaseRequest, create_release
 from dynaval.service_layer.services import Services
+from dynaval.service_layer.validation import rounds
 from tests.fixtures.service import EXPORTER_TOKEN, LEAD_TOKEN, cli_environment
 from tests.support.label_studio_copy import LabelStudioCopy
 from tests.support.release_seed import seed_frozen_round
@@ -88,7 +90,7 @@ def test_a_release_puts_its_dev_and_test_examples_in_the_suite(services: Service
 def test_accepted_captures_of_frozen_rounds_join_the_suite(services: Services) -> None:
     from sqlalchemy import insert, update
 
-    from dynaval.adapters.orm import CandidateRow, CaptureRow, RoundRow
+    from dynaval.adapters.db.orm import CandidateRow, CaptureRow, RoundRow
 
     assert services.database is not None
     frozen = seed_frozen_round(

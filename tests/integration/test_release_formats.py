@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from dynaval.domain.release import RELEASE_FORMAT
-from dynaval.entrypoints import cli
-from dynaval.service_layer.release_verification import verify_release
+from dynaval.bootstrap import offline_services
+from dynaval.domain.releases.release import RELEASE_FORMAT
+from dynaval.entrypoints.cli import main as cli
+from dynaval.service_layer.releases.verification import verify_release
 
 KEPT = Path(__file__).resolve().parents[1] / "data" / "releases"
 RELEASES = sorted(path for path in KEPT.glob("format-*/*") if path.is_dir())
@@ -36,7 +37,7 @@ def test_every_format_up_to_this_one_is_kept() -> None:
 def test_a_kept_release_verifies(kept: Path, tmp_path: Path) -> None:
     root = tmp_path / kept.name
     shutil.copytree(kept, root)  # verify reads only; a copy keeps the kept files safe all the same
-    assert verify_release(root) == []
+    assert verify_release(root, offline_services()) == []
 
     # Not vacuous: the same kept release with one word of its card changed fails, naming the line.
     card = root / "README.md"
@@ -44,7 +45,7 @@ def test_a_kept_release_verifies(kept: Path, tmp_path: Path) -> None:
     number = next(i for i, line in enumerate(lines) if line.startswith("# "))
     lines[number] = lines[number].replace("# ", "# Our ", 1)
     card.write_text("".join(lines))
-    assert verify_release(root) == [
+    assert verify_release(root, offline_services()) == [
         f"card: README.md line {number + 1} is not what the manifest gives ({lines[number].rstrip()!r})"
     ]
 
@@ -80,7 +81,7 @@ def test_a_format_this_dynaval_cannot_read_is_one_line(stated: object, finding: 
     manifest = json.loads((root / "manifest.json").read_text())
     manifest["format"] = stated
     (root / "manifest.json").write_text(json.dumps(manifest))
-    assert verify_release(root) == [finding]
+    assert verify_release(root, offline_services()) == [finding]
 
 
 def test_the_command_says_so_and_exits_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,14 +19,15 @@ from typing import Any
 
 import pytest
 
-from dynaval.adapters import minhash_process
-from dynaval.adapters.minhash_index import MinHashIndex
-from dynaval.adapters.release_files import canonical_line, iter_jsonl
-from dynaval.adapters.semantic_index import shared_encoder
-from dynaval.domain.near_duplicates import NearDuplicateRule, field_shingles, similarity
-from dynaval.domain.release_splits import NEAR_DUPLICATE
-from dynaval.service_layer.release_verification import verify_release
-from dynaval.service_layer.releases import ReleaseRequest, create_release
+from dynaval.adapters.files.release_files import canonical_line, iter_jsonl
+from dynaval.adapters.health import minhash_process
+from dynaval.adapters.health.semantic_index import shared_encoder
+from dynaval.bootstrap import offline_services
+from dynaval.domain.health.minhash import MinHashIndex
+from dynaval.domain.health.near_duplicates import NearDuplicateRule, field_shingles, similarity
+from dynaval.domain.releases.splits import NEAR_DUPLICATE
+from dynaval.service_layer.releases.releases import ReleaseRequest, create_release
+from dynaval.service_layer.releases.verification import verify_release
 from dynaval.service_layer.services import Services
 from tests.support.release_seed import seed_frozen_round, set_inputs
 
@@ -66,7 +67,7 @@ def test_a_planted_near_duplicate_pair_stays_in_one_kind_of_split(services: Serv
     set_text(services, second, TRICK.replace("rushed", "hurried"))  # a one-word edit, another writer
 
     root = build(services, [seeded.round_id], "1.0.0")
-    assert verify_release(root) == []
+    assert verify_release(root, offline_services()) == []
     manifest = json.loads((root / "manifest.json").read_text())
     rows = placed(root)
     withheld = {e["example_id"]: e["reason"] for e in manifest["withheld"]["examples"]}
@@ -100,7 +101,7 @@ def planted_across_splits(
     for path, rows in ((test_path, test_rows), (train_path, train_rows)):
         path.write_bytes(b"".join(canonical_line(r) + b"\n" for r in rows))
 
-    findings = verify_release(tampered)
+    findings = verify_release(tampered, offline_services())
     pairs = [f for f in findings if f.startswith("near-duplicates: ")]
     assert len(pairs) == 1, findings
     a, b = sorted([(test_rows[0]["example_id"], "test_r1"), (train_rows[0]["example_id"], "train_r1")])
@@ -119,7 +120,9 @@ def test_verify_names_a_near_duplicate_planted_across_splits(services: Services,
     manifest = json.loads((tampered / "manifest.json").read_text())
     del manifest["near_duplicates"]
     (tampered / "manifest.json").write_text(json.dumps(manifest))
-    assert [f for f in verify_release(tampered) if f.startswith("near-duplicates: ")] == pairs
+    assert [
+        f for f in verify_release(tampered, offline_services()) if f.startswith("near-duplicates: ")
+    ] == pairs
 
 
 def test_verify_without_the_encoder_finds_the_lexical_pairs_in_one_pass(
@@ -140,7 +143,7 @@ def test_verify_without_the_encoder_finds_the_lexical_pairs_in_one_pass(
 
     monkeypatch.setattr(MinHashIndex, "add_inputs", counted_add)
     try:
-        findings = verify_release(tampered)
+        findings = verify_release(tampered, offline_services())
     finally:
         shared_encoder.cache_clear()  # the next test loads the real encoder again
     assert [f for f in findings if f.startswith("near-duplicates: ") and " and " in f] == pairs
@@ -182,7 +185,7 @@ def copied_from_an_earlier_test(services: Services, earlier_text: str, copy_text
     withheld = {e["example_id"]: e["reason"] for e in manifest["withheld"]["examples"]}
     assert withheld.get(copier) == NEAR_DUPLICATE
     assert manifest["near_duplicates"]["withheld"] >= 1
-    assert verify_release(root) == []
+    assert verify_release(root, offline_services()) == []
     return manifest
 
 
@@ -248,7 +251,7 @@ def test_a_build_whose_index_process_is_killed_stops_and_keeps_nothing(
 
     monkeypatch.setattr(minhash_process.MinHashProcess, "pairs", answer)
     root = build(services, [seeded.round_id], "1.0.0")
-    assert verify_release(root) == []
+    assert verify_release(root, offline_services()) == []
 
 
 # Paraphrases: the same thing in other words. The lexical rule misses them (few shared 3-word
@@ -299,7 +302,7 @@ def test_a_planted_paraphrase_is_kept_out_of_crossing_splits(services: Services)
     set_text(services, second, HOTEL[1])  # a writer of the test split says it in other words
 
     root = build(services, [seeded.round_id], "1.0.0")
-    assert verify_release(root) == []
+    assert verify_release(root, offline_services()) == []
     manifest = json.loads((root / "manifest.json").read_text())
     rows = placed(root)
     withheld = {e["example_id"]: e["reason"] for e in manifest["withheld"]["examples"]}
@@ -327,7 +330,9 @@ def test_verify_names_a_paraphrase_planted_across_splits(services: Services, tmp
     manifest = json.loads((tampered / "manifest.json").read_text())
     manifest["near_duplicates"]["rule"]["semantic"] = {"checked": False, "why": "turned off"}
     (tampered / "manifest.json").write_text(json.dumps(manifest))
-    assert [f for f in verify_release(tampered) if f.startswith("near-duplicates: ")] == []
+    assert [
+        f for f in verify_release(tampered, offline_services()) if f.startswith("near-duplicates: ")
+    ] == []
 
 
 def test_a_paraphrase_of_an_earlier_releases_test_example_is_withheld(services: Services) -> None:

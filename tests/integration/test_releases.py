@@ -18,12 +18,13 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from dynaval.adapters.release_files import iter_jsonl
+from dynaval.adapters.files.release_files import iter_jsonl
+from dynaval.bootstrap import offline_services
 from dynaval.domain.errors import Conflict, InvalidInput
-from dynaval.domain.release import SplitRule, folded_text
-from dynaval.entrypoints import cli
-from dynaval.service_layer.release_verification import verify_release
-from dynaval.service_layer.releases import ReleaseRequest, create_release
+from dynaval.domain.releases.release import SplitRule, folded_text
+from dynaval.entrypoints.cli import main as cli
+from dynaval.service_layer.releases.releases import ReleaseRequest, create_release
+from dynaval.service_layer.releases.verification import verify_release
 from dynaval.service_layer.services import Services
 from tests.fixtures.service import cli_environment
 from tests.support.release_seed import seed_frozen_round
@@ -67,7 +68,7 @@ def test_a_release_loads_with_datasets_and_keeps_its_rules(services: Services, r
     import datasets
 
     root = release(services, [round_one], "1.0.0")
-    assert verify_release(root) == []
+    assert verify_release(root, offline_services()) == []
 
     loaded = datasets.load_dataset(str(root))
     assert set(loaded) == {"train_r1", "dev_r1", "test_r1"}
@@ -115,7 +116,7 @@ def test_a_second_release_extends_the_first_with_sticky_writers(services: Servic
         writers=45, rng=random.Random(2), name="round two", annotation_base=10**6,
     ).round_id  # fmt: skip
     second = release(services, [round_one, round_two], "2.0.0")
-    assert verify_release(second) == []
+    assert verify_release(second, offline_services()) == []
     manifest = json.loads((second / "manifest.json").read_text())
     assert manifest["parent"]["version"] == "1.0.0"
     for split in ("train_r1", "dev_r1", "test_r1"):  # round one's splits, unchanged, byte for byte
@@ -147,7 +148,7 @@ def test_only_frozen_rounds_of_one_task_are_released(services: Services, round_o
     with services.database.unit_of_work() as session:
         from sqlalchemy import update
 
-        from dynaval.adapters.orm import RoundRow
+        from dynaval.adapters.db.orm import RoundRow
 
         session.execute(update(RoundRow).where(RoundRow.id == round_one).values(state="closed"))
         session.commit()
@@ -174,7 +175,7 @@ def test_nli_premises_stay_in_one_split(services: Services) -> None:
         writers=40, rng=random.Random(4), shared_premises=8, weak_share=0.0,
     ).round_id  # fmt: skip
     root = release(services, [round_id], "1.0.0")
-    assert verify_release(root) == []
+    assert verify_release(root, offline_services()) == []
     kinds: dict[str, set[str]] = {}
     for split, rows in rows_of(root).items():
         for row in rows:
@@ -193,7 +194,7 @@ def test_verify_names_each_tampering(services: Services, round_one: int, tmp_pat
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
-    findings = verify_release(byte)
+    findings = verify_release(byte, offline_services())
     assert any(f.startswith(f"file data/{shard.name}: SHA-256") for f in findings), findings
 
     count = tmp_path / "count"
@@ -201,7 +202,7 @@ def test_verify_names_each_tampering(services: Services, round_one: int, tmp_pat
     manifest = json.loads((count / "manifest.json").read_text())
     manifest["splits"]["test_r1"]["rows"] += 1
     (count / "manifest.json").write_text(json.dumps(manifest))
-    findings = verify_release(count)
+    findings = verify_release(count, offline_services())
     assert any("manifest: splits.test_r1.rows says" in f for f in findings), findings
     assert any(f.startswith("card: ") for f in findings), findings
 
@@ -227,7 +228,7 @@ def test_verify_names_each_tampering(services: Services, round_one: int, tmp_pat
         merged = pa.concat_tables([table, whole]).to_pylist()
         by_id = {r["example_id"]: r for r in merged}
         pq.write_table(pa.Table.from_pylist([by_id[i] for i in ids], schema=table.schema), shard)
-    findings = verify_release(moved)
+    findings = verify_release(moved, offline_services())
     assert any(f.startswith("writers: 1 writer is in two split kinds") for f in findings), findings
     assert any("manifest: splits." in f for f in findings), findings
 

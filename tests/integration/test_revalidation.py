@@ -13,16 +13,17 @@ import pytest
 from flask import Flask
 from sqlalchemy import update
 
-from dynaval.adapters.orm import RoundRow
-from dynaval.domain.candidate import CandidateStatus
+from dynaval.adapters.db.orm import RoundRow
 from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import Conflict, InvalidInput
-from dynaval.domain.regression import RegressionCase
-from dynaval.domain.release import SplitRule
-from dynaval.domain.round import RoundKind
-from dynaval.entrypoints import cli
-from dynaval.service_layer import regression_suite, revalidation
-from dynaval.service_layer.releases import ReleaseRequest, create_release
+from dynaval.domain.regression.suite import RegressionCase
+from dynaval.domain.releases.release import SplitRule
+from dynaval.domain.validation.candidate import CandidateStatus
+from dynaval.domain.validation.round import RoundKind
+from dynaval.entrypoints.cli import main as cli
+from dynaval.service_layer.regression import revalidation
+from dynaval.service_layer.regression import suite as regression_suite
+from dynaval.service_layer.releases.releases import ReleaseRequest, create_release
 from dynaval.service_layer.services import Services
 from tests.fixtures.service import EXPORTER_TOKEN, LEAD_TOKEN, cli_environment
 from tests.integration.conftest import RecordedWork

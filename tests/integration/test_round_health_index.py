@@ -14,13 +14,13 @@ from flask import Flask
 from sqlalchemy import update
 from sqlmodel import col
 
-from dynaval.adapters.minhash_index import band_keys
-from dynaval.adapters.orm import NearDuplicateExampleRow
-from dynaval.domain.near_duplicates import field_shingles, is_near_duplicate
-from dynaval.domain.round_health import HealthCandidate, RoundHealth, round_health
+from dynaval.adapters.db.orm import NearDuplicateExampleRow
+from dynaval.domain.health.minhash import band_keys
+from dynaval.domain.health.near_duplicates import field_shingles, is_near_duplicate
+from dynaval.domain.health.round_health import HealthCandidate, RoundHealth, round_health
 from dynaval.entrypoints.app import shutdown
-from dynaval.service_layer.near_duplicates import reindex
-from dynaval.service_layer.round_health import compute_round_health
+from dynaval.service_layer.health.near_duplicates import reindex
+from dynaval.service_layer.health.round_health import compute_round_health
 from dynaval.service_layer.services import Services
 from tests.fixtures.service import offline_app
 from tests.support.health_seed import HealthRounds, seed_health_rounds

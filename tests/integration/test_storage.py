@@ -24,10 +24,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import SQLModel, select
 
-from dynaval.adapters.database import MIGRATIONS_DIR, Database
-from dynaval.adapters.orm import CandidateRow, RoundRow
-from dynaval.adapters.unit_of_work import SqlUnitOfWork
-from dynaval.domain.candidate import CandidateStatus
+from dynaval.adapters.db.database import MIGRATIONS_DIR, Database
+from dynaval.adapters.db.orm import CandidateRow, RoundRow
+from dynaval.adapters.db.unit_of_work import SqlUnitOfWork
+from dynaval.domain.validation.candidate import CandidateStatus
 
 TABLES = {"round", "candidate", "annotation", "decision"}
 
@@ -301,7 +301,7 @@ def test_the_band_keys_of_examples_indexed_before_0018_are_copied_beside_them(da
     rows; a downgrade makes them again from the copies."""
     from sqlalchemy import text
 
-    from dynaval.adapters.band_key_index import keys_from_bytes
+    from dynaval.domain.health.band_keys import keys_from_bytes
 
     db = Database(database_url)
     try:

@@ -13,14 +13,15 @@ import pytest
 from sqlalchemy import text
 
 from dynaval.bootstrap import bootstrap
-from dynaval.domain.capture import CaptureSource
 from dynaval.domain.errors import NearDuplicateRefused
-from dynaval.domain.policy import DecisionPolicy
-from dynaval.domain.round import Round, RoundKind
-from dynaval.entrypoints import cli
-from dynaval.service_layer import captures, near_duplicates
-from dynaval.service_layer.candidates import GivenInputs
+from dynaval.domain.validation.capture import CaptureSource
+from dynaval.domain.validation.policy import DecisionPolicy
+from dynaval.domain.validation.round import Round, RoundKind
+from dynaval.entrypoints.cli import main as cli
+from dynaval.service_layer.health import near_duplicates
 from dynaval.service_layer.services import Services
+from dynaval.service_layer.validation import captures
+from dynaval.service_layer.validation.candidates import GivenInputs
 from tests.fixtures.service import cli_environment
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

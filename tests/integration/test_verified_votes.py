@@ -4,9 +4,9 @@ PostgreSQL database.
 Candidates are written straight into the database with Label Studio task ids. A fake of our Label
 Studio port (:class:`tests.support.label_studio_copy.LabelStudioCopy`) holds what "Label Studio
 has"; webhooks in Label Studio's shape go through
-:func:`dynaval.service_layer.webhooks.ingest_webhook` (through the request model that checks their
+:func:`dynaval.service_layer.validation.webhooks.ingest_webhook` (through the request model that checks their
 shape, as both HTTP entry points do) and the tasks they name are read back with
-:func:`dynaval.service_layer.verification.verify_round`. Forged webhooks (sent with the right
+:func:`dynaval.service_layer.validation.vote_reading.verify_round`. Forged webhooks (sent with the right
 secret, as any Label Studio user could) change nothing. (The same, against a real Label Studio,
 runs in tests/e2e/test_forged_webhooks.py.)
 """
@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
-from dynaval.adapters.label_studio import LabelStudioUnavailable
-from dynaval.adapters.orm import (
+from dynaval.adapters.db.orm import (
     AnnotationRow,
     AnnotatorStatusRow,
     CandidateRow,
@@ -31,14 +30,15 @@ from dynaval.adapters.orm import (
     RoundRow,
     TaskCheckRow,
 )
-from dynaval.adapters.repositories import record_of
+from dynaval.adapters.db.repositories import record_of
+from dynaval.adapters.label_studio import LabelStudioUnavailable
 from dynaval.adapters.task_queue import QueuedWork, start_embedded_consumer
 from dynaval.domain.errors import InvalidInput, NotFound, TooLarge
-from dynaval.domain.votes import current_ballots
-from dynaval.entrypoints.schemas import MAX_DELETED_IDS, read_webhook
-from dynaval.service_layer import webhooks
+from dynaval.domain.validation.votes import current_ballots
+from dynaval.entrypoints.api.schemas import MAX_DELETED_IDS, read_webhook
 from dynaval.service_layer.services import Services
-from dynaval.service_layer.verification import reconcile_round, verify_round
+from dynaval.service_layer.validation import webhooks
+from dynaval.service_layer.validation.vote_reading import reconcile_round, verify_round
 from tests.integration.conftest import PROJECT, RecordedWork
 from tests.support.label_studio_copy import T0, LabelStudioCopy, annotation_json, deletion_webhook, webhook
 from tests.support.waiting import wait_for

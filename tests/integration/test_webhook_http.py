@@ -23,7 +23,7 @@ from werkzeug.test import EnvironBuilder
 from dynaval.entrypoints.errors import render_error
 from dynaval.entrypoints.webhook import WEBHOOK_PATH, LabelStudioWebhookEndpoint
 from dynaval.service_layer.services import Services
-from dynaval.service_layer.verification import verify_round
+from dynaval.service_layer.validation.vote_reading import verify_round
 from tests.fixtures.service import WEBHOOK_SECRET
 from tests.integration.test_verified_votes import (
     PROJECT,

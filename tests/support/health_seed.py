@@ -16,8 +16,8 @@ from datetime import timedelta
 from sqlalchemy import insert, update
 from sqlmodel import col
 
-from dynaval.adapters.database import Database
-from dynaval.adapters.orm import CandidateRow
+from dynaval.adapters.db.database import Database
+from dynaval.adapters.db.orm import CandidateRow
 from tests.support.release_seed import T0, seed_frozen_round
 
 SENTIMENT = ["positive", "negative", "neutral"]

@@ -13,11 +13,11 @@ from typing import Any, TypeVar
 
 from sqlmodel import col, select
 
-from dynaval.adapters.database import Database
-from dynaval.adapters.orm import AnnotationRow, CandidateRow, DecisionRow, RoundRow, as_utc
-from dynaval.domain.decision import decide
-from dynaval.domain.policy import DecisionPolicy
-from dynaval.domain.votes import AnnotationRecord, current_ballots
+from dynaval.adapters.db.database import Database
+from dynaval.adapters.db.orm import AnnotationRow, CandidateRow, DecisionRow, RoundRow, as_utc
+from dynaval.domain.validation.decision import decide
+from dynaval.domain.validation.policy import DecisionPolicy
+from dynaval.domain.validation.votes import AnnotationRecord, current_ballots
 from tests.support.label_studio_server import LabelStudioServer
 
 K = TypeVar("K")

@@ -18,11 +18,12 @@ from pathlib import Path
 
 from sqlalchemy import insert, select, update
 
-from dynaval.adapters.orm import CandidateRow, CaptureRow
+from dynaval.adapters.db.orm import CandidateRow, CaptureRow
 from dynaval.adapters.predictor import hash_model_folder
-from dynaval.domain.release import SplitRule
-from dynaval.service_layer import evaluation, gate, model_catalog, regression_suite
-from dynaval.service_layer.releases import ReleaseRequest, create_release
+from dynaval.domain.releases.release import SplitRule
+from dynaval.service_layer.regression import evaluation, gate, model_catalog
+from dynaval.service_layer.regression import suite as regression_suite
+from dynaval.service_layer.releases.releases import ReleaseRequest, create_release
 from dynaval.service_layer.services import Services
 from tests.support.release_seed import seed_frozen_round
 from tests.support.tiny_model import build_tiny_model

@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 
 from dynaval.bootstrap import bootstrap
-from dynaval.domain.release import RELEASE_FORMAT, SplitRule
-from dynaval.service_layer.releases import ReleaseRequest, create_release
+from dynaval.domain.releases.release import RELEASE_FORMAT, SplitRule
+from dynaval.service_layer.releases.releases import ReleaseRequest, create_release
 from tests.fixtures.service import make_settings
 from tests.support.release_seed import seed_frozen_round
 

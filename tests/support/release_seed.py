@@ -16,9 +16,9 @@ from typing import Any
 
 from sqlalchemy import insert
 
-from dynaval.adapters.database import Database
-from dynaval.adapters.orm import AnnotationRow, CandidateRow, RoundRow
-from dynaval.domain.policy import RULE_VERSION, DecisionPolicy
+from dynaval.adapters.db.database import Database
+from dynaval.adapters.db.orm import AnnotationRow, CandidateRow, RoundRow
+from dynaval.domain.validation.policy import RULE_VERSION, DecisionPolicy
 
 T0 = datetime(2026, 6, 1, 9, 0, 0, tzinfo=UTC)
 WORDS = [

@@ -17,19 +17,20 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from dynaval.adapters.band_key_index import keys_to_bytes
 from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.label_studio import ExportedTask, LabelStudioUnavailable
+from dynaval.adapters.predictor import ModelRegistry
 from dynaval.domain.audit import AuditEvent
-from dynaval.domain.candidate import Candidate, CandidateStatus, DecisionEntry
-from dynaval.domain.capture import AcceptedCapture, Capture
 from dynaval.domain.errors import Conflict, NotFound
-from dynaval.domain.gold import AnnotatorStatus, ExclusionEvent, GoldAnswer, GoldItem
-from dynaval.domain.near_duplicates import EarlierExample, NearDuplicateCheck
-from dynaval.domain.round import Round
+from dynaval.domain.health.band_keys import keys_to_bytes
+from dynaval.domain.health.near_duplicates import EarlierExample, NearDuplicateCheck
 from dynaval.domain.task_type import TaskType
-from dynaval.domain.votes import AnnotationRecord
-from dynaval.service_layer.services import ModelRegistry, Services
+from dynaval.domain.validation.candidate import Candidate, CandidateStatus, DecisionEntry
+from dynaval.domain.validation.capture import AcceptedCapture, Capture
+from dynaval.domain.validation.gold import AnnotatorStatus, ExclusionEvent, GoldAnswer, GoldItem
+from dynaval.domain.validation.round import Round
+from dynaval.domain.validation.votes import AnnotationRecord
+from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import ANNOTATION_FIELDS, StoredCandidate, VoteWrites
 from dynaval.settings import Settings
 

@@ -12,8 +12,8 @@ import krippendorff
 import numpy as np
 import pytest
 
-from dynaval.adapters.vote_files import LABEL_STUDIO, VoteFileError, read_votes
-from dynaval.entrypoints.cli import main
+from dynaval.adapters.files.vote_files import LABEL_STUDIO, VoteFileError, read_votes
+from dynaval.entrypoints.cli.main import main
 
 KRIPPENDORFF_EXAMPLE = {
     "A": "1 2 3 3 2 1 4 1 2 . . .",

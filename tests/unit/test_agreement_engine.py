@@ -13,9 +13,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-import dynaval.domain.agreement_engine as engine
-from dynaval.domain import agreement
-from dynaval.domain.agreement_engine import (
+import dynaval.domain.agreement as engine
+from dynaval.domain.agreement import (
     LEVELS,
     Level,
     VoteColumns,
@@ -28,7 +27,8 @@ from dynaval.domain.agreement_engine import (
     round_alpha,
     tally,
 )
-from dynaval.domain.agreement_engine import alpha as kernel
+from dynaval.domain.agreement import alpha as kernel
+from dynaval.domain.agreement import nominal as agreement
 
 # Krippendorff (2011), "Computing Krippendorff's Alpha-Reliability": 4 observers x 12 units.
 EXAMPLE = {

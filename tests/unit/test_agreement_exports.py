@@ -15,11 +15,11 @@ import pytest
 from nltk.metrics.agreement import AnnotationTask
 from nltk.metrics.distance import masi_distance as nltk_masi
 
-from dynaval.adapters.vote_files import VoteFileError, read_votes
-from dynaval.domain.agreement_engine.against_gold import score_against_gold
-from dynaval.domain.agreement_engine.set_valued import masi_alpha, masi_distance, per_choice_alpha
-from dynaval.domain.dawid_skene import dawid_skene
-from dynaval.entrypoints.cli import main
+from dynaval.adapters.files.vote_files import VoteFileError, read_votes
+from dynaval.domain.agreement.against_gold import score_against_gold
+from dynaval.domain.agreement.dawid_skene import dawid_skene
+from dynaval.domain.agreement.set_valued import masi_alpha, masi_distance, per_choice_alpha
+from dynaval.entrypoints.cli.main import main
 
 
 def region(kind: str, value: Any, from_name: str | None = None) -> dict[str, Any]:

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynaval.domain.agreement_engine import LEVELS, Level, round_alpha
-from dynaval.domain.agreement_engine.incremental import RunningAlpha
+from dynaval.domain.agreement import LEVELS, Level, round_alpha
+from dynaval.domain.agreement.incremental import RunningAlpha
 
 VALUES = {"nominal": ["a", "b", "c", "d"], "ordinal": ["a", "b", "c", "d"]}
 NUMBERS = {"a": -1.0, "b": 1.0, "c": 2.5, "d": 7.0}

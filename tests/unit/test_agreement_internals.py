@@ -10,10 +10,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from dynaval.domain.agreement_engine import VoteColumns, agreement_report, round_alpha
-from dynaval.domain.agreement_engine.alpha import alpha_kernel
-from dynaval.domain.agreement_engine.resampling import STREAMS, bootstrap_alphas, resampled_weights
-from dynaval.domain.agreement_engine.tally import (
+from dynaval.domain.agreement import VoteColumns, agreement_report, round_alpha
+from dynaval.domain.agreement.alpha import alpha_kernel
+from dynaval.domain.agreement.resampling import STREAMS, bootstrap_alphas, resampled_weights
+from dynaval.domain.agreement.tally import (
     _group_identical,
     _refine_groups,
     dense_patterns,

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from dynaval.domain.dawid_skene import dawid_skene
-from dynaval.entrypoints.cli import format_agreement, main
+from dynaval.domain.agreement.dawid_skene import dawid_skene
+from dynaval.entrypoints.cli.agreement import format_agreement
+from dynaval.entrypoints.cli.main import main
 
 # Two reliable annotators and one who always says "a". Item 3 is tied in the majority vote
 # (r1 "b", s "a"); Dawid-Skene follows the reliable annotator there.

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynaval.domain.agreement_engine import LEVELS, Level, VoteColumns, agreement_report, round_alpha
-from dynaval.domain.agreement_engine.alpha import alpha_kernel, alphas
-from dynaval.domain.agreement_engine.encoding import check_values, encode_votes
-from dynaval.domain.agreement_engine.resampling import resampled_weights
-from dynaval.domain.agreement_engine.tally import pairable_patterns, tally_items
+from dynaval.domain.agreement import LEVELS, Level, VoteColumns, agreement_report, round_alpha
+from dynaval.domain.agreement.alpha import alpha_kernel, alphas
+from dynaval.domain.agreement.encoding import check_values, encode_votes
+from dynaval.domain.agreement.resampling import resampled_weights
+from dynaval.domain.agreement.tally import pairable_patterns, tally_items
 
 MAX_EXAMPLES = 150
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dynaval.adapters import background_writes
-from dynaval.adapters.background_writes import BackgroundWork, LineWriter
+from dynaval.adapters.files import background_writes
+from dynaval.adapters.files.background_writes import BackgroundWork, LineWriter
 
 
 def test_lines_come_out_whole_in_order_and_hashed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

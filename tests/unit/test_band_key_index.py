@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from dynaval.adapters.band_key_index import BandKeyIndex, keys_from_bytes, keys_to_bytes, shared_keys
+from dynaval.domain.health.band_keys import BandKeyIndex, keys_from_bytes, keys_to_bytes, shared_keys
 
 
 def test_keys_are_stored_sorted_and_distinct_and_read_back() -> None:

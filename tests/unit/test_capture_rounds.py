@@ -7,14 +7,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dynaval.domain.candidate import CandidateStatus
-from dynaval.domain.capture import CaptureSource, reported_candidate
 from dynaval.domain.errors import Conflict, InvalidInput
-from dynaval.domain.policy import DecisionPolicy
-from dynaval.domain.round import Round, RoundKind
-from dynaval.domain.votes import AnnotationRecord
-from dynaval.service_layer import captures
-from dynaval.service_layer.candidates import GivenInputs
+from dynaval.domain.validation.candidate import CandidateStatus
+from dynaval.domain.validation.capture import CaptureSource, reported_candidate
+from dynaval.domain.validation.policy import DecisionPolicy
+from dynaval.domain.validation.round import Round, RoundKind
+from dynaval.domain.validation.votes import AnnotationRecord
+from dynaval.service_layer.validation import captures
+from dynaval.service_layer.validation.candidates import GivenInputs
 from tests.unit.fakes import FakeStore, fake_services
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

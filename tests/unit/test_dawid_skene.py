@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynaval.domain.dawid_skene import DawidSkeneResult, dawid_skene
+from dynaval.domain.agreement.dawid_skene import DawidSkeneResult, dawid_skene
 
 Vote = tuple[str, str, str]
 
@@ -486,7 +486,7 @@ def test_rejects_malformed_input(votes: object, kwargs: dict[str, object], messa
 
 
 def test_beside_majority_counts_items_where_dawid_skene_differs() -> None:
-    from dynaval.domain.dawid_skene import dawid_skene_beside_majority
+    from dynaval.domain.agreement.dawid_skene import dawid_skene_beside_majority
 
     # Two reliable annotators and one who always says "a"; the reliable pair decides item 3,
     # which the majority vote leaves tied.

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from crowdkit.aggregation import DawidSkene
 
-from dynaval.domain.dawid_skene import dawid_skene
+from dynaval.domain.agreement.dawid_skene import dawid_skene
 
 CROWD_KIT_TOLERANCE = 1e-9
 

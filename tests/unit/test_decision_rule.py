@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynaval.domain.decision import Ballot, Decision, Outcome, decide, pairwise_agreement
-from dynaval.domain.policy import RULE_VERSION, DecisionPolicy
+from dynaval.domain.validation.decision import Ballot, Decision, Outcome, decide, pairwise_agreement
+from dynaval.domain.validation.policy import RULE_VERSION, DecisionPolicy
 
 POS, NEG, NEU = "positive", "negative", "neutral"
 LABELS = (POS, NEG, NEU)

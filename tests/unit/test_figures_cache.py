@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from dynaval.service_layer.figures_cache import Cached, FiguresCache
+from dynaval.service_layer.dashboard.figures_cache import Cached, FiguresCache
 
 
 def test_the_figures_cache_computes_a_miss_once_for_concurrent_views() -> None:

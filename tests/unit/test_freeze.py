@@ -9,12 +9,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from dynaval.adapters.label_studio import ExportedTask, ParsedAnnotation
-from dynaval.domain.candidate import CandidateStatus
 from dynaval.domain.errors import Conflict, InvalidInput
-from dynaval.domain.round import RoundState
-from dynaval.service_layer import annotator_exclusion, gold, overrides, pushing, rounds, verification
-from dynaval.service_layer.candidates import GivenInputs
+from dynaval.domain.validation.candidate import CandidateStatus
+from dynaval.domain.validation.round import RoundState
 from dynaval.service_layer.services import Services
+from dynaval.service_layer.validation import annotator_exclusion, gold, overrides, pushing, rounds
+from dynaval.service_layer.validation import vote_reading as verification
+from dynaval.service_layer.validation.candidates import GivenInputs
 from tests.unit.fakes import FakeLabelStudio, FakeStore, fake_services
 from tests.unit.test_use_cases import NEG, POS, T0, a_candidate, a_round, decide, vote
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from dynaval.adapters.minhash_index import MinHashIndex
-from dynaval.adapters.minhash_process import IndexProcessFailed, MinHashProcess
-from dynaval.domain.near_duplicates import NearDuplicateRule
+from dynaval.adapters.health.minhash_process import IndexProcessFailed, MinHashProcess
+from dynaval.domain.health.minhash import MinHashIndex
+from dynaval.domain.health.near_duplicates import NearDuplicateRule
 
 NLI = ["premise", "hypothesis"]
 WORDS = [
@@ -128,7 +128,7 @@ def test_a_caller_script_without_a_main_guard_is_not_run_again(tmp_path: Path) -
     script.write_text(
         textwrap.dedent(
             """
-            from dynaval.adapters.minhash_process import MinHashProcess
+            from dynaval.adapters.health.minhash_process import MinHashProcess
             print("top level ran")
             index = MinHashProcess(start_after=1)
             for i in range(50):

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from datasketch import MinHash, MinHashLSH
 
-from dynaval.adapters.minhash_index import HASH_BATCH_VALUES, MinHashIndex, band_keys, signatures
-from dynaval.domain.near_duplicates import (
+from dynaval.domain.health.minhash import HASH_BATCH_VALUES, MinHashIndex, band_keys, signatures
+from dynaval.domain.health.near_duplicates import (
     MINHASH_SEED,
     NUM_PERM,
     FieldShingles,

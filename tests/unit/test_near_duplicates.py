@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from dynaval.adapters import minhash_index
-from dynaval.adapters.minhash_index import MinHashIndex, band_keys, connecting_pairs
-from dynaval.domain.near_duplicates import (
+from dynaval.domain.health import minhash as minhash_index
+from dynaval.domain.health.minhash import MinHashIndex, band_keys, connecting_pairs
+from dynaval.domain.health.near_duplicates import (
     Components,
     FieldShingles,
     NearDuplicateRule,

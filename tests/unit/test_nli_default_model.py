@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from dynaval.adapters.label_config import LabelConfigCatalog
-from dynaval.entrypoints.cli import main
+from dynaval.entrypoints.cli.main import main
 from dynaval.model_builder import fine_tuning
 from dynaval.model_builder.default_model import (
     NLI_SEED_LABELS,

@@ -11,11 +11,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dynaval.domain.candidate import Candidate, CandidateStatus
 from dynaval.domain.errors import NotFound
-from dynaval.domain.policy import DecisionPolicy
-from dynaval.domain.round import Round
-from dynaval.service_layer import candidates
+from dynaval.domain.validation.candidate import Candidate, CandidateStatus
+from dynaval.domain.validation.policy import DecisionPolicy
+from dynaval.domain.validation.round import Round
+from dynaval.service_layer.validation import candidates
 from tests.unit.fakes import FakeStore, fake_services
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dynaval.domain.decision import Ballot, Outcome, decide
-from dynaval.domain.policy import DecisionPolicy
-from dynaval.service_layer.writer_links import LOOKUP_AGAIN_S, WriterAnnotatorLinks
+from dynaval.domain.validation.decision import Ballot, Outcome, decide
+from dynaval.domain.validation.policy import DecisionPolicy
+from dynaval.service_layer.validation.writer_links import LOOKUP_AGAIN_S, WriterAnnotatorLinks
 from dynaval.settings import Settings
 from tests.unit.fakes import FakeLabelStudio
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from dynaval.domain.errors import DomainError, InvalidInput
-from dynaval.domain.policy import MAX_VOTES_LIMIT, DecisionPolicy
+from dynaval.domain.validation.policy import MAX_VOTES_LIMIT, DecisionPolicy
 
 
 def field_of_error(overrides: Any) -> str | None:

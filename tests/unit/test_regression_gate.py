@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from dynaval.domain.errors import Conflict, InvalidInput
-from dynaval.domain.gate import Answer, decide, mcnemar_test
-from dynaval.domain.regression import (
+from dynaval.domain.regression.gate import Answer, decide, mcnemar_test
+from dynaval.domain.regression.suite import (
     CaseResult,
     RegisteredModel,
     RegressionCase,

@@ -8,8 +8,15 @@ from collections import Counter
 import pytest
 
 from dynaval.domain.errors import InvalidInput
-from dynaval.domain.release import SplitKind, SplitRule, check_version, content_hash, folded_text, text_keys
-from dynaval.domain.release_splits import (
+from dynaval.domain.releases.release import (
+    SplitKind,
+    SplitRule,
+    check_version,
+    content_hash,
+    folded_text,
+    text_keys,
+)
+from dynaval.domain.releases.splits import (
     BALANCE,
     TEXT_IN_OTHER_SPLIT,
     WEAK,

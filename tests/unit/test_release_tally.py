@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from dynaval.adapters.release_files import canonical_line
-from dynaval.domain.agreement_engine.report import round_alpha
-from dynaval.domain.release import SplitRule, content_hash, row_digest
-from dynaval.domain.release_checks import ALPHA_RESAMPLES, ReleaseTally
+from dynaval.adapters.files.release_files import canonical_line
+from dynaval.domain.agreement.report import round_alpha
+from dynaval.domain.releases.checks import ALPHA_RESAMPLES, ReleaseTally
+from dynaval.domain.releases.release import SplitRule, content_hash, row_digest
 
 LABELS = ["positive", "negative", "neutral"]
 ANNOTATORS = [f"a{i}" for i in range(7)]

@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dynaval.adapters import background_writes, release_files
-from dynaval.adapters.release_files import ReleaseWriter, canonical_line, release_features
-from dynaval.domain.release_rows import row_columns
+from dynaval.adapters.files import background_writes, release_files
+from dynaval.adapters.files.release_files import ReleaseWriter, canonical_line, release_features
+from dynaval.domain.releases.rows import row_columns
 
 FIELDS = ["premise", "hypothesis"]
 LABELS = ["entailment", "neutral", "contradiction"]

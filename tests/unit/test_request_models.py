@@ -1,4 +1,4 @@
-"""The request models (``entrypoints/schemas.py``): one model per body both checks the body and
+"""The request models (``entrypoints/api/schemas.py``): one model per body both checks the body and
 documents it, with the configured limits; a refusal is the API's error naming the field.
 
 The same rules over HTTP, against the live service: tests/e2e/test_bad_input.py, test_limits.py,
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from dynaval.domain.errors import DomainError, InvalidInput, TooLarge
-from dynaval.domain.policy import MAX_VOTES_LIMIT, DecisionPolicy
 from dynaval.domain.task_type import TaskType
-from dynaval.entrypoints.schemas import (
+from dynaval.domain.validation.policy import MAX_VOTES_LIMIT, DecisionPolicy
+from dynaval.entrypoints.api.schemas import (
     CandidateBatch,
     CandidateCreate,
     CaptureRequest,
@@ -29,8 +29,8 @@ from dynaval.entrypoints.schemas import (
     read_webhook,
     request_models,
 )
-from dynaval.service_layer.candidates import GivenInputs, task_inputs
-from dynaval.service_layer.webhooks import AnnotationChanged, AnnotationsDeleted, OtherAction
+from dynaval.service_layer.validation.candidates import GivenInputs, task_inputs
+from dynaval.service_layer.validation.webhooks import AnnotationChanged, AnnotationsDeleted, OtherAction
 from dynaval.settings import Settings
 
 POS = "positive"

@@ -6,10 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from dynaval.domain.candidate import CandidateStatus
 from dynaval.domain.errors import Conflict
-from dynaval.domain.regression import RegressionCase
-from dynaval.domain.revalidation import (
+from dynaval.domain.regression.revalidation import (
     SYSTEM,
     Revalidation,
     RevalidationOutcome,
@@ -17,7 +15,9 @@ from dynaval.domain.revalidation import (
     revalidation_candidate,
     settle_case,
 )
-from dynaval.domain.round import Round, RoundKind
+from dynaval.domain.regression.suite import RegressionCase
+from dynaval.domain.validation.candidate import CandidateStatus
+from dynaval.domain.validation.round import Round, RoundKind
 
 T0 = datetime(2026, 12, 4, 9, tzinfo=UTC)
 T1 = datetime(2026, 12, 4, 10, tzinfo=UTC)

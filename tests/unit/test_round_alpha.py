@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynaval.domain.agreement import nominal_alpha
+from dynaval.domain.agreement.nominal import nominal_alpha
 
 LABELS = ("positive", "negative", "neutral")
 
@@ -161,7 +161,7 @@ def test_columns_as_the_round_summary_reads_them_give_the_same_alpha() -> None:
     out unchecked, as :func:`nominal_alpha` leaves them."""
     from array import array
 
-    from dynaval.domain.agreement import VoteColumns, nominal_alpha_of_columns
+    from dynaval.domain.agreement.nominal import VoteColumns, nominal_alpha_of_columns
 
     rng = np.random.default_rng(4)
     names = [*LABELS, "not-a-label"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from dynaval.domain.near_duplicates import field_shingles, is_near_duplicate
-from dynaval.domain.round_health import (
+from dynaval.domain.health.near_duplicates import field_shingles, is_near_duplicate
+from dynaval.domain.health.round_health import (
     Diversity,
     HealthCandidate,
     RoundPoint,

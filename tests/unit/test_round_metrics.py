@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dynaval.domain.metrics import round_counts
+from dynaval.domain.validation.metrics import round_counts
 
 
 def test_empty_round_has_no_rates() -> None:

@@ -8,8 +8,7 @@ import numpy.typing as npt
 import pytest
 
 from dynaval.adapters.sentence_encoder import SentenceEncoder
-from dynaval.adapters.vector_index import EXACT_UP_TO, PENDING_ROWS, VectorIndex
-from dynaval.domain.semantic_duplicates import (
+from dynaval.domain.health.semantic_duplicates import (
     SEMANTIC_THRESHOLD,
     SemanticRule,
     example_vector,
@@ -17,6 +16,7 @@ from dynaval.domain.semantic_duplicates import (
     field_cosines,
     is_semantic_duplicate,
 )
+from dynaval.domain.health.vector_index import EXACT_UP_TO, PENDING_ROWS, VectorIndex
 
 
 @pytest.fixture(scope="module")

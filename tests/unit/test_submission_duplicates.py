@@ -10,14 +10,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dynaval.domain.candidate import Candidate
-from dynaval.domain.capture import CaptureSource
 from dynaval.domain.errors import InvalidInput, NearDuplicateRefused
-from dynaval.domain.policy import DecisionPolicy
-from dynaval.domain.round import Round, RoundKind
-from dynaval.service_layer import captures, near_duplicates
-from dynaval.service_layer.candidates import GivenInputs
+from dynaval.domain.validation.candidate import Candidate
+from dynaval.domain.validation.capture import CaptureSource
+from dynaval.domain.validation.policy import DecisionPolicy
+from dynaval.domain.validation.round import Round, RoundKind
+from dynaval.service_layer.health import near_duplicates
 from dynaval.service_layer.services import Services
+from dynaval.service_layer.validation import captures
+from dynaval.service_layer.validation.candidates import GivenInputs
 from tests.unit.fakes import FakeStore, fake_services
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

@@ -8,15 +8,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dynaval.domain.candidate import Candidate, CandidateStatus
 from dynaval.domain.errors import Conflict, NotFound
-from dynaval.domain.gold import DecidedBy, GoldAnswer, GoldItem
-from dynaval.domain.policy import DecisionPolicy
 from dynaval.domain.provenance import pseudonym
-from dynaval.domain.round import Round, RoundState
-from dynaval.domain.votes import AnnotationRecord
-from dynaval.service_layer import annotator_exclusion, overrides, pushing, rounds
+from dynaval.domain.validation.candidate import Candidate, CandidateStatus
+from dynaval.domain.validation.gold import DecidedBy, GoldAnswer, GoldItem
+from dynaval.domain.validation.policy import DecisionPolicy
+from dynaval.domain.validation.round import Round, RoundState
+from dynaval.domain.validation.votes import AnnotationRecord
 from dynaval.service_layer.services import Services
+from dynaval.service_layer.validation import annotator_exclusion, overrides, pushing, rounds
 from tests.unit.fakes import FakeLabelStudio, FakeRounds, FakeStore, fake_services
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

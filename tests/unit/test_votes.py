@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynaval.domain.decision import Ballot
-from dynaval.domain.votes import AnnotationRecord, current_ballots, current_votes
+from dynaval.domain.validation.decision import Ballot
+from dynaval.domain.validation.votes import AnnotationRecord, current_ballots, current_votes
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 

@@ -9,14 +9,29 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 
 from dynaval.domain.errors import Unavailable
 from dynaval.domain.task_type import TaskType
+from dynaval.service_layer.validation.label_studio_port import (
+    READ_BATCH_SIZE,
+    ExportedTask,
+    LabelStudioGateway,
+    ParsedAnnotation,
+)
+
+__all__ = [
+    "READ_BATCH_SIZE",
+    "ExportedTask",
+    "LabelStudioGateway",
+    "LabelStudioUnavailable",
+    "ParsedAnnotation",
+    "SdkLabelStudioGateway",
+    "parse_annotation",
+]
 
 WEBHOOK_SECRET_HEADER = "X-Dynaval-Webhook-Secret"
 WEBHOOK_ACTIONS = ("ANNOTATION_CREATED", "ANNOTATION_UPDATED", "ANNOTATIONS_DELETED")
@@ -26,34 +41,10 @@ FIND_BATCH_SIZE = 100
 # The bulk JSON export is one synchronous request (about 1.5 ms a task on 2 loaded cores): it gets
 # at least this timeout whatever the client's default.
 EXPORT_MIN_TIMEOUT_S = 600.0
-# Tasks read back per export request when only some tasks are wanted. Label Studio's Django refuses
-# a query string of more than 1,000 fields (400), and a smaller read keeps each answer quick.
-READ_BATCH_SIZE = 200
 
 
 class LabelStudioUnavailable(Unavailable):
     code = "label_studio_unavailable"
-
-
-@dataclass(frozen=True)
-class ParsedAnnotation:
-    annotation_id: int
-    task_id: int
-    annotator_id: str
-    label: str | None
-    flagged: bool
-    reason: str | None
-    was_cancelled: bool
-    lead_time_s: float | None
-    created_at: datetime
-    updated_at: datetime
-
-
-@dataclass(frozen=True)
-class ExportedTask:
-    task_id: int
-    candidate_id: str | None
-    annotations: list[ParsedAnnotation]
 
 
 class AnnotationFormatError(ValueError):
@@ -157,32 +148,6 @@ def _candidate_id(data: object) -> str | None:
         return None
     value = data.get(CANDIDATE_ID_FIELD)
     return str(value) if value is not None else None
-
-
-class LabelStudioGateway(Protocol):
-    """The port the use cases depend on."""
-
-    def create_project(self, *, title: str, label_config: str, overlap: int) -> int: ...
-
-    def register_webhook(self, *, project_id: int, url: str, secret: str) -> int: ...
-
-    def import_tasks(self, *, project_id: int, tasks: Sequence[dict[str, Any]]) -> list[int]: ...
-
-    def export_tasks(self, *, project_id: int, task_type: TaskType) -> Iterator[ExportedTask]: ...
-
-    def read_tasks(
-        self, *, project_id: int, task_ids: Sequence[int], task_type: TaskType
-    ) -> list[ExportedTask]: ...
-
-    def set_task_overlap(self, *, task_id: int, overlap: int, is_labeled: bool) -> None: ...
-
-    def get_task_overlap(self, *, task_id: int) -> int: ...
-
-    def find_tasks(self, *, project_id: int, candidate_ids: Sequence[str]) -> dict[str, int]: ...
-
-    def task_url(self, project_id: int, task_id: int) -> str: ...
-
-    def user_ids_by_email(self) -> dict[str, int]: ...
 
 
 class SdkLabelStudioGateway:

@@ -9,46 +9,18 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from dynaval.domain.errors import InvalidInput, Unavailable
+from dynaval.service_layer.predictions import ModelInput, Prediction, Predictor
 
-ModelInput = str | tuple[str, str]
-"""What the model reads for one example: a text, or a pair of texts (an NLI premise and hypothesis)
-encoded as the tokenizer encodes pairs."""
+__all__ = ["MicroBatcher", "ModelInput", "ModelRegistry", "Prediction", "Predictor", "TransformersPredictor"]
 
+PredictorFactory = Callable[[Path], Predictor]
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Prediction:
-    label: str
-    probabilities: dict[str, float]
-
-
-class Predictor(Protocol):
-    """The port the service layer uses: labels, a content hash and a batch predict."""
-
-    @property
-    def labels(self) -> tuple[str, ...]: ...
-
-    @property
-    def model_hash(self) -> str: ...
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def max_tokens(self) -> int:
-        """The most tokens it reads of an example; the rest is cut."""
-
-    def token_counts(self, texts: Sequence[ModelInput]) -> list[int]:
-        """How many tokens each example is, as the model would read it uncut."""
-
-    def predict(self, texts: Sequence[ModelInput]) -> list[Prediction]: ...
 
 
 def hash_model_folder(folder: Path) -> str:
@@ -271,3 +243,45 @@ class MicroBatcher:
         self.batches_run += 1
         for (_, future), prediction in zip(batch, predictions, strict=True):
             future.set_result(prediction)
+
+
+@dataclass
+class ModelRegistry:
+    """Loaded models by folder, each behind its own micro-batcher (the service layer's
+    :class:`~dynaval.service_layer.predictions.Models`)."""
+
+    factory: PredictorFactory
+    max_batch: int = 32
+    max_wait_s: float = 0.005
+    after_load: Callable[[], None] | None = None
+    """Called once a new model is loaded (the service freezes long-lived objects there)."""
+    _batchers: dict[Path, MicroBatcher] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, folder: Path) -> MicroBatcher:
+        key = folder.resolve()
+        with self._lock:
+            batcher = self._batchers.get(key)
+            if batcher is None:
+                batcher = MicroBatcher(
+                    self.factory(key), max_batch=self.max_batch, max_wait_s=self.max_wait_s
+                )
+                self._batchers[key] = batcher
+                if self.after_load is not None:
+                    self.after_load()
+            return batcher
+
+    def get_path(self, folder: str | Path) -> MicroBatcher:
+        return self.get(Path(folder))
+
+    def close(self) -> None:
+        with self._lock:
+            for batcher in self._batchers.values():
+                batcher.close()
+            self._batchers.clear()
+
+    def load_alone(self, folder: Path) -> Predictor:
+        return self.factory(folder)
+
+    def folder_hash(self, folder: Path) -> str:
+        return hash_model_folder(folder)

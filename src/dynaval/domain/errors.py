@@ -30,6 +30,12 @@ class Conflict(DomainError):
     code = "conflict"
 
 
+class StorageConflict(Conflict):
+    """What a unit of work tried to store conflicts with what another writer stored meanwhile (a
+    unique key): the storage's own refusal, as the unit of work reports it. A use case that can
+    say which of its rules was broken catches it and says so."""
+
+
 class Forbidden(DomainError):
     """The caller is known but may not do this (another role's call, another writer's candidate)."""
 

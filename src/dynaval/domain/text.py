@@ -1,7 +1,7 @@
 """What counts as text a person can read: the rule for every text users submit that reaches
 annotators, a model or a dataset (candidate inputs, ``/predict``, gold items, captures, a
 collector's writer ids, round names, reasons), checked in one place: the request models of
-:mod:`dynaval.entrypoints.schemas`.
+:mod:`dynaval.entrypoints.api.schemas`.
 
 Text is stored NFC-normalised, so one word has one encoding (``é`` is one code point however it was
 typed) and length limits count what is stored. Text is refused when it has no visible base

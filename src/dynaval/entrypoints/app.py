@@ -13,8 +13,8 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from dynaval.adapters.task_queue import EmbeddedConsumer, start_embedded_consumer
 from dynaval.domain.errors import DomainError
+from dynaval.entrypoints.api.openapi import build_openapi
 from dynaval.entrypoints.errors import render_error
-from dynaval.entrypoints.openapi import build_openapi
 from dynaval.entrypoints.webhook import WEBHOOK_PATH, LabelStudioWebhookEndpoint
 from dynaval.service_layer.services import Services
 from dynaval.settings import Settings
@@ -59,8 +59,10 @@ def create_app(
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["dynaval"] = services
 
-    from dynaval.entrypoints import guards, headers, pages, writer_page
-    from dynaval.entrypoints.routes import api
+    from dynaval.entrypoints import guards, headers
+    from dynaval.entrypoints.api.routes import api
+    from dynaval.entrypoints.pages import dashboard as pages
+    from dynaval.entrypoints.pages import writer as writer_page
 
     # Every <int:...> in a path (the API's and the dashboard's) reads ASCII digits only; set before
     # any route is registered, since a rule takes its converter when it is added.

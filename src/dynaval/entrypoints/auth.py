@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from flask import current_app, g, request
 
 from dynaval.domain.errors import DomainError, Forbidden
-from dynaval.service_layer import dashboard_sessions
+from dynaval.service_layer.dashboard import sessions as dashboard_sessions
 from dynaval.settings import Settings
 
 SESSION_COOKIE = "dynaval_session"

@@ -21,7 +21,7 @@ from dynaval.domain.errors import (
     Unavailable,
 )
 from dynaval.entrypoints.auth import Unauthorized
-from dynaval.service_layer.webhooks import WebhookUnauthorized
+from dynaval.service_layer.validation.webhooks import WebhookUnauthorized
 
 log = logging.getLogger(__name__)
 

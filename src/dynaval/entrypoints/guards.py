@@ -23,7 +23,7 @@ from limits.storage import MemoryStorage, storage_from_string
 from limits.strategies import MovingWindowRateLimiter
 from werkzeug.routing import IntegerConverter
 
-from dynaval.adapters.database import MAX_SERIAL_ID
+from dynaval.adapters.db.database import MAX_SERIAL_ID
 from dynaval.domain.errors import InvalidInput, NotFound, ScoringLimited, TooLarge
 from dynaval.entrypoints.auth import Caller, caller_of_token, session_caller
 from dynaval.service_layer.services import Services

@@ -6,7 +6,7 @@ from alembic import context
 from sqlalchemy import create_engine
 from sqlmodel import SQLModel
 
-import dynaval.adapters.orm  # noqa: F401  (registers the tables on SQLModel.metadata)
+import dynaval.adapters.db.orm  # noqa: F401  (registers the tables on SQLModel.metadata)
 
 target_metadata = SQLModel.metadata
 config = context.config

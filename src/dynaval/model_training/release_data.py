@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dynaval.adapters.release_files import ReleaseUnreadable, iter_jsonl, read_manifest
+from dynaval.adapters.files.release_files import ReleaseUnreadable, iter_jsonl, read_manifest
 from dynaval.domain.errors import InvalidInput
 from dynaval.model_builder.fine_tuning import Example, LabelledPair, LabelledText
-from dynaval.service_layer.release_verification import verify_release
+from dynaval.service_layer.files import FileServices
+from dynaval.service_layer.releases.verification import verify_release
 
 _SPLIT = re.compile(r"(train|dev|test)_r([1-9][0-9]*)")  # matched whole
 
@@ -42,10 +43,10 @@ class ReleaseFolder:
         return f"{self.name} {self.version} ({self.content_hash})"
 
 
-def open_verified_release(root: Path) -> ReleaseFolder:
+def open_verified_release(root: Path, files: FileServices) -> ReleaseFolder:
     """The release in ``root`` once every check of ``dynaval release verify`` passes; else an
     InvalidInput naming the folder and the first failed check."""
-    findings = verify_release(root)
+    findings = verify_release(root, files)
     if findings:
         raise InvalidInput(
             f"{root} fails verification ({len(findings)} checks failed, the first: {findings[0]}); "

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dynaval.adapters.files.release_files import file_sha256
 from dynaval.adapters.predictor import hash_model_folder
-from dynaval.adapters.release_files import file_sha256
 from dynaval.domain.errors import InvalidInput
 from dynaval.model_builder.default_model import TASKS, load_task_seed
 from dynaval.model_builder.fine_tuning import (
@@ -45,6 +45,7 @@ from dynaval.model_training.release_data import (
     split_examples,
     train_splits,
 )
+from dynaval.service_layer.files import FileServices
 
 DEFAULT_EPOCHS = 3
 DEFAULT_LEARNING_RATE = 5e-5
@@ -76,8 +77,11 @@ class TrainedModel:
     record: TrainingRecord
 
 
-def train_next_model(request: TrainingRequest, *, log: Callable[[str], None]) -> TrainedModel:
-    """Fine-tune ``request.base`` on the releases' train splits into ``request.out`` (see the module)."""
+def train_next_model(
+    request: TrainingRequest, *, files: FileServices, log: Callable[[str], None]
+) -> TrainedModel:
+    """Fine-tune ``request.base`` on the releases' train splits into ``request.out`` (see the module);
+    ``files`` reads and verifies the releases."""
     if request.epochs < 1:
         raise InvalidInput("must be at least 1", field="epochs")
     if request.batch_size < 1:
@@ -89,7 +93,7 @@ def train_next_model(request: TrainingRequest, *, log: Callable[[str], None]) ->
     out = Path(request.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InvalidInput(f"{out} exists and is not an empty folder; name a new folder", field="out")
-    releases = [open_verified_release(Path(root)) for root in request.releases]
+    releases = [open_verified_release(Path(root), files) for root in request.releases]
     check_one_lineage(releases)
     task_type, labels = releases[0].task_type, releases[0].labels
     base_labels = model_labels(request.base)

@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from dynaval import __version__
-from dynaval.adapters.band_key_index import BandKeyIndex
-from dynaval.adapters.database import Database
-from dynaval.adapters.label_config import LabelConfigCatalog
-from dynaval.adapters.label_studio import LabelStudioGateway
-from dynaval.adapters.predictor import MicroBatcher, Predictor
-from dynaval.adapters.semantic_index import SemanticVectors
+from dynaval.domain.health.band_keys import BandKeyIndex
+from dynaval.domain.health.near_duplicates import NearDuplicateRule
+from dynaval.domain.task_type import TaskType
+from dynaval.service_layer.files import OfflineServices, ReleaseFiles
+from dynaval.service_layer.health.ports import CorpusFiles, Encoder, ReleaseIndex, SemanticIndex
+from dynaval.service_layer.predictions import Models
+from dynaval.service_layer.releases.dataset_port import DatasetReads
 from dynaval.service_layer.unit_of_work import UnitOfWork
-from dynaval.service_layer.writer_links import WriterAnnotatorLinks
+from dynaval.service_layer.validation.label_studio_port import LabelStudioGateway
+from dynaval.service_layer.validation.writer_links import WriterAnnotatorLinks
 from dynaval.settings import Settings
-
-PredictorFactory = Callable[[Path], Predictor]
 
 
 class WorkQueue(Protocol):
@@ -48,39 +46,22 @@ class NoWorkQueue:
         pass
 
 
-@dataclass
-class ModelRegistry:
-    """Loaded models by folder and content hash, each behind its own micro-batcher."""
+class TaskTypeCatalog(Protocol):
+    """The task types, each read from its labelling config (``label_config/<task>.xml``)."""
 
-    factory: PredictorFactory
-    max_batch: int = 32
-    max_wait_s: float = 0.005
-    after_load: Callable[[], None] | None = None
-    """Called once a new model is loaded (the service freezes long-lived objects there)."""
-    _batchers: dict[Path, MicroBatcher] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    def names(self) -> list[str]: ...
 
-    def get(self, folder: Path) -> MicroBatcher:
-        key = folder.resolve()
-        with self._lock:
-            batcher = self._batchers.get(key)
-            if batcher is None:
-                batcher = MicroBatcher(
-                    self.factory(key), max_batch=self.max_batch, max_wait_s=self.max_wait_s
-                )
-                self._batchers[key] = batcher
-                if self.after_load is not None:
-                    self.after_load()
-            return batcher
+    def get(self, name: str) -> TaskType:
+        """The task type named ``name``; ``InvalidInput`` naming ``task`` for an unknown one."""
 
-    def get_path(self, folder: str | Path) -> MicroBatcher:
-        return self.get(Path(folder))
 
-    def close(self) -> None:
-        with self._lock:
-            for batcher in self._batchers.values():
-                batcher.close()
-            self._batchers.clear()
+class Storage(Protocol):
+    """The database as a whole, apart from its units of work: whether it answers, and closing it."""
+
+    def ping(self) -> str:
+        """``"ok"`` when the database answers (raises when it does not)."""
+
+    def dispose(self) -> None: ...
 
 
 class UnitOfWorkFactory(Protocol):
@@ -92,13 +73,15 @@ class UnitOfWorkFactory(Protocol):
 @dataclass
 class Services:
     settings: Settings
-    catalog: LabelConfigCatalog
+    catalog: TaskTypeCatalog
     label_studio: LabelStudioGateway
-    models: ModelRegistry
+    models: Models
     uow: UnitOfWorkFactory
     """Storage, reached only through units of work (repositories inside)."""
-    database: Database | None = None
-    """The database behind ``uow``, for what is not a use case: health checks, migrations, closing."""
+    database: Storage | None = None
+    """The database behind ``uow``, for what is not a use case: health checks, closing."""
+    dataset_reads: DatasetReads | None = None
+    """The round dataset's reads (the composition root sets them on the database)."""
     work: WorkQueue = field(default_factory=NoWorkQueue)
     task_queue: Any = None
     """The huey instance behind ``work`` (the composition root sets both), or None."""
@@ -107,11 +90,38 @@ class Services:
     band_keys: BandKeyIndex = field(default_factory=BandKeyIndex)
     """The lexical near-duplicate check's band keys held in memory (topped up from the database
     before each check)."""
-    vectors: SemanticVectors | None = None
+    vectors: SemanticIndex | None = None
     """The semantic near-duplicate check's encoder and in-memory vectors (the composition root sets
     it when ``DYNAVAL_NEAR_DUPLICATE_SEMANTIC`` is on); ``None``: the lexical check alone."""
+    offline: OfflineServices | None = None
+    """Release files, corpora, the encoder and a release's index (the composition root sets them)."""
+    after_freeze: list[Callable[[int], None]] = field(default_factory=list)
+    """What runs once a round is frozen, given its id (the composition root wires the regression
+    room's: a revalidation round's decisions settle its cases). A hook, since the regression room
+    makes rounds and so calls the validation room: the validation room must not call it back."""
     webhook_rounds: dict[int, int] = field(default_factory=dict)
     """Round ids by Label Studio project id, as the webhook path reads them (they never change)."""
+
+    def _offline(self) -> OfflineServices:
+        if self.offline is None:
+            raise RuntimeError("these services have no files: build them with dynaval.bootstrap")
+        return self.offline
+
+    @property
+    def release_files(self) -> ReleaseFiles:
+        return self._offline().release_files
+
+    @property
+    def encoder(self) -> Callable[[], Encoder]:
+        return self._offline().encoder
+
+    @property
+    def release_index(self) -> Callable[[NearDuplicateRule], ReleaseIndex]:
+        return self._offline().release_index
+
+    @property
+    def corpus(self) -> CorpusFiles:
+        return self._offline().corpus
 
     def writer_annotators(self) -> dict[str, str]:
         """Writers' Label Studio user ids by writer name, as known now."""

@@ -2,7 +2,7 @@
 
 A use case opens a unit of work, loads domain objects from its repositories, calls their methods,
 saves them and commits; nothing persists unless it commits. The SQL implementation
-(:mod:`dynaval.adapters.unit_of_work`) holds every query and every dialect detail (upserts, row
+(:mod:`dynaval.adapters.db.unit_of_work`) holds every query and every dialect detail (upserts, row
 locks, leases, Core statements for the busy paths); the unit tests run the same use cases on
 in-memory fakes of these protocols (``tests/unit/fakes.py``).
 """
@@ -15,20 +15,20 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol, Self
 
-from dynaval.domain.agreement_engine.encoding import VoteColumns
+from dynaval.domain.agreement.encoding import VoteColumns
 from dynaval.domain.audit import AuditEvent
-from dynaval.domain.candidate import Candidate, CandidateStatus, DecisionEntry
-from dynaval.domain.capture import AcceptedCapture, Capture
-from dynaval.domain.gate import GateResult
-from dynaval.domain.gold import AnnotatorStatus, ExclusionEvent, GoldAnswer, GoldItem
-from dynaval.domain.lead_session import LeadSessionRecord
-from dynaval.domain.near_duplicates import EarlierExample, NearDuplicateCheck
-from dynaval.domain.regression import CaseResult, RegisteredModel, RegressionCase
-from dynaval.domain.release import Release, SplitKind
-from dynaval.domain.release_splits import FixedPlace
-from dynaval.domain.revalidation import Revalidation
-from dynaval.domain.round import Round
-from dynaval.domain.votes import AnnotationRecord
+from dynaval.domain.dashboard.lead_session import LeadSessionRecord
+from dynaval.domain.health.near_duplicates import EarlierExample, NearDuplicateCheck
+from dynaval.domain.regression.gate import GateResult
+from dynaval.domain.regression.revalidation import Revalidation
+from dynaval.domain.regression.suite import CaseResult, RegisteredModel, RegressionCase
+from dynaval.domain.releases.release import Release, SplitKind
+from dynaval.domain.releases.splits import FixedPlace
+from dynaval.domain.validation.candidate import Candidate, CandidateStatus, DecisionEntry
+from dynaval.domain.validation.capture import AcceptedCapture, Capture
+from dynaval.domain.validation.gold import AnnotatorStatus, ExclusionEvent, GoldAnswer, GoldItem
+from dynaval.domain.validation.round import Round
+from dynaval.domain.validation.votes import AnnotationRecord
 
 ANNOTATION_FIELDS = (
     "annotator_id", "label", "flagged", "flag_reason", "was_cancelled", "lead_time_s",
@@ -273,9 +273,10 @@ class RoundQueries(Protocol):
         """Every annotator's current labelled vote in the round as (candidate, annotator, label),
         excluded annotators included.
 
-        The same votes as :func:`dynaval.domain.votes.current_votes` per candidate (latest by update
-        time, then annotation id; an annotation with neither label nor flag is no vote; a flag-only
-        latest vote hides an earlier label), read as plain columns and ordered by the database: a
+        The same votes as :func:`dynaval.domain.validation.votes.current_votes` per candidate
+        (latest by update time, then annotation id; an annotation with neither label nor flag is no
+        vote; a flag-only latest vote hides an earlier label), read as plain columns and ordered by
+        the database: a
         round of 250,000 annotations takes about a second, not the many that ORM rows would.
         """
 
@@ -543,7 +544,7 @@ class NearDuplicateIndex(Protocol):
         self, task_type: str, seq: int, *, limit: int | None = None
     ) -> list[tuple[int, str, bytes | None]]:
         """The examples of ``task_type`` indexed after ``seq``: ``(seq, candidate id, band keys as
-        stored by :func:`~dynaval.adapters.band_key_index.keys_to_bytes`)``, in order."""
+        stored by :func:`~dynaval.domain.health.band_keys.keys_to_bytes`)``, in order."""
         ...
 
     def without_vectors(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:

@@ -58,7 +58,7 @@ def upgrade() -> None:
 
 
 def _stored(band_keys: list[int]) -> bytes:
-    """As :func:`dynaval.adapters.band_key_index.keys_to_bytes` stores them (kept here as it was
+    """As :func:`dynaval.domain.health.band_keys.keys_to_bytes` stores them (kept here as it was
     at this revision): sorted, distinct, little-endian int64."""
     return b"".join(key.to_bytes(8, "little", signed=True) for key in sorted(set(band_keys)))
 

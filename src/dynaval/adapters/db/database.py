@@ -1,0 +1,171 @@
+"""The database adapter: engine, migrations and the unit of work.
+
+SQLite by default, PostgreSQL when ``DYNAVAL_DATABASE_URL`` says so. On SQLite every transaction
+starts with ``BEGIN IMMEDIATE`` so that concurrent writers queue on the file lock instead of
+failing half-way, and the threads of one process first queue on a lock of their own (SQLite's busy
+handler polls with growing sleeps; a Python lock hands over at once, which keeps the latency tail
+short under load); on PostgreSQL candidate rows are locked with ``SELECT ... FOR UPDATE``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event, text
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlmodel import Session, create_engine
+
+from dynaval.domain.errors import Unavailable
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+# The largest id an autoincrement INTEGER column (rounds, decisions, events) holds on every backend:
+# PostgreSQL's INTEGER is 32-bit, so a larger id names no row there and asking for it is an error.
+MAX_SERIAL_ID = 2**31 - 1
+
+
+class Database:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        parsed = make_url(url)
+        self.is_sqlite = parsed.get_backend_name() == "sqlite"
+        if self.is_sqlite:
+            if parsed.database and parsed.database != ":memory:":
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            self.engine: Engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+            _make_sqlite_transactions_immediate(self.engine)
+        else:
+            self.engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest Alembic revision (safe to call from several processes)."""
+        from alembic import command
+        from alembic.config import Config
+
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS_DIR))
+        with self.engine.begin() as connection:
+            if not self.is_sqlite:
+                # Several workers may start at once: one migrates, the others wait.
+                connection.execute(text("SELECT pg_advisory_xact_lock(74201)"))
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+
+    @contextmanager
+    def unit_of_work(self) -> Iterator[Session]:
+        """A session that rolls back unless the block calls ``session.commit()``."""
+        session = Session(self.engine, expire_on_commit=False)
+        try:
+            yield session
+        finally:
+            # close() rolls back whatever was not committed; unlike rollback() it leaves the loaded
+            # objects readable (detached), so use cases can return them.
+            session.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """A Core connection in a write transaction, committed when the block ends, rolled back on
+        an error. No ORM session to set up: for the webhook's few statements."""
+        with self.engine.begin() as connection:
+            yield connection
+
+    @contextmanager
+    def reading(self) -> Iterator[Session]:
+        """A session for reads only. On SQLite its transaction is a plain (deferred) ``BEGIN``: it
+        reads a snapshot (WAL) without taking the write lock, so a long read (a round's 250,000
+        votes for the dashboard, an export) never holds up a webhook. Nothing it writes is kept."""
+        session = Session(self.engine, expire_on_commit=False)
+        try:
+            session.connection(execution_options={READ_ONLY_OPTION: True})
+            yield session
+        finally:
+            session.close()
+
+    def ping(self) -> str:
+        """``"ok"`` when a trivial query answers, else the error's class name."""
+        try:
+            with self.engine.connect() as connection:
+                connection = connection.execution_options(**{READ_ONLY_OPTION: True})
+                connection.execute(text("SELECT 1"))
+        except Exception as exc:  # reported, not raised: health must answer
+            return f"unavailable: {type(exc).__name__}"
+        return "ok"
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+SQLITE_WRITER_WAIT_S = 30.0
+READ_ONLY_OPTION = "dynaval_read_only"
+
+
+def _make_sqlite_transactions_immediate(engine: Engine) -> None:
+    writer = threading.RLock()  # one transaction at a time per process, like the file lock
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # let us emit BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    # Which DBAPI connections hold the lock. Kept apart from SQLAlchemy's connection.info, which is
+    # emptied when a connection is invalidated: the lock must still be released then.
+    holders: set[int] = set()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        if connection.get_execution_options().get(READ_ONLY_OPTION):
+            connection.exec_driver_sql("BEGIN")
+            return
+        if not writer.acquire(timeout=SQLITE_WRITER_WAIT_S):
+            raise Unavailable(f"the database stayed busy for {SQLITE_WRITER_WAIT_S:.0f} s; try again")
+        holders.add(id(connection.connection.dbapi_connection))
+        try:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+        except BaseException:
+            _release(connection.connection.dbapi_connection)
+            raise
+
+    def _release(dbapi_connection: Any) -> None:
+        key = id(dbapi_connection)
+        if key in holders:
+            holders.discard(key)
+            # Released from a thread that does not own it (a dropped session collected elsewhere).
+            with contextlib.suppress(RuntimeError):
+                writer.release()
+
+    # A connection invalidated, or returned to the pool without a commit or rollback event (a
+    # session dropped without closing): whatever lock it held goes with it.
+    @event.listens_for(engine, "invalidate")
+    def _on_invalidate(dbapi_connection: Any, _record: Any, _exception: Any) -> None:
+        _release(dbapi_connection)
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(dbapi_connection: Any, _record: Any) -> None:
+        _release(dbapi_connection)
+
+    # These events fire before SQLAlchemy's own DBAPI commit or rollback. Ending the transaction
+    # here first lets the lock go only once the file lock is free; SQLAlchemy's call that follows
+    # finds no transaction open and does nothing.
+    @event.listens_for(engine, "commit")
+    def _on_commit(connection: Any) -> None:
+        dbapi_connection = connection.connection.dbapi_connection
+        try:
+            dbapi_connection.commit()
+        finally:
+            _release(dbapi_connection)
+
+    @event.listens_for(engine, "rollback")
+    def _on_rollback(connection: Any) -> None:
+        dbapi_connection = connection.connection.dbapi_connection
+        try:
+            dbapi_connection.rollback()
+        finally:
+            _release(dbapi_connection)

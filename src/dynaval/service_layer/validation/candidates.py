@@ -1,0 +1,542 @@
+"""Candidate use cases: submit (score with the round's model) and read back."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from dynaval.domain.clock import utcnow
+from dynaval.domain.errors import Forbidden, InvalidInput, NotFound, Unavailable
+from dynaval.domain.labels import LabelMapping
+from dynaval.domain.provenance import pseudonym, sign_prediction, writer_pseudonym
+from dynaval.domain.task_type import TaskType
+from dynaval.domain.validation.candidate import Candidate, CandidateStatus
+from dynaval.domain.validation.metrics import round_counts
+from dynaval.domain.validation.round import Round
+from dynaval.domain.validation.votes import current_ballots
+from dynaval.service_layer.health import near_duplicates
+from dynaval.service_layer.predictions import BatchedModel, ModelInput, Prediction
+from dynaval.service_layer.services import Services
+from dynaval.service_layer.unit_of_work import UnitOfWork
+
+log = logging.getLogger(__name__)
+
+ScoringCharge = Callable[[Sequence[int], str], None]
+"""Charges the caller for the model work of scoring some examples, given the tokens the model reads
+of each (an error would name the field given); raises to refuse. The HTTP routes pass
+``dynaval.entrypoints.guards.charge_scoring``."""
+
+
+@dataclass(frozen=True)
+class GivenInputs:
+    """The input fields a body gave: in its ``inputs`` object, or (``in_object`` false) as the
+    short form ``{"text": ...}`` of a task type whose one field is ``text``."""
+
+    values: Mapping[str, str]
+    in_object: bool = True
+
+    def field(self, name: str) -> str:
+        """Where the body has (or should have) the input ``name``, as an error names it."""
+        return f"inputs.{name}" if self.in_object or name != "text" else "text"
+
+
+def task_inputs(task_type: TaskType, given: GivenInputs, *, field_prefix: str = "") -> dict[str, str]:
+    """The task type's data fields (``text``; ``premise`` and ``hypothesis``...) from the input
+    fields a body gave, in the task type's order. Each value comes checked by the request model
+    (readable text, NFC, within ``DYNAVAL_MAX_TEXT_CHARS``); which fields there must be depends on
+    the round's task type, so it is checked here: every one of them, and no other."""
+    takes = ", ".join(task_type.data_fields)
+    inputs: dict[str, str] = {}
+    for name in task_type.data_fields:
+        if name not in given.values:
+            raise InvalidInput(
+                f"{name} is required and must be a string (the inputs of task {task_type.name}: {takes})",
+                field=field_prefix + given.field(name),
+            )
+        inputs[name] = given.values[name]
+    for name in given.values:
+        if name not in inputs:
+            raise InvalidInput(
+                f"unknown field; the inputs of task {task_type.name} are: {takes}",
+                field=field_prefix + given.field(name),
+            )
+    return inputs
+
+
+def model_input(task_type: TaskType, inputs: Mapping[str, str]) -> ModelInput:
+    """What the model reads of an example: its one text, or its two texts as a pair (premise,
+    hypothesis), in the task type's order."""
+    values = [inputs[name] for name in task_type.data_fields]
+    return values[0] if len(values) == 1 else (values[0], values[1])
+
+
+def round_model(services: Services, round_: Round) -> BatchedModel:
+    """The round's model, loaded once per process. Its folder was checked when the round was made;
+    one that cannot be loaded now (moved, deleted, damaged) is the service's trouble, not the
+    caller's input: :class:`~dynaval.domain.errors.Unavailable` (503), saying nothing of the
+    server's paths, and the reason in the log for whoever runs the service. A stored candidate
+    stays in ``scoring`` meanwhile, and the minute sweep scores it once the model is back."""
+    try:
+        return services.models.get_path(round_.model_dir)
+    except (InvalidInput, OSError) as exc:
+        reason = exc.message if isinstance(exc, InvalidInput) else f"{type(exc).__name__}: {exc}"
+        log.warning("round %s: its model cannot be loaded: %s", round_.id, reason)
+        raise Unavailable(
+            f"round {round_.id}'s model cannot be loaded now; a lead must restore its folder"
+        ) from None
+
+
+def score(services: Services, round_: Round, inputs: Sequence[Mapping[str, str]]) -> list[Prediction]:
+    """The round's model's answers for these inputs, read over the task's labels (a model may name
+    them in another case, or know more: see :class:`~dynaval.domain.labels.LabelMapping`)."""
+    task_type = services.catalog.get(round_.task_type)
+    batcher = round_model(services, round_)
+    mapping = LabelMapping.between(batcher.predictor.labels, round_.labels, task=round_.task_type)
+    answers = batcher.predict_many([model_input(task_type, given) for given in inputs])
+    return [Prediction(*mapping.read(answer.probabilities)) for answer in answers]
+
+
+def check_model_reads_whole(
+    services: Services,
+    round_: Round,
+    task_type: TaskType,
+    examples: Sequence[tuple[Mapping[str, str], GivenInputs, str]],
+) -> list[int]:
+    """Refuse an example longer than the round's model reads (:attr:`Predictor.max_tokens`), and
+    return how many tokens the model reads of each: what scoring them costs.
+
+    The model would judge its beginning only: words past the cut could turn the label without the
+    model ever reading them, and such an example would fool it for nothing it got wrong.
+    ``examples`` holds each example's checked inputs, the inputs as the body gave them, and where
+    the body has them (``candidates[3]``, or ``""``); the error names the example's longest field
+    there. When the model cannot be loaded now, nothing is refused here: the candidate is stored
+    and scored later, as any is when the model fails; each example is then counted at the most
+    tokens a model of the service reads (``DYNAVAL_MODEL_MAX_TOKENS``).
+    """
+    try:
+        predictor = round_model(services, round_).predictor
+    except Unavailable:
+        return [services.settings.model_max_tokens] * len(examples)
+    counts = predictor.token_counts([model_input(task_type, inputs) for inputs, _, _ in examples])
+    for (inputs, given, where), count in zip(examples, counts, strict=True):
+        if count > predictor.max_tokens:
+            longest = max(task_type.data_fields, key=lambda name: len(inputs[name]))
+            fields = task_type.data_fields
+            together = "" if len(fields) == 1 else f" ({' and '.join(fields)} together)"
+            raise InvalidInput(
+                f"this example is {count} tokens long{together} and the round's model reads at most "
+                f"{predictor.max_tokens}: shorten it, since the model would judge only its beginning",
+                field=(f"{where}." if where else "") + given.field(longest),
+            )
+    return counts
+
+
+def model_reading(services: Services, *, round_id: int) -> dict[str, Any]:
+    """What the round's model reads of an example, for a writer to know before writing: its name,
+    content hash, and the most tokens it reads (``max_tokens``, counted over ``counted_over``
+    together); a longer example is refused (:func:`check_model_reads_whole`). Only an open round
+    answers, as :func:`predict` does; a model that cannot be loaded now is 503, as there."""
+    with services.uow(read_only=True) as uow:
+        round_ = uow.rounds.get(round_id)
+    round_.check_takes_candidates()
+    predictor = round_model(services, round_).predictor
+    return {
+        "name": round_.model_name,
+        "hash": round_.model_hash,
+        "max_tokens": predictor.max_tokens,
+        "counted_over": list(services.catalog.get(round_.task_type).data_fields),
+    }
+
+
+def predict(
+    services: Services, *, round_id: int, given: GivenInputs, charge: ScoringCharge | None = None
+) -> Prediction:
+    """What the round's model answers for these inputs, stored nowhere: a writer asks before
+    submitting. Only an open round answers (a closed or frozen one takes no candidates, so there is
+    nothing to try out for it). The inputs are the task type's, checked as a candidate's are;
+    ``charge``, if given, is called once they are and before the model runs (the same charge as
+    submitting them; a refusal names the first input)."""
+    with services.uow(read_only=True) as uow:
+        round_ = uow.rounds.get(round_id)
+    round_.check_takes_candidates()
+    task_type = services.catalog.get(round_.task_type)
+    inputs = task_inputs(task_type, given)
+    tokens = check_model_reads_whole(services, round_, task_type, [(inputs, given, "")])
+    if charge is not None:
+        charge(tokens, given.field(task_type.main_field))
+    (prediction,) = score(services, round_, [inputs])
+    return prediction
+
+
+@dataclass(frozen=True)
+class NewCandidate:
+    """A candidate as a request gives it. The request model checked its shape: each input a
+    readable, NFC text within ``DYNAVAL_MAX_TEXT_CHARS``, ``writer_id`` (``None`` when not given)
+    readable text of at most 200 characters. What depends on the round (its task type's fields, its
+    labels) and on the credential (who the writer is) is checked here."""
+
+    inputs: GivenInputs
+    writer_label: str
+    writer_id: str | None = None
+    rationale: str | None = None
+
+
+@dataclass(frozen=True)
+class Submitter:
+    """Who sends candidates, as their credential says: the token's name, and whether the token's
+    role collects candidates for the writers it names (a collector) or submits its own (a writer,
+    a lead)."""
+
+    name: str
+    collects_for_others: bool = False
+
+
+def submit_candidate(
+    services: Services,
+    *,
+    round_id: int,
+    candidate: NewCandidate,
+    submitter: Submitter,
+    charge: ScoringCharge | None = None,
+) -> Candidate:
+    """Store the candidate, score it with the round's model and tell whether it fooled the model.
+
+    The writer is the submitter, unless the submitter is a collector, which names the writer in
+    ``writer_id`` (see :func:`_writer_of`). A writer or collector reads back only the candidates
+    submitted under their name. The candidate is stored (status ``scoring``) before the model runs,
+    so a model failure loses nothing: the task queue's minute sweep scores it later. ``charge``, if
+    given, is called once the candidate is checked and before it is stored; if it raises, nothing is.
+    """
+    return _submit(services, round_id, [(candidate, "")], submitter=submitter, charge=charge)[0]
+
+
+def submit_candidates(
+    services: Services,
+    *,
+    round_id: int,
+    candidates: Sequence[NewCandidate],
+    submitter: Submitter,
+    charge: ScoringCharge | None = None,
+) -> list[Candidate]:
+    """:func:`submit_candidate` for a batch (its size checked by the request model against
+    ``DYNAVAL_MAX_BATCH_SIZE``), all or nothing: every item is checked before any is stored (an
+    error names ``candidates[i].field``), then all are stored in one transaction and scored
+    together through the model's micro-batcher. Returns them in the order given. ``charge`` is
+    called once for the whole batch (naming ``candidates``)."""
+    where = [(candidate, f"candidates[{i}]") for i, candidate in enumerate(candidates)]
+    return _submit(services, round_id, where, submitter=submitter, charge=charge, charge_field="candidates")
+
+
+def _submit(
+    services: Services,
+    round_id: int,
+    given: list[tuple[NewCandidate, str]],
+    *,
+    submitter: Submitter,
+    charge: ScoringCharge | None,
+    charge_field: str | None = None,
+) -> list[Candidate]:
+    """Check every ``(candidate, where)``, charge for scoring them, encode them for the semantic
+    check (outside any write transaction), check them for near-duplicates (under a ``reject``
+    policy a match refuses them all), store them all with their index entries, then score them all."""
+    with services.uow(read_only=True) as uow:
+        round_ = uow.rounds.get(round_id)
+    round_.check_takes_candidates()
+    task_type = services.catalog.get(round_.task_type)
+    candidates = [
+        _new_candidate(round_, task_type, candidate, where=where, submitter=submitter)
+        for candidate, where in given
+    ]
+    tokens = check_model_reads_whole(
+        services,
+        round_,
+        task_type,
+        [(c.inputs, new.inputs, where) for c, (new, where) in zip(candidates, given, strict=True)],
+    )
+    if charge is not None:
+        charge(tokens, charge_field or task_type.main_field)
+    encoded = near_duplicates.encode_new(services, task_type, candidates)
+    with services.uow() as uow:
+        round_ = uow.rounds.get(round_id)
+        round_.check_takes_candidates()  # again: it may have closed meanwhile
+        checked = near_duplicates.check_new(
+            services,
+            uow,
+            round_,
+            task_type,
+            [(c, where) for c, (_, where) in zip(candidates, given, strict=True)],
+            encoded,
+        )
+        for candidate in candidates:
+            uow.candidates.add(candidate)
+        near_duplicates.index_new(uow, round_, checked)
+        uow.commit()
+    predictions = score(services, round_, [c.inputs for c in candidates])
+    scored = [
+        _store_score(services, candidate.id, prediction, round_)
+        for candidate, prediction in zip(candidates, predictions, strict=True)
+    ]
+    if any(c.status is CandidateStatus.QUEUED for c in scored):
+        services.work.push_soon(round_id)  # into Label Studio by the task queue, not in this request
+    return scored
+
+
+def _new_candidate(
+    round_: Round, task_type: TaskType, given: NewCandidate, *, where: str, submitter: Submitter
+) -> Candidate:
+    """A candidate (not stored yet) from one request object, checked against the round and the
+    credential; an error names the field under ``where`` (``candidates[3].text``, or ``text`` when
+    ``where`` is empty)."""
+    prefix = f"{where}." if where else ""
+    inputs = task_inputs(task_type, given.inputs, field_prefix=prefix)
+    if given.writer_label not in round_.labels:
+        raise InvalidInput(
+            f"writer_label must be one of: {', '.join(round_.labels)}", field=prefix + "writer_label"
+        )
+    writer_id, collected_by = _writer_of(given.writer_id, submitter, field=prefix + "writer_id")
+    assert round_.id is not None  # a stored round
+    return Candidate(
+        id=str(uuid.uuid4()),
+        round_id=round_.id,
+        inputs=inputs,
+        writer_label=given.writer_label,
+        writer_id=writer_id,
+        submitted_by=submitter.name,
+        collected_by=collected_by,
+        rationale=given.rationale,
+        submitted_at=utcnow(),
+    )
+
+
+def _writer_of(given: str | None, submitter: Submitter, *, field: str) -> tuple[str, str | None]:
+    """The candidate's writer and, when a collector submitted it, the collector's name.
+
+    The identity comes from the credential: a writer (or a lead) is the writer, and may omit
+    ``writer_id`` or give their own name; any other name is refused with 403. Only a collector
+    names the writer, and must. ``null`` is the same as no ``writer_id``.
+    """
+    if given is None:
+        if submitter.collects_for_others:
+            raise InvalidInput(
+                "writer_id is required: a collector names the writer of each candidate", field=field
+            )
+        return submitter.name, None
+    if submitter.collects_for_others:
+        return given, submitter.name
+    if given != submitter.name:
+        raise Forbidden(
+            "writer_id names another writer; your token says who you are: omit writer_id "
+            "(only a collector's token submits for other writers)",
+            field=field,
+        )
+    return submitter.name, None
+
+
+def _store_score(services: Services, candidate_id: str, prediction: Prediction, round_: Round) -> Candidate:
+    """Record the model's answer, signed; a candidate scored already keeps its first answer."""
+    with services.uow() as uow:
+        candidate = uow.candidates.get(candidate_id, for_update=True)
+        if candidate is None:
+            raise NotFound(f"candidate {candidate_id} does not exist", field="candidate_id")
+        signature = sign_prediction(
+            services.settings.signing_secret,
+            round_.model_hash,
+            candidate.inputs,
+            prediction.label,
+            prediction.probabilities,
+        )
+        scored = candidate.score(
+            prediction=prediction.label,
+            probabilities=prediction.probabilities,
+            signature=signature,
+            validate_non_fooling=round_.decision_policy.validate_non_fooling,
+            at=utcnow(),
+        )
+        if scored:
+            uow.candidates.save(candidate)
+            uow.commit()
+        return candidate
+
+
+def score_pending(services: Services, *, older_than_s: float = 10.0, limit: int = 200) -> int:
+    """Score candidates left in ``scoring`` by a model failure or a crash. Returns how many."""
+    with services.uow(read_only=True) as uow:
+        left = uow.candidates.left_scoring(utcnow() - timedelta(seconds=older_than_s), limit)
+        rounds = {round_id: uow.rounds.get(round_id) for round_id in {c.round_id for c in left}}
+    done = 0
+    unavailable: set[int] = set()
+    for candidate in left:
+        if candidate.round_id in unavailable:
+            continue  # its model failed once in this sweep: not tried again for every candidate
+        round_ = rounds[candidate.round_id]
+        try:
+            (prediction,) = score(services, round_, [candidate.inputs])
+        except Unavailable:
+            unavailable.add(candidate.round_id)
+            continue
+        _store_score(services, candidate.id, prediction, round_)
+        done += 1
+    return done
+
+
+def candidate_public(
+    services: Services, uow: UnitOfWork, candidate: Candidate, *, viewer: str | None = None
+) -> dict[str, Any]:
+    """The candidate as the API shows it: votes by pseudonymous annotator, never raw identities.
+    ``viewer`` is the token's name of a writer, collector or reporter reading it (``None``: a lead):
+    of its near-duplicates, a viewer sees the ids of its own earlier examples only."""
+    secret = services.settings.pseudonym_secret
+    ballots = current_ballots(uow.candidates.annotations(candidate.id))
+    override = candidate.override.to_dict() if candidate.override else None
+    decision = dict(candidate.decision) if candidate.decision else None
+    if decision is not None:
+        decision.pop("ballots", None)
+        decision["excluded_annotators"] = [
+            pseudonym(secret, "annotator", a) for a in decision.get("excluded_annotators", [])
+        ]
+        own = decision.pop("own_vote_ignored", None)
+        # The annotator whose vote did not count because they wrote the example (None: no such vote).
+        decision["own_vote_ignored"] = pseudonym(secret, "annotator", own) if own is not None else None
+        decision["decided_at"] = candidate.decided_at.isoformat() if candidate.decided_at else None
+        decision["override"] = override
+    history = [
+        {
+            "outcome": d.outcome,
+            "rule_version": d.rule_version,
+            "cause": d.cause,
+            "made_at": d.made_at.isoformat(),
+        }
+        for d in uow.candidates.history(candidate.id)
+    ]
+    return {
+        "id": candidate.id,
+        "round_id": candidate.round_id,
+        "status": candidate.status.value,
+        "inputs": dict(candidate.inputs),
+        "writer_label": candidate.writer_label,
+        "writer": writer_pseudonym(secret, candidate.writer_id, candidate.collected_by),
+        "collected_by": candidate.collected_by,
+        "rationale": candidate.rationale,
+        "model_prediction": candidate.model_prediction,
+        "model_probabilities": candidate.model_probabilities,
+        "model_signature": candidate.model_signature,
+        "fooled": candidate.fooled,
+        "submitted_at": candidate.submitted_at.isoformat() if candidate.submitted_at else None,
+        "label_studio_task_id": candidate.label_studio_task_id,
+        "wanted_votes": candidate.wanted_votes,
+        "votes": [
+            {
+                "annotator": pseudonym(secret, "annotator", b.annotator),
+                "label": b.label,
+                "flagged": b.flagged,
+                "reason": b.reason,
+            }
+            for b in ballots
+        ],
+        "cancelled_annotations": uow.candidates.cancelled_annotations(candidate.id),
+        "agreement": (
+            {
+                "item_agreement": decision.get("item_agreement"),
+                "majority_label": decision.get("majority_label"),
+                "majority_share": decision.get("majority_share"),
+                "writer_label_share": decision.get("writer_label_share"),
+                "label_counts": decision.get("label_counts"),
+            }
+            if decision
+            else None
+        ),
+        "decision": decision,
+        "override": override,
+        "history": history,
+        # A failure capture's provenance (null for a writer's candidate); its reported label is
+        # ``writer_label`` and its reporter ``writer``, as the decision rule reads them.
+        "capture": _capture_public(uow, candidate),
+        # The earlier examples it repeats (at most five, most similar first), and whether its
+        # round's policy flagged it for leads.
+        **near_duplicates.shown(uow, [candidate.id], viewer)[candidate.id],
+    }
+
+
+def _capture_public(uow: UnitOfWork, candidate: Candidate) -> dict[str, Any] | None:
+    capture = uow.captures.get(candidate.id)
+    if capture is None:
+        return None
+    return {**capture.to_dict(), "reported_label": candidate.writer_label}
+
+
+def candidates_public(
+    services: Services, candidate_ids: list[str], *, viewer: str | None = None
+) -> list[dict[str, Any]]:
+    """Candidates as the API shows them (to ``viewer``, see :func:`candidate_public`), in the order
+    of ``candidate_ids``, read in one unit of work."""
+    with services.uow(read_only=True) as uow:
+        found = uow.candidates.get_many(candidate_ids)
+        return [candidate_public(services, uow, found[c], viewer=viewer) for c in candidate_ids if c in found]
+
+
+def get_candidate(
+    services: Services,
+    candidate_id: str,
+    *,
+    only_submitted_by: str | None = None,
+    viewer: str | None = None,
+) -> dict[str, Any]:
+    """The candidate as the API shows it. With ``only_submitted_by`` (a writer's or collector's
+    name), a candidate submitted under another name (or before submitters were recorded) is refused.
+    ``viewer`` (or else ``only_submitted_by``) is who reads it (see :func:`candidate_public`)."""
+    with services.uow(read_only=True) as uow:
+        candidate = uow.candidates.get(candidate_id)
+        if candidate is None:
+            raise NotFound(f"candidate {candidate_id} does not exist", field="candidate_id")
+        if only_submitted_by is not None and candidate.submitted_by != only_submitted_by:
+            raise Forbidden(
+                f"candidate {candidate_id} is another writer's candidate; a writer, collector or "
+                "reporter reads only the candidates submitted with its own token",
+                field="Authorization",
+            )
+        return candidate_public(services, uow, candidate, viewer=viewer or only_submitted_by)
+
+
+def own_candidate_public(candidate: Candidate) -> dict[str, Any]:
+    """A candidate as its own submitter sees it in a list: what they wrote, what the model answered,
+    and where validation stands (the votes are on ``GET /api/candidates/<id>``)."""
+    return {
+        "id": candidate.id,
+        "status": candidate.status.value,
+        "inputs": dict(candidate.inputs),
+        "writer_label": candidate.writer_label,
+        "model_prediction": candidate.model_prediction,
+        "model_probabilities": candidate.model_probabilities,
+        "fooled": candidate.fooled,
+        "submitted_at": candidate.submitted_at.isoformat() if candidate.submitted_at else None,
+        "decided_at": candidate.decided_at.isoformat() if candidate.decided_at else None,
+        "rationale": candidate.rationale,
+    }
+
+
+def own_candidates(
+    services: Services, round_id: int, *, submitted_by: str, page: int = 1, limit: int = 20
+) -> dict[str, Any]:
+    """The candidates submitted under ``submitted_by`` (a token's name) in the round, the newest
+    first, one page of ``limit``; and that submitter's own figures: how many they submitted, how
+    many fooled the model (MER: fooled / submitted) and how many of those validation accepted
+    (VMER: accepted fooled / submitted), computed as the round's are over the round's candidates.
+    No one else's candidate is read."""
+    with services.uow(read_only=True) as uow:
+        uow.rounds.get(round_id)  # 404 for no such round
+        counts = round_counts(uow.candidates.submitted_counts(round_id, submitted_by))
+        found = uow.candidates.submitted_page(round_id, submitted_by, offset=(page - 1) * limit, limit=limit)
+    return {
+        "round_id": round_id,
+        "counts": counts.to_dict(),
+        "mer": counts.mer,
+        "vmer": counts.vmer,
+        "total": counts.collected,
+        "page": page,
+        "limit": limit,
+        "candidates": [own_candidate_public(c) for c in found],
+    }
