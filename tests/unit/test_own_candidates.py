@@ -15,7 +15,7 @@ from dynaval.domain.errors import NotFound
 from dynaval.domain.validation.candidate import Candidate, CandidateStatus
 from dynaval.domain.validation.policy import DecisionPolicy
 from dynaval.domain.validation.round import Round
-from dynaval.service_layer.validation import candidates
+from dynaval.service_layer.validation import candidate_views
 from tests.unit.fakes import FakeStore, fake_services
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -68,32 +68,32 @@ BO = [("bo", S.ACCEPTED, True), ("bo", S.QUEUED, True)]
 
 def test_mer_and_vmer_are_shares_of_the_writers_own_submissions() -> None:
     services = fake_services(store_with([*ANA, *BO]))
-    ana = candidates.own_candidates(services, 1, submitted_by="ana")
+    ana = candidate_views.own_candidates(services, 1, submitted_by="ana")
     assert ana["total"] == ana["counts"]["collected"] == 8
     assert (ana["counts"]["fooled"], ana["counts"]["accepted_fooled"]) == (5, 2)
     assert ana["mer"] == pytest.approx(5 / 8)
     assert ana["vmer"] == pytest.approx(2 / 8)
     assert ana["counts"]["still_in_validation"] == 2  # escalated, scoring
-    bo = candidates.own_candidates(services, 1, submitted_by="bo")
+    bo = candidate_views.own_candidates(services, 1, submitted_by="bo")
     assert (bo["total"], bo["mer"], bo["vmer"]) == (2, 1.0, 0.5)
     assert {c["id"] for c in bo["candidates"]} == {"c08", "c09"}
 
 
 def test_no_candidates_means_no_rates_and_an_unknown_round_is_not_found() -> None:
     services = fake_services(store_with(ANA))
-    nobody = candidates.own_candidates(services, 1, submitted_by="carla")
+    nobody = candidate_views.own_candidates(services, 1, submitted_by="carla")
     assert (nobody["total"], nobody["mer"], nobody["vmer"], nobody["candidates"]) == (0, None, None, [])
-    other_round = candidates.own_candidates(services, 2, submitted_by="ana")
+    other_round = candidate_views.own_candidates(services, 2, submitted_by="ana")
     assert other_round["total"] == 0
     with pytest.raises(NotFound) as refused:
-        candidates.own_candidates(services, 3, submitted_by="ana")
+        candidate_views.own_candidates(services, 3, submitted_by="ana")
     assert refused.value.field == "round_id"
 
 
 def test_pages_go_from_the_newest_and_keep_the_figures() -> None:
     services = fake_services(store_with([*ANA, *BO]))
     pages = [
-        candidates.own_candidates(services, 1, submitted_by="ana", page=p, limit=3) for p in (1, 2, 3, 4)
+        candidate_views.own_candidates(services, 1, submitted_by="ana", page=p, limit=3) for p in (1, 2, 3, 4)
     ]
     assert [[c["id"] for c in p["candidates"]] for p in pages] == [
         ["c07", "c06", "c05"],

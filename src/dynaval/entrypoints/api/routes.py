@@ -39,6 +39,7 @@ from dynaval.service_layer.services import Services
 from dynaval.service_layer.validation import (
     annotator_exclusion,
     annotators,
+    candidate_views,
     candidates,
     captures,
     gold,
@@ -234,7 +235,7 @@ def submit_candidate(round_id: int) -> Any:
         submitter=_submitter(),
         charge=charge_scoring,
     )
-    return jsonify(candidates.get_candidate(services, row.id, viewer=g.caller.owner)), 201
+    return jsonify(candidate_views.get_candidate(services, row.id, viewer=g.caller.owner)), 201
 
 
 @api.post("/api/rounds/<int:round_id>/candidates/batch")
@@ -264,7 +265,7 @@ def submit_candidate_batch(round_id: int) -> Any:
         submitter=_submitter(),
         charge=charge_scoring,
     )
-    shown = candidates.candidates_public(services, [r.id for r in rows], viewer=g.caller.owner)
+    shown = candidate_views.candidates_public(services, [r.id for r in rows], viewer=g.caller.owner)
     return jsonify({"candidates": shown}), 201
 
 
@@ -354,7 +355,9 @@ def my_candidates(round_id: int) -> Any:
     page = query_int("page", 1, minimum=1, maximum=MAX_PAGE)
     limit = query_int("limit", 20, minimum=1, maximum=MY_CANDIDATES_LIMIT)
     return jsonify(
-        candidates.own_candidates(_services(), round_id, submitted_by=g.caller.name, page=page, limit=limit)
+        candidate_views.own_candidates(
+            _services(), round_id, submitted_by=g.caller.name, page=page, limit=limit
+        )
     )
 
 
@@ -370,7 +373,7 @@ def my_candidates(round_id: int) -> Any:
 )
 @requires(*CANDIDATE_READERS)
 def get_candidate(candidate_id: str) -> Any:
-    return jsonify(candidates.get_candidate(_services(), candidate_id, only_submitted_by=g.caller.owner))
+    return jsonify(candidate_views.get_candidate(_services(), candidate_id, only_submitted_by=g.caller.owner))
 
 
 @api.post("/api/candidates/<candidate_id>/override")

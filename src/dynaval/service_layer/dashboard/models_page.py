@@ -191,7 +191,67 @@ def models_page(
 ) -> ModelsPage:
     """Everything the models page shows; the per-case view shows ``split`` (the first split when
     None; one the suite lacks is refused, naming ``split``) at ``page`` (past the end: empty)."""
-    page = max(page, 1)
+    read = _read_suite(services, split, max(page, 1))
+    matrix = cache.get(CACHE_KIND, SUITE_KEY, read.fingerprint, lambda: compute_matrix(services))
+    by_hash = {m.hash: m for m in read.models}
+    retired = sorted(
+        read.retired, key=lambda c: c.retired_at.isoformat() if c.retired_at else "", reverse=True
+    )
+    return ModelsPage(
+        splits=matrix.value.splits,
+        case_splits=read.splits,
+        rows=[
+            ModelRow(model=m, cells=matrix.value.cells[m.hash], overall=matrix.value.overall[m.hash])
+            for m in read.models
+            if m.hash in matrix.value.cells
+        ],
+        matrix_as_of=matrix.computed_at,
+        matrix_current=matrix.current,
+        cases=read.case_page(),
+        gate_runs=[_gate_run_view(run, by_hash) for run in read.runs],
+        suspects=read.suspects(),
+        more_suspects=max(0, len(read.all_suspects) - CASES_SHOWN),
+        retired=retired[:CASES_SHOWN],  # newest first
+        more_retired=max(0, len(retired) - CASES_SHOWN),
+    )
+
+
+@dataclass
+class _SuiteRead:
+    """What the models page reads of the suite in one unit of work."""
+
+    split: str | None
+    page: int
+    splits: list[str]
+    in_split: list[RegressionCase]
+    all_suspects: list[RegressionCase]
+    latest: dict[str, dict[str, CaseResult]]
+    models: list[RegisteredModel]
+    retired: list[RegressionCase]
+    runs: list[dict[str, Any]]
+    fingerprint: Any
+    revalidations: dict[str, Any]
+
+    def case_page(self) -> CasePage:
+        shown = self.in_split[(self.page - 1) * CASES_PER_PAGE : self.page * CASES_PER_PAGE]
+        return CasePage(
+            split=self.split,
+            lines=[CaseLine(c, self.latest.get(c.id, {})) for c in shown],
+            total=len(self.in_split),
+            page=self.page,
+            pages=max(1, math.ceil(len(self.in_split) / CASES_PER_PAGE)),
+        )
+
+    def suspects(self) -> list[Suspect]:
+        suspects = []
+        for case in self.all_suspects[:CASES_SHOWN]:
+            answers = self.latest.get(case.id, {}).values()
+            failed = sum(not r.correct for r in answers)
+            suspects.append(Suspect(case, failed, len(answers), self.revalidations.get(case.id)))
+        return suspects
+
+
+def _read_suite(services: Services, split: str | None, page: int) -> _SuiteRead:
     with services.uow(read_only=True) as uow:
         cases = uow.regression.cases()
         splits = sorted({c.split for c in cases}, key=split_order)
@@ -205,48 +265,25 @@ def models_page(
         all_suspects = [c for c in cases if c.suspect]
         # Only the cases shown: their results, not the whole table's.
         wanted = [c.id for c in shown] + [c.id for c in all_suspects[:CASES_SHOWN]]
-        latest = _latest(uow.regression.results(case_ids=wanted)) if wanted else {}
-        models = uow.regression.models()
-        retired = uow.regression.cases(retired=True)
-        runs = uow.regression.gate_runs(GATE_RUNS_SHOWN)
-        fingerprint = uow.regression.results_fingerprint()
-        revalidations = uow.revalidations.of_cases([c.id for c in all_suspects[:CASES_SHOWN]])
-    matrix = cache.get(CACHE_KIND, SUITE_KEY, fingerprint, lambda: compute_matrix(services))
-    by_hash = {m.hash: m for m in models}
-    suspects = []
-    for case in all_suspects[:CASES_SHOWN]:
-        answers = latest.get(case.id, {}).values()
-        failed = sum(not r.correct for r in answers)
-        suspects.append(Suspect(case, failed, len(answers), revalidations.get(case.id)))
-    retired.sort(key=lambda c: c.retired_at.isoformat() if c.retired_at else "", reverse=True)  # newest first
-    return ModelsPage(
-        splits=matrix.value.splits,
-        case_splits=splits,
-        rows=[
-            ModelRow(model=m, cells=matrix.value.cells[m.hash], overall=matrix.value.overall[m.hash])
-            for m in models
-            if m.hash in matrix.value.cells
-        ],
-        matrix_as_of=matrix.computed_at,
-        matrix_current=matrix.current,
-        cases=CasePage(
+        return _SuiteRead(
             split=split,
-            lines=[CaseLine(c, latest.get(c.id, {})) for c in shown],
-            total=len(in_split),
             page=page,
-            pages=max(1, math.ceil(len(in_split) / CASES_PER_PAGE)),
-        ),
-        gate_runs=[
-            GateRunView(
-                run=run,
-                candidate=by_hash.get(run["candidate"]),
-                flips=list(run["negative_flips"][:FLIPS_SHOWN]),
-                more_flips=max(0, len(run["negative_flips"]) - FLIPS_SHOWN),
-            )
-            for run in runs
-        ],
-        suspects=suspects,
-        more_suspects=max(0, len(all_suspects) - CASES_SHOWN),
-        retired=retired[:CASES_SHOWN],
-        more_retired=max(0, len(retired) - CASES_SHOWN),
+            splits=splits,
+            in_split=in_split,
+            all_suspects=all_suspects,
+            latest=_latest(uow.regression.results(case_ids=wanted)) if wanted else {},
+            models=uow.regression.models(),
+            retired=uow.regression.cases(retired=True),
+            runs=uow.regression.gate_runs(GATE_RUNS_SHOWN),
+            fingerprint=uow.regression.results_fingerprint(),
+            revalidations=uow.revalidations.of_cases([c.id for c in all_suspects[:CASES_SHOWN]]),
+        )
+
+
+def _gate_run_view(run: dict[str, Any], by_hash: dict[str, RegisteredModel]) -> GateRunView:
+    return GateRunView(
+        run=run,
+        candidate=by_hash.get(run["candidate"]),
+        flips=list(run["negative_flips"][:FLIPS_SHOWN]),
+        more_flips=max(0, len(run["negative_flips"]) - FLIPS_SHOWN),
     )

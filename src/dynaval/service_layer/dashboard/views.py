@@ -23,7 +23,7 @@ from dynaval.service_layer.dashboard.figures_cache import Cached, FiguresCache
 from dynaval.service_layer.releases import round_dataset as dataset
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import LateAnnotation
-from dynaval.service_layer.validation import annotators, candidates, overrides
+from dynaval.service_layer.validation import annotators, candidate_views, overrides
 
 PAGE_SIZE = 50
 URGENT = (CandidateStatus.ESCALATED.value, CandidateStatus.FLAGGED.value)
@@ -279,7 +279,7 @@ class CandidateView:
 
 
 def candidate_view(services: Services, candidate_id: str) -> CandidateView:
-    public = candidates.get_candidate(services, candidate_id)
+    public = candidate_views.get_candidate(services, candidate_id)
     record = dataset.provenance_record(services, candidate_id)
     return CandidateView(
         candidate=public,

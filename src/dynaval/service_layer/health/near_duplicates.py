@@ -14,7 +14,7 @@ stores them.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy
@@ -29,6 +29,7 @@ from dynaval.domain.health.near_duplicates import (
     FieldShingles,
     NearDuplicateCheck,
     NearDuplicateMatch,
+    NearDuplicateRule,
     best,
     field_shingles,
     lexical_matches,
@@ -37,6 +38,7 @@ from dynaval.domain.health.semantic_duplicates import SEMANTIC_THRESHOLD, field_
 from dynaval.domain.task_type import TaskType
 from dynaval.domain.validation.candidate import Candidate
 from dynaval.domain.validation.round import Round
+from dynaval.service_layer.health.ports import SemanticIndex
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import UnitOfWork
 
@@ -76,54 +78,84 @@ def check_new(
     # reads include every one stored before it.
     uow.near_duplicates.serialize_checks(round_.task_type)
     policy = round_.decision_policy
-    rule = policy.lexical_rule
-    fields = task_type.data_fields
-    lexical = services.band_keys
-    _top_up_band_keys(lexical, uow, round_.task_type)
-    semantic = services.vectors
-    threshold = policy.near_duplicate_semantic or SEMANTIC_THRESHOLD
-    vectors: list[npt.NDArray[numpy.float32] | None] = [None] * len(new)
-    if semantic is not None:
-        width = len(fields)
-        semantic.top_up(
-            round_.task_type,
-            width,
-            uow.near_duplicates.vectors_after(round_.task_type, semantic.last_seq(round_.task_type, width)),
-        )
-        vectors = (
-            list(encoded) if encoded is not None else encode_new(services, task_type, [c for c, _ in new])
-        )
-    in_batch: list[tuple[EarlierExample, FieldShingles, npt.NDArray[numpy.float32] | None]] = []
+    _top_up_band_keys(services.band_keys, uow, round_.task_type)
+    vectors = _new_vectors(services, uow, round_, task_type, [c for c, _ in new], encoded)
+    batch = _BatchCheck(
+        uow,
+        round_.task_type,
+        task_type.data_fields,
+        services.band_keys,
+        services.vectors,
+        policy.lexical_rule,
+        policy.near_duplicate_semantic or SEMANTIC_THRESHOLD,
+    )
     checked = []
     for (candidate, where), vector in zip(new, vectors, strict=True):
-        # The vector search runs on its own thread while the lexical half runs here.
-        searching = (
-            semantic.matches_soon(
-                round_.task_type, len(fields), vector, threshold=threshold, limit=MAX_REPORTED
-            )
-            if semantic is not None and vector is not None
-            else None
-        )
-        shingles = field_shingles(candidate.inputs, fields)
-        keys = band_keys(shingles)
-        found_ids = lexical.lookup(round_.task_type, keys, limit=LOOKUP_LIMIT)
-        stored = uow.near_duplicates.examples(found_ids)
-        earlier = [(stored[i], field_shingles(stored[i].inputs, fields)) for i in found_ids if i in stored]
-        matches = lexical_matches(shingles, earlier + [(e, s) for e, s, _v in in_batch], rule)
-        if searching is not None and vector is not None:
-            found = _semantic_matches(searching.result(), uow, len(fields), vector, threshold, in_batch)
-            matches = best(matches + found)
+        keys, matches = batch.check(candidate, vector)
         if matches and policy.near_duplicates == "reject":
             raise _refused(candidate, matches, field=f"{where}.inputs" if where else "inputs")
         checked.append(Checked(candidate, keys, vector, matches))
-        in_batch.append(
-            (
-                EarlierExample(candidate.id, candidate.round_id, candidate.inputs, candidate.submitted_by),
-                shingles,
-                vector,
-            )
-        )
     return checked
+
+
+def _new_vectors(
+    services: Services,
+    uow: UnitOfWork,
+    round_: Round,
+    task_type: TaskType,
+    candidates: Sequence[Candidate],
+    encoded: Sequence[Vector | None] | None,
+) -> list[Vector | None]:
+    """The candidates' vectors (``encoded``, else encoded now), once the process's semantic index
+    holds every example stored before; none without a semantic check."""
+    semantic = services.vectors
+    if semantic is None:
+        return [None] * len(candidates)
+    width = len(task_type.data_fields)
+    after = semantic.last_seq(round_.task_type, width)
+    semantic.top_up(round_.task_type, width, uow.near_duplicates.vectors_after(round_.task_type, after))
+    return list(encoded) if encoded is not None else encode_new(services, task_type, candidates)
+
+
+@dataclass
+class _BatchCheck:
+    """The check of a batch's candidates, each against the earlier examples and the batch's earlier
+    items."""
+
+    uow: UnitOfWork
+    task: str
+    fields: Sequence[str]
+    lexical: BandKeyIndex
+    semantic: SemanticIndex | None
+    rule: NearDuplicateRule
+    threshold: float
+    in_batch: list[tuple[EarlierExample, FieldShingles, Vector | None]] = field(default_factory=list)
+
+    def check(
+        self, candidate: Candidate, vector: Vector | None
+    ) -> tuple[list[int], list[NearDuplicateMatch]]:
+        """The candidate's band keys and the examples it repeats, most similar first."""
+        fields = self.fields
+        # The vector search runs on its own thread while the lexical half runs here.
+        searching = None
+        if self.semantic is not None and vector is not None:
+            searching = self.semantic.matches_soon(
+                self.task, len(fields), vector, threshold=self.threshold, limit=MAX_REPORTED
+            )
+        shingles = field_shingles(candidate.inputs, fields)
+        keys = band_keys(shingles)
+        found_ids = self.lexical.lookup(self.task, keys, limit=LOOKUP_LIMIT)
+        stored = self.uow.near_duplicates.examples(found_ids)
+        earlier = [(stored[i], field_shingles(stored[i].inputs, fields)) for i in found_ids if i in stored]
+        matches = lexical_matches(shingles, earlier + [(e, s) for e, s, _v in self.in_batch], self.rule)
+        if searching is not None and vector is not None:
+            found = _semantic_matches(
+                searching.result(), self.uow, len(fields), vector, self.threshold, self.in_batch
+            )
+            matches = best(matches + found)
+        example = EarlierExample(candidate.id, candidate.round_id, candidate.inputs, candidate.submitted_by)
+        self.in_batch.append((example, shingles, vector))
+        return keys, matches
 
 
 def _top_up_band_keys(lexical: BandKeyIndex, uow: UnitOfWork, task: str) -> None:
@@ -253,41 +285,48 @@ def reindex(services: Services, *, batch: int = REINDEX_BATCH) -> int:
     semantic check is on (and give a vector to those indexed while it was off). Returns how many
     examples were added or given a vector; a second run finds none."""
     done = 0
-    while True:
-        with services.uow() as uow:
-            missing = uow.near_duplicates.unindexed(batch)
-            if not missing:
-                break
-            vectors = _vectors_of(services, missing)
-            uow.near_duplicates.add_many(
-                [
-                    (
-                        candidate_id,
-                        task,
-                        band_keys(field_shingles(inputs, _fields(services, task, inputs))),
-                        vector,
-                    )
-                    for (candidate_id, task, inputs), vector in zip(missing, vectors, strict=True)
-                ]
-            )
-            uow.commit()
-        done += len(missing)
-    while services.vectors is not None:
-        with services.uow() as uow:
-            missing = uow.near_duplicates.without_vectors(batch)
-            if not missing:
-                break
-            vectors = _vectors_of(services, missing)
-            uow.near_duplicates.set_vectors(
-                [
-                    (c, task, v)
-                    for (c, task, _inputs), v in zip(missing, vectors, strict=True)
-                    if v is not None
-                ]
-            )
-            uow.commit()
-        done += len(missing)
+    while added := _index_missing(services, batch):
+        done += added
+    while services.vectors is not None and (given := _vectorize_missing(services, batch)):
+        done += given
     return done
+
+
+def _index_missing(services: Services, batch: int) -> int:
+    """Index up to ``batch`` stored candidates missing from the index; how many."""
+    with services.uow() as uow:
+        missing = uow.near_duplicates.unindexed(batch)
+        if not missing:
+            return 0
+        vectors = _vectors_of(services, missing)
+        uow.near_duplicates.add_many(
+            [
+                (
+                    candidate_id,
+                    task,
+                    band_keys(field_shingles(inputs, _fields(services, task, inputs))),
+                    vector,
+                )
+                for (candidate_id, task, inputs), vector in zip(missing, vectors, strict=True)
+            ]
+        )
+        uow.commit()
+    return len(missing)
+
+
+def _vectorize_missing(services: Services, batch: int) -> int:
+    """Give up to ``batch`` indexed examples without a vector (indexed while the semantic check was
+    off) their vector; how many were looked at."""
+    with services.uow() as uow:
+        missing = uow.near_duplicates.without_vectors(batch)
+        if not missing:
+            return 0
+        vectors = _vectors_of(services, missing)
+        uow.near_duplicates.set_vectors(
+            [(c, task, v) for (c, task, _inputs), v in zip(missing, vectors, strict=True) if v is not None]
+        )
+        uow.commit()
+    return len(missing)
 
 
 def _vectors_of(

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from dynaval.domain.agreement import AgreementReport
 from dynaval.domain.health.band_keys import Int64s, keys_from_bytes, keys_to_bytes, shared_keys
 from dynaval.domain.health.minhash import MinHashIndex, band_keys, connecting_pairs, keys_serve
 from dynaval.domain.health.near_duplicates import NearDuplicateRule, field_shingles
 from dynaval.domain.health.round_health import HealthCandidate, RoundHealth, RoundPoint, RoundTrend, trend
 from dynaval.domain.health.round_health import round_health as figures_of
 from dynaval.domain.provenance import writer_pseudonym
-from dynaval.domain.validation.metrics import round_counts
+from dynaval.domain.validation.metrics import RoundCounts, round_counts
 from dynaval.domain.validation.round import Round
 from dynaval.service_layer.dashboard.figures_cache import Cached, FiguresCache
 from dynaval.service_layer.dashboard.views import cached_round_agreement
@@ -133,7 +134,6 @@ def round_health(services: Services, cache: FiguresCache, round_id: int) -> Heal
         round_ = uow.rounds.get(round_id)
         peers = [r for r in uow.rounds.all() if r.id is not None and _comparable(round_, r)]
         counts = uow.dashboard.status_counts([r.id for r in peers if r.id is not None])
-    fields = list(services.catalog.get(round_.task_type).data_fields)
     parts: list[Cached[Any]] = []
     points: list[RoundPoint] = []
     own: Cached[RoundHealth] | None = None
@@ -144,30 +144,34 @@ def round_health(services: Services, cache: FiguresCache, round_id: int) -> Heal
         parts += [health, agreement]
         if peer.id == round_id:
             own = health
-        figures = round_counts(counts[peer.id])
-        points.append(
-            RoundPoint(
-                round_id=peer.id,
-                name=peer.name,
-                state=peer.state.value,
-                collected=figures.collected,
-                mer=figures.mer,
-                vmer=figures.vmer,
-                alpha=agreement.value.alpha,
-                alpha_undefined_reason=agreement.value.undefined_reason,
-                diversity=health.value.diversity,
-            )
-        )
+        points.append(_point(peer, round_counts(counts[peer.id]), health.value, agreement.value))
     assert own is not None  # the round is its own peer
     return HealthView(
         round_id=round_id,
         name=round_.name,
         task=round_.task_type,
         kind=round_.kind.value,
-        fields=fields,
+        fields=list(services.catalog.get(round_.task_type).data_fields),
         rule=round_.decision_policy.lexical_rule,
         health=own.value,
         trend=trend(points),
         as_of=min(p.computed_at for p in parts),
         current=all(p.current for p in parts),
+    )
+
+
+def _point(
+    round_: Round, figures: RoundCounts, health: RoundHealth, agreement: AgreementReport
+) -> RoundPoint:
+    assert round_.id is not None
+    return RoundPoint(
+        round_id=round_.id,
+        name=round_.name,
+        state=round_.state.value,
+        collected=figures.collected,
+        mer=figures.mer,
+        vmer=figures.vmer,
+        alpha=agreement.alpha,
+        alpha_undefined_reason=agreement.undefined_reason,
+        diversity=health.diversity,
     )

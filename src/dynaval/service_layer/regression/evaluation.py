@@ -10,6 +10,7 @@ evaluated on them fails (at least three models) are marked suspect.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,8 +146,6 @@ def evaluate(
     """Run the model in ``folder`` over the suite (or the dev and test cases of ``releases``) and
     record every case's result. ``predictor``: the model already loaded from ``folder`` (a caller
     that evaluates it repeatedly, as the benchmark does); by default it is loaded here."""
-    import time
-
     path = model_folder(folder)
     wanted = release_case_ids(services, releases) if releases else None
     # Loaded for this evaluation only, from the folder as it is now: the service's cache of round
@@ -158,19 +157,8 @@ def evaluate(
         model = register_in(uow, folder=path, model_hash=predictor.model_hash, name=name)
         uow.commit()
     sync_suite(services)
-    with services.uow(read_only=True) as uow:
-        cases = uow.regression.cases(ids=wanted)
-    mappings, skipped = _mappings(services, predictor, {c.task_type for c in cases})
-    cases = [c for c in cases if c.task_type in mappings]
-    if not cases:
-        where = "the named releases" if releases else "the suite"
-        raise InvalidInput(
-            f"{where} hold no case this model can answer (its labels: {', '.join(predictor.labels)}; "
-            f"task types of the cases: {', '.join(skipped) or 'none'})",
-            field="release" if releases else "model",
-        )
-    started = utcnow()
-    clock = time.perf_counter()
+    cases, mappings, skipped = _answerable_cases(services, predictor, wanted, from_releases=bool(releases))
+    started, clock = utcnow(), time.perf_counter()
     results = predict_cases(services, predictor, cases, mappings)
     seconds = time.perf_counter() - clock
     with services.uow() as uow:
@@ -178,16 +166,34 @@ def evaluate(
         uow.regression.add_results(run_id, results)
         uow.regression.finish_run(run_id, at=utcnow(), case_count=len(results))
         uow.commit()
-    marked = mark_suspects(services)
     return Evaluation(
         model=model,
         run_id=run_id,
         cases=cases,
         results={r.case_id: r for r in results},
         skipped_task_types=skipped,
-        suspects_marked=marked,
+        suspects_marked=mark_suspects(services),
         seconds=seconds,
     )
+
+
+def _answerable_cases(
+    services: Services, predictor: Predictor, wanted: set[str] | None, *, from_releases: bool
+) -> tuple[list[RegressionCase], dict[str, LabelMapping], list[str]]:
+    """The suite's cases (those ``wanted``, when given) of the task types whose labels the model
+    answers, their label mappings, and the task types skipped; none at all is refused."""
+    with services.uow(read_only=True) as uow:
+        cases = uow.regression.cases(ids=wanted)
+    mappings, skipped = _mappings(services, predictor, {c.task_type for c in cases})
+    cases = [c for c in cases if c.task_type in mappings]
+    if not cases:
+        where = "the named releases" if from_releases else "the suite"
+        raise InvalidInput(
+            f"{where} hold no case this model can answer (its labels: {', '.join(predictor.labels)}; "
+            f"task types of the cases: {', '.join(skipped) or 'none'})",
+            field="release" if from_releases else "model",
+        )
+    return cases, mappings, skipped
 
 
 def mark_suspects(services: Services) -> int:

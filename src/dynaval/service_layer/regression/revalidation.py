@@ -118,35 +118,41 @@ def send_suspects_to_revalidation(
             services, name=title, task=task, model="", policy=None, kind=RoundKind.REVALIDATION
         )
         assert round_.id is not None
-        at = utcnow()
-        with services.uow() as uow:
-            # Checked again inside the transaction that stores them: a case sent meanwhile is
-            # refused here (or by the unique index, if the other request has not committed yet).
-            current = _chosen(uow, [c.id for c in cases])
-            links = []
-            for case in current:
-                candidate = revalidation_candidate(
-                    case, candidate_id=str(uuid.uuid4()), round_id=round_.id, by=by, at=at
-                )
-                uow.candidates.add(candidate)
-                links.append(Revalidation(case.id, candidate.id, round_.id, by, at))
-                uow.audit.add(
-                    AuditEvent(
-                        round_id=case.round_id,
-                        candidate_id=case.id,
-                        action=SEND_ACTION,
-                        by=by,
-                        reason=f"sent to revalidation round {round_.id} as candidate {candidate.id}",
-                        status_before="suspect",
-                        status_after="under re-validation",
-                        at=at,
-                    )
-                )
-            uow.revalidations.add_many(links)
-            uow.commit()
-        sent[round_.id] = [c.id for c in current]
+        sent[round_.id] = _send(services, cases, round_id=round_.id, by=by)
         services.work.push_soon(round_.id)  # into Label Studio by the task queue
     return Sent(sent)
+
+
+def _send(services: Services, cases: Sequence[RegressionCase], *, round_id: int, by: str) -> list[str]:
+    """Store a candidate of the revalidation round for each case, its link and an audit event; the
+    ids of the cases sent."""
+    at = utcnow()
+    with services.uow() as uow:
+        # Checked again inside the transaction that stores them: a case sent meanwhile is
+        # refused here (or by the unique index, if the other request has not committed yet).
+        current = _chosen(uow, [c.id for c in cases])
+        links = []
+        for case in current:
+            candidate = revalidation_candidate(
+                case, candidate_id=str(uuid.uuid4()), round_id=round_id, by=by, at=at
+            )
+            uow.candidates.add(candidate)
+            links.append(Revalidation(case.id, candidate.id, round_id, by, at))
+            uow.audit.add(
+                AuditEvent(
+                    round_id=case.round_id,
+                    candidate_id=case.id,
+                    action=SEND_ACTION,
+                    by=by,
+                    reason=f"sent to revalidation round {round_id} as candidate {candidate.id}",
+                    status_before="suspect",
+                    status_after="under re-validation",
+                    at=at,
+                )
+            )
+        uow.revalidations.add_many(links)
+        uow.commit()
+    return [c.id for c in current]
 
 
 @dataclass

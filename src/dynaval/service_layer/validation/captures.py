@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import Conflict, InvalidInput
@@ -58,21 +59,39 @@ def report_captures(
     :mod:`dynaval.service_layer.health.near_duplicates`)."""
     where = [f"captures[{i}]." if batch else "" for i in range(len(captures))]
     _refuse_references_twice_in(captures, where)
-    at = utcnow()
     with services.uow(read_only=True) as uow:
         round_ = uow.rounds.get(round_id)
     round_.check_takes_captures()
     task_type = services.catalog.get(round_.task_type)
+    at = utcnow()
     made = [
         _new_capture(round_, task_type, given, prefix=prefix, reporter=reporter, at=at)
         for given, prefix in zip(captures, where, strict=True)
     ]
     # The semantic check's model work, before the write transaction opens.
     encoded = near_duplicates.encode_new(services, task_type, [c for c, _ in made])
+    references = {c.reference: p for (_, c), p in zip(made, where, strict=True) if c.reference}
+    if not _store(services, round_id, task_type, made, where, encoded, references):
+        _refuse_reported_meanwhile(services, round_id, references)
+    services.work.push_soon(round_id)  # into Label Studio by the task queue, not in this request
+    return [candidate for candidate, _ in made]
+
+
+def _store(
+    services: Services,
+    round_id: int,
+    task_type: TaskType,
+    made: Sequence[tuple[Candidate, Capture]],
+    where: Sequence[str],
+    encoded: Sequence[Any],
+    references: dict[str, str],
+) -> bool:
+    """Store the captures with their index entries, checked for near-duplicates and for references
+    reported earlier; False when another request reported one of the references meanwhile (the
+    unique index refused it, and nothing is stored)."""
     with services.uow() as uow:
         round_ = uow.rounds.get(round_id)
         round_.check_takes_captures()  # again: it may have closed meanwhile
-        references = {c.reference: p for (_, c), p in zip(made, where, strict=True) if c.reference}
         taken = uow.captures.by_references(round_id, references)
         if taken:
             reference, earlier = next(iter(taken.items()))
@@ -91,21 +110,18 @@ def report_captures(
         try:
             uow.captures.add_many([capture for _, capture in made])
         except Conflict:
-            raced = True  # reported meanwhile by another request: the unique index refused it
-        else:
-            raced = False
-            uow.commit()
-    if raced:
-        with services.uow(read_only=True) as uow:
-            taken = uow.captures.by_references(round_id, references)
-        if not taken:  # the other request's capture was not kept after all
-            raise Conflict(
-                "a reference was being reported at the same moment; send it again", field="reference"
-            )
-        reference, earlier = next(iter(taken.items()))
-        raise _taken(round_id, reference, earlier, field=references[reference] + "reference")
-    services.work.push_soon(round_id)  # into Label Studio by the task queue, not in this request
-    return [candidate for candidate, _ in made]
+            return False
+        uow.commit()
+    return True
+
+
+def _refuse_reported_meanwhile(services: Services, round_id: int, references: dict[str, str]) -> None:
+    with services.uow(read_only=True) as uow:
+        taken = uow.captures.by_references(round_id, references)
+    if not taken:  # the other request's capture was not kept after all
+        raise Conflict("a reference was being reported at the same moment; send it again", field="reference")
+    reference, earlier = next(iter(taken.items()))
+    raise _taken(round_id, reference, earlier, field=references[reference] + "reference")
 
 
 def _refuse_references_twice_in(captures: Sequence[NewCapture], where: Sequence[str]) -> None:

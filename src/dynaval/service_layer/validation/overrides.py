@@ -15,7 +15,7 @@ from dynaval.domain.errors import NotFound
 from dynaval.domain.validation.candidate import CandidateStatus, Override, OverrideOutcome
 from dynaval.domain.validation.votes import current_ballots
 from dynaval.service_layer.services import Services
-from dynaval.service_layer.validation.candidates import candidate_public
+from dynaval.service_layer.validation.candidate_views import candidate_public
 
 OVERRIDE = "override"
 

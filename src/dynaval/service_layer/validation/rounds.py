@@ -15,6 +15,7 @@ from dynaval.domain.audit import AuditEvent
 from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import Conflict, InvalidInput
 from dynaval.domain.labels import LabelMapping
+from dynaval.domain.task_type import TaskType
 from dynaval.domain.validation.candidate import WAITING_AT_FREEZE, CandidateStatus
 from dynaval.domain.validation.metrics import round_counts
 from dynaval.domain.validation.policy import RULE_VERSION, DecisionPolicy
@@ -69,35 +70,16 @@ def create_round(
     (the request model refuses one): nothing is loaded for it, and its model fields stay empty."""
     task_type = services.catalog.get(task)
     decision_policy = DecisionPolicy.from_overrides(policy)
-    model_dir = model_name = model_hash = ""
-    if kind is RoundKind.ADVERSARIAL:
-        if len(task_type.data_fields) > 2:
-            raise InvalidInput(
-                f"task {task} shows {len(task_type.data_fields)} input fields "
-                f"({', '.join(task_type.data_fields)}); "
-                "a sequence classifier reads one text or a pair of texts",
-                field="task",
-            )
-        folder = resolve_model_folder(services, model, task=task)
-        predictor = services.models.get(folder).predictor
-        LabelMapping.between(predictor.labels, task_type.labels, task=task)
-        model_dir, model_name, model_hash = str(folder), predictor.name, predictor.model_hash
-    project_id = services.label_studio.create_project(
-        title=f"dynaval: {name}"[:50], label_config=task_type.label_config, overlap=decision_policy.min_votes
-    )
-    webhook_id = services.label_studio.register_webhook(
-        project_id=project_id,
-        url=services.settings.public_url.rstrip("/") + "/webhooks/label-studio",
-        secret=services.settings.webhook_secret,
-    )
+    pinned = _pinned_model(services, task_type, model) if kind is RoundKind.ADVERSARIAL else None
+    project_id, webhook_id = _label_studio_project(services, name, task_type, decision_policy)
     with services.uow() as uow:
         round_ = uow.rounds.add(
             Round(
                 name=name,
                 task_type=task,
-                model_dir=model_dir,
-                model_name=model_name,
-                model_hash=model_hash,
+                model_dir=str(pinned.folder) if pinned else "",
+                model_name=pinned.name if pinned else "",
+                model_hash=pinned.hash if pinned else "",
                 labels=list(task_type.labels),
                 policy=decision_policy.to_dict(),
                 label_studio_project_id=project_id,
@@ -105,10 +87,48 @@ def create_round(
                 kind=kind,
             )
         )
-        if model_dir:  # the pinned model joins the model catalog (by its content hash) with the round
-            register_in(uow, folder=Path(model_dir), model_hash=model_hash, name=model_name)
+        if pinned:  # the pinned model joins the model catalog (by its content hash) with the round
+            register_in(uow, folder=pinned.folder, model_hash=pinned.hash, name=pinned.name)
         uow.commit()
         return round_
+
+
+def _label_studio_project(
+    services: Services, name: str, task_type: TaskType, policy: DecisionPolicy
+) -> tuple[int, int]:
+    """The round's Label Studio project, asking ``min_votes`` annotators per task, and its webhook."""
+    project_id = services.label_studio.create_project(
+        title=f"dynaval: {name}"[:50], label_config=task_type.label_config, overlap=policy.min_votes
+    )
+    webhook_id = services.label_studio.register_webhook(
+        project_id=project_id,
+        url=services.settings.public_url.rstrip("/") + "/webhooks/label-studio",
+        secret=services.settings.webhook_secret,
+    )
+    return project_id, webhook_id
+
+
+@dataclass(frozen=True)
+class _PinnedModel:
+    folder: Path
+    name: str
+    hash: str
+
+
+def _pinned_model(services: Services, task_type: TaskType, model: str) -> _PinnedModel:
+    """The model a new round of ``task_type`` pins, loaded and checked: a classifier reads one text or
+    a pair, and its labels must cover the task's."""
+    fields = task_type.data_fields
+    if len(fields) > 2:
+        raise InvalidInput(
+            f"task {task_type.name} shows {len(fields)} input fields ({', '.join(fields)}); "
+            "a sequence classifier reads one text or a pair of texts",
+            field="task",
+        )
+    folder = resolve_model_folder(services, model, task=task_type.name)
+    predictor = services.models.get(folder).predictor
+    LabelMapping.between(predictor.labels, task_type.labels, task=task_type.name)
+    return _PinnedModel(folder, predictor.name, predictor.model_hash)
 
 
 def close_round(services: Services, round_id: int) -> Round:
