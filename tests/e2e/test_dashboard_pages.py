@@ -36,6 +36,7 @@ from sqlmodel import col, select
 from werkzeug.test import TestResponse
 
 from dynaval.adapters.db import queries as round_queries_module
+from dynaval.adapters.db.candidates import record_of
 from dynaval.adapters.db.orm import (
     AnnotationRow,
     AnnotatorStatusRow,
@@ -47,7 +48,6 @@ from dynaval.adapters.db.orm import (
     RoundRow,
     as_utc,
 )
-from dynaval.adapters.db.repositories import record_of
 from dynaval.adapters.db.unit_of_work import SqlUnitOfWork
 from dynaval.bootstrap import bootstrap
 from dynaval.domain.agreement.report import round_alpha

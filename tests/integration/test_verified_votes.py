@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from sqlmodel import col, select
 
+from dynaval.adapters.db.candidates import record_of
 from dynaval.adapters.db.orm import (
     AnnotationRow,
     AnnotatorStatusRow,
@@ -30,7 +31,6 @@ from dynaval.adapters.db.orm import (
     RoundRow,
     TaskCheckRow,
 )
-from dynaval.adapters.db.repositories import record_of
 from dynaval.adapters.label_studio import LabelStudioUnavailable
 from dynaval.adapters.task_queue import QueuedWork, start_embedded_consumer
 from dynaval.domain.errors import InvalidInput, NotFound, TooLarge

@@ -31,7 +31,7 @@ from dynaval.domain.validation.gold import AnnotatorStatus, ExclusionEvent, Gold
 from dynaval.domain.validation.round import Round
 from dynaval.domain.validation.votes import AnnotationRecord
 from dynaval.service_layer.services import Services
-from dynaval.service_layer.unit_of_work import ANNOTATION_FIELDS, StoredCandidate, VoteWrites
+from dynaval.service_layer.validation.storage import ANNOTATION_FIELDS, StoredCandidate, VoteWrites
 from dynaval.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]

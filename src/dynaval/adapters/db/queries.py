@@ -14,6 +14,7 @@ from sqlalchemy import delete, func, or_, update
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
+from dynaval.adapters.db.candidates import candidate_of, record_of
 from dynaval.adapters.db.orm import (
     AnnotationRow,
     AnnotatorStatusRow,
@@ -23,12 +24,11 @@ from dynaval.adapters.db.orm import (
     GoldAnswerRow,
     as_utc,
 )
-from dynaval.adapters.db.repositories import candidate_of, record_of
 from dynaval.domain.agreement.encoding import VoteColumns
 from dynaval.domain.dashboard.lead_session import LeadSessionRecord
 from dynaval.domain.validation.candidate import Candidate
 from dynaval.domain.validation.votes import AnnotationRecord
-from dynaval.service_layer.unit_of_work import LateAnnotation, WrittenCandidate
+from dynaval.service_layer.validation.storage import LateAnnotation, WrittenCandidate
 
 VOTE_PAGE = 20_000
 """Vote rows fetched from the database at a time."""

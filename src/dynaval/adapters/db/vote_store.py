@@ -21,6 +21,7 @@ from sqlalchemy import update as sa_update
 from sqlalchemy.engine import Connection
 from sqlmodel import Session
 
+from dynaval.adapters.db.candidates import candidate_of
 from dynaval.adapters.db.orm import (
     AnnotationRow,
     CandidateRow,
@@ -28,8 +29,7 @@ from dynaval.adapters.db.orm import (
     GoldItemRow,
     as_utc,
 )
-from dynaval.adapters.db.repositories import candidate_of
-from dynaval.service_layer.unit_of_work import ANNOTATION_FIELDS, StoredCandidate, VoteWrites
+from dynaval.service_layer.validation.storage import ANNOTATION_FIELDS, StoredCandidate, VoteWrites
 
 _IN_CHUNK = 500
 

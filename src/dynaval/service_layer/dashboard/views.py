@@ -22,8 +22,8 @@ from dynaval.service_layer.agreement import reports as agreement
 from dynaval.service_layer.dashboard.figures_cache import Cached, FiguresCache
 from dynaval.service_layer.releases import round_dataset as dataset
 from dynaval.service_layer.services import Services
-from dynaval.service_layer.unit_of_work import LateAnnotation
 from dynaval.service_layer.validation import annotators, candidate_views, overrides
+from dynaval.service_layer.validation.storage import LateAnnotation
 
 PAGE_SIZE = 50
 URGENT = (CandidateStatus.ESCALATED.value, CandidateStatus.FLAGGED.value)

@@ -39,9 +39,10 @@ from dynaval.domain.validation.candidate import Candidate, CandidateStatus
 from dynaval.domain.validation.gold import GoldAnswer
 from dynaval.domain.validation.votes import AnnotationRecord
 from dynaval.service_layer.services import Services
-from dynaval.service_layer.unit_of_work import ANNOTATION_FIELDS, UnitOfWork, VoteWrites
+from dynaval.service_layer.unit_of_work import UnitOfWork
 from dynaval.service_layer.validation.annotator_exclusion import apply_gold_rule
 from dynaval.service_layer.validation.label_studio_port import READ_BATCH_SIZE, ExportedTask, ParsedAnnotation
+from dynaval.service_layer.validation.storage import ANNOTATION_FIELDS, VoteWrites
 
 log = logging.getLogger(__name__)
 
