@@ -36,8 +36,8 @@ from label_studio_sdk import LabelStudio
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Locator, Page, Response, Route
 
 from dynaval.domain.provenance import pseudonym
+from dynaval.entrypoints.auth import SESSION_COOKIE
 from dynaval.entrypoints.headers import DATA_POLICY, PAGE_POLICY
-from dynaval.entrypoints.pages.dashboard import SESSION_COOKIE
 from tests.fixtures.service import COLLECTOR_TOKEN, LEAD_TOKEN, PSEUDONYM_SECRET, WRITER_TOKEN, LiveService
 from tests.support.waiting import wait_for, wait_verified
 

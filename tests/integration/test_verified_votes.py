@@ -35,7 +35,8 @@ from dynaval.adapters.label_studio import LabelStudioUnavailable
 from dynaval.adapters.task_queue import QueuedWork, start_embedded_consumer
 from dynaval.domain.errors import InvalidInput, NotFound, TooLarge
 from dynaval.domain.validation.votes import current_ballots
-from dynaval.entrypoints.api.schemas import MAX_DELETED_IDS, read_webhook
+from dynaval.entrypoints.api.fields import MAX_DELETED_IDS
+from dynaval.entrypoints.api.webhook_payload import read_webhook
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.validation import webhooks
 from dynaval.service_layer.validation.vote_reading import reconcile_round, verify_round

@@ -15,6 +15,8 @@ import pytest
 from dynaval.domain.errors import DomainError, InvalidInput, TooLarge
 from dynaval.domain.task_type import TaskType
 from dynaval.domain.validation.policy import MAX_VOTES_LIMIT, DecisionPolicy
+from dynaval.entrypoints.api.fields import RequestModel
+from dynaval.entrypoints.api.limited_models import RequestModels, request_models
 from dynaval.entrypoints.api.schemas import (
     CandidateBatch,
     CandidateCreate,
@@ -23,12 +25,9 @@ from dynaval.entrypoints.api.schemas import (
     GoldUpload,
     OverrideCreate,
     PredictRequest,
-    RequestModel,
-    RequestModels,
     RoundCreate,
-    read_webhook,
-    request_models,
 )
+from dynaval.entrypoints.api.webhook_payload import read_webhook
 from dynaval.service_layer.validation.candidates import GivenInputs, task_inputs
 from dynaval.service_layer.validation.webhooks import AnnotationChanged, AnnotationsDeleted, OtherAction
 from dynaval.settings import Settings

@@ -9,7 +9,7 @@ body over the limit, a body that is not JSON), so there is one implementation an
 in step. Flask's ``before_request`` and ``after_request`` hooks do not run for it, by design: what
 they would do is done here, in this order: the method, the body's size (refused before the secret
 is looked at), the secret, the body (its request model,
-:func:`dynaval.entrypoints.api.schemas.read_webhook`), the use case
+:func:`dynaval.entrypoints.api.webhook_payload.read_webhook`), the use case
 (:func:`dynaval.service_layer.validation.webhooks.ingest_webhook`). Every answer carries the API's security
 headers and its errors are rendered by :func:`dynaval.entrypoints.errors.render_error`. The
 webhook is never rate-limited: Label Studio sends it inside an annotator's request, and a refused
@@ -28,7 +28,7 @@ from werkzeug.sansio.utils import get_content_length
 from werkzeug.wsgi import LimitedStream
 
 from dynaval.adapters.label_studio import WEBHOOK_SECRET_HEADER
-from dynaval.entrypoints.api.schemas import LabelStudioWebhook, read_webhook
+from dynaval.entrypoints.api.webhook_payload import LabelStudioWebhook, read_webhook
 from dynaval.entrypoints.guards import parse_json
 from dynaval.entrypoints.headers import DATA_HEADERS
 from dynaval.service_layer.services import Services

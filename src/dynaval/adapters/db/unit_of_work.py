@@ -20,9 +20,10 @@ from dynaval.adapters.db.annotators import SqlAnnotatorRepository
 from dynaval.adapters.db.audit import SqlAuditRepository
 from dynaval.adapters.db.candidates import SqlCandidateRepository
 from dynaval.adapters.db.capture_repository import SqlCaptureRepository
+from dynaval.adapters.db.dashboard_sessions import SqlDashboardSessions
 from dynaval.adapters.db.database import READ_ONLY_OPTION, Database
 from dynaval.adapters.db.gold import SqlGoldRepository
-from dynaval.adapters.db.queries import SqlDashboardQueries, SqlDashboardSessions, SqlRoundQueries
+from dynaval.adapters.db.queries import SqlDashboardQueries, SqlRoundQueries
 from dynaval.adapters.db.rounds import SqlRoundRepository
 from dynaval.adapters.db.task_checks import SqlTaskChecks
 from dynaval.adapters.db.vote_store import SqlVoteStore

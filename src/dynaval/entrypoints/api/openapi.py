@@ -12,7 +12,8 @@ from werkzeug.routing import IntegerConverter
 
 from dynaval import __version__
 from dynaval.adapters.db.database import MAX_SERIAL_ID
-from dynaval.entrypoints.api.schemas import RequestModel, request_models
+from dynaval.entrypoints.api.fields import RequestModel
+from dynaval.entrypoints.api.limited_models import request_models
 from dynaval.entrypoints.auth import Role
 from dynaval.entrypoints.guards import LIMITER, RATE_EXEMPT_ENDPOINTS, SCORING_BUDGET
 from dynaval.service_layer.services import Services

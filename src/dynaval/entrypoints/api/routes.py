@@ -10,6 +10,8 @@ from flask import Blueprint, Response, current_app, g, jsonify, request
 from dynaval.adapters.files.dataset_files import FORMATS, MEDIA_TYPES, encode_dataset
 from dynaval.domain.errors import InvalidInput
 from dynaval.domain.releases.release import SplitRule
+from dynaval.entrypoints.api.fields import RequestModel
+from dynaval.entrypoints.api.limited_models import request_models
 from dynaval.entrypoints.api.openapi import documented
 from dynaval.entrypoints.api.schemas import (
     CandidateBatch,
@@ -22,10 +24,8 @@ from dynaval.entrypoints.api.schemas import (
     OverrideCreate,
     PredictRequest,
     ReleaseCreate,
-    RequestModel,
     RevalidateRequest,
     RoundCreate,
-    request_models,
 )
 from dynaval.entrypoints.auth import Role, requires
 from dynaval.entrypoints.guards import charge_scoring, parse_json, query_int, read_body

@@ -122,7 +122,8 @@ def cmd_suite_case(args: argparse.Namespace) -> int:
 
 
 def cmd_suite_revalidate(args: argparse.Namespace) -> int:
-    from dynaval.entrypoints.api.schemas import RevalidateRequest, request_models
+    from dynaval.entrypoints.api.limited_models import request_models
+    from dynaval.entrypoints.api.schemas import RevalidateRequest
     from dynaval.service_layer.regression.revalidation import send_suspects_to_revalidation
 
     with closing(open_services()) as services:

@@ -47,7 +47,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def cmd_round_freeze(args: argparse.Namespace) -> int:
-    from dynaval.entrypoints.api.schemas import FreezeRequest, request_models
+    from dynaval.entrypoints.api.limited_models import request_models
+    from dynaval.entrypoints.api.schemas import FreezeRequest
     from dynaval.service_layer.validation.rounds import freeze_round
 
     if args.reason is not None and not args.force:
@@ -70,7 +71,8 @@ def cmd_round_freeze(args: argparse.Namespace) -> int:
 def cmd_gold_add(args: argparse.Namespace) -> int:
     """Gold items from a JSONL file, checked by the same request model as the API's gold upload
     (``POST /api/rounds/<id>/gold``), then by the same use case; an error names the line."""
-    from dynaval.entrypoints.api.schemas import GoldUpload, request_models
+    from dynaval.entrypoints.api.limited_models import request_models
+    from dynaval.entrypoints.api.schemas import GoldUpload
     from dynaval.service_layer.validation.gold import add_gold_items
 
     path = Path(args.file)

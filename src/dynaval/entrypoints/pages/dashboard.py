@@ -18,13 +18,10 @@ own use cases) and renders a template; the templates only display.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import math
 import secrets
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import wraps
 from typing import Any, TypeVar
 
 from flask import (
@@ -39,23 +36,31 @@ from flask import (
     request,
     url_for,
 )
-from werkzeug.wrappers import Response as BaseResponse
 
 from dynaval.domain.errors import DomainError, InvalidInput
+from dynaval.entrypoints.api.limited_models import request_models
 from dynaval.entrypoints.api.routes import FIGURES_CACHE, dataset_download, release_download
-from dynaval.entrypoints.api.schemas import ExclusionChange, OverrideCreate, RevalidateRequest, request_models
+from dynaval.entrypoints.api.schemas import ExclusionChange, OverrideCreate, RevalidateRequest
 from dynaval.entrypoints.auth import (
     SESSION_COOKIE,
-    Caller,
     Role,
-    Unauthorized,
-    caller_of,
     caller_of_token,
-    session_caller,
 )
 from dynaval.entrypoints.errors import status_of
 from dynaval.entrypoints.guards import query_int
 from dynaval.entrypoints.pages import charts
+from dynaval.entrypoints.pages.lead_session import (
+    COOKIE_PATH,
+    FORM_EXPIRED,
+    LOGIN_COOKIE,
+    csrf_token,
+    delete_cookie,
+    forget_session,
+    form_is_ours,
+    lead_page,
+    mac,
+    set_cookie,
+)
 from dynaval.service_layer.agreement import reports as agreement
 from dynaval.service_layer.dashboard import models_page
 from dynaval.service_layer.dashboard import sessions as dashboard_sessions
@@ -78,14 +83,8 @@ pages = Blueprint(
     static_folder="static",
 )
 
-LOGIN_COOKIE = "dynaval_login"
-"""Holds the random value the login form's CSRF token is derived from (before any session)."""
-COOKIE_PATH = "/dashboard"  # the API never reads the cookies: they are not sent there
 CACHE = FIGURES_CACHE
 DASH = "—"
-FORM_EXPIRED = "The form has expired: reload the page and try again."
-CROSS_ORIGIN = frozenset({"cross-site", "same-site"})
-"""``Sec-Fetch-Site`` values of a request another origin (Label Studio's port included) started."""
 FLAGGED_SHOWN = 20
 """Flagged near-duplicates listed above a round's queue (all: ``GET /api/rounds/<id>/near-duplicates``)."""
 
@@ -107,98 +106,13 @@ def _cache() -> FiguresCache:
     return cache
 
 
-# ------------------------------------------------------------------------------------ the lead
-
-
-def _mac(purpose: str, value: str) -> str:
-    key = _services().settings.resolved_session_secret.encode()
-    return hmac.new(key, f"{purpose}:{value}".encode(), hashlib.sha256).hexdigest()
-
-
-def _same(presented: str, wanted: str) -> bool:
-    return bool(wanted) and hmac.compare_digest(presented.encode(), wanted.encode())
-
-
-def _csrf_token() -> str:
-    """The token a form posted with the session must carry (empty without a session)."""
-    session_id = g.get("session_id")
-    return _mac("csrf", session_id) if session_id else ""
-
-
-def _from_another_origin() -> bool:
-    return request.headers.get("Sec-Fetch-Site", "").lower() in CROSS_ORIGIN
-
-
-def _form_is_ours(wanted: str) -> bool:
-    """A form posted with a cookie came from our own page: its CSRF token is ``wanted``, and the
-    browser (when it says) saw it start on this origin."""
-    return not _from_another_origin() and _same(request.form.get("csrf_token", ""), wanted)
-
-
-def _set_cookie(response: BaseResponse, name: str, value: str, *, path: str, max_age: int | None) -> None:
-    response.set_cookie(
-        name,
-        value,
-        max_age=max_age,
-        path=path,
-        secure=_services().settings.resolved_session_cookie_secure,
-        httponly=True,
-        samesite="Lax",
-    )
-
-
-def _delete_cookie(response: BaseResponse, name: str, *, path: str) -> None:
-    response.delete_cookie(
-        name,
-        path=path,
-        secure=_services().settings.resolved_session_cookie_secure,
-        httponly=True,
-        samesite="Lax",
-    )
-
-
-def _forget_session(response: BaseResponse) -> BaseResponse:
-    _delete_cookie(response, SESSION_COOKIE, path=COOKIE_PATH)
-    return response
-
-
-def lead_page(view: F) -> F:
-    """Serve the page to a lead (session or bearer header); redirect anyone else to the login,
-    except a writer's token, which gets 403."""
-
-    @wraps(view)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        settings = _services().settings
-        header = request.headers.get("Authorization")
-        caller: Caller | None
-        if header:
-            try:
-                caller = caller_of(settings, header)
-            except Unauthorized:
-                caller = None
-        else:
-            caller = session_caller()
-        if caller is None:
-            response = redirect(url_for("dashboard.login"))
-            # A cookie naming a session that ended is of no use any more.
-            return _forget_session(response) if request.cookies.get(SESSION_COOKIE) else response
-        if caller.role is not Role.LEAD:
-            return render_template("forbidden.html"), 403
-        g.caller = caller
-        if request.method == "POST" and not header and not _form_is_ours(_csrf_token()):
-            return render_template("error.html", status=400, message=FORM_EXPIRED), 400
-        return view(*args, **kwargs)
-
-    return guarded  # type: ignore[return-value]
-
-
 @pages.app_context_processor
 def _page_globals() -> dict[str, Any]:
     caller = g.get("caller")
     return {
         "lead_name": caller.name if caller is not None and caller.role is Role.LEAD else None,
         "signed_in": bool(g.get("session_id")),
-        "csrf_token": _csrf_token,
+        "csrf_token": csrf_token,
         "DASH": DASH,
         # Where a person opens a task in Label Studio: the adapter knows Label Studio's URLs.
         "task_url": _services().label_studio.task_url,
@@ -259,10 +173,10 @@ def _login_page(*, error: str | None = None, status: int = 200) -> Any:
     if fresh:
         nonce = secrets.token_urlsafe(32)
     response = current_app.make_response(
-        (render_template("login.html", error=error, login_csrf=_mac("login", nonce)), status)
+        (render_template("login.html", error=error, login_csrf=mac("login", nonce)), status)
     )
     if fresh:
-        _set_cookie(response, LOGIN_COOKIE, nonce, path=url_for("dashboard.login"), max_age=None)
+        set_cookie(response, LOGIN_COOKIE, nonce, path=url_for("dashboard.login"), max_age=None)
     return response
 
 
@@ -274,7 +188,7 @@ def login() -> Any:
 @pages.post("/login")
 def login_submit() -> Any:
     nonce = request.cookies.get(LOGIN_COOKIE, "")
-    if not nonce or not _form_is_ours(_mac("login", nonce)):
+    if not nonce or not form_is_ours(mac("login", nonce)):
         return _login_page(error=FORM_EXPIRED, status=400)
     token = request.form.get("token", "").strip()
     caller = caller_of_token(_services().settings, token)
@@ -287,8 +201,8 @@ def login_submit() -> Any:
     )
     response = redirect(url_for("dashboard.rounds"), code=303)
     max_age = math.ceil(_services().settings.session_lifetime_s)  # the server ends it anyway
-    _set_cookie(response, SESSION_COOKIE, session_id, path=COOKIE_PATH, max_age=max_age)
-    _delete_cookie(response, LOGIN_COOKIE, path=url_for("dashboard.login"))
+    set_cookie(response, SESSION_COOKIE, session_id, path=COOKIE_PATH, max_age=max_age)
+    delete_cookie(response, LOGIN_COOKIE, path=url_for("dashboard.login"))
     return response
 
 
@@ -298,10 +212,10 @@ def logout() -> Any:
     cookie. A session that already ended needs no form; a live one needs the page's CSRF token."""
     session_id = request.cookies.get(SESSION_COOKIE, "")
     if session_id and dashboard_sessions.resolve(_services(), session_id) is not None:
-        if not _form_is_ours(_mac("csrf", session_id)):
+        if not form_is_ours(mac("csrf", session_id)):
             return render_template("error.html", status=400, message=FORM_EXPIRED), 400
         dashboard_sessions.end(_services(), session_id)
-    return _forget_session(redirect(url_for("dashboard.login"), code=303))
+    return forget_session(redirect(url_for("dashboard.login"), code=303))
 
 
 # ---------------------------------------------------------------------------------- the pages
