@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dynaval.domain.agreement.set_valued import set_label
+from dynaval.service_layer.agreement.vote_files import JSONL, LABEL_STUDIO, VoteFile, VoteFileError
 
-JSONL = "jsonl"
-LABEL_STUDIO = "label-studio-export"
 VOTE_FIELDS = ("item", "annotator", "label")
 USABLE_CONTROLS = ("choices", "taxonomy", "rating", "number")
 SET_CONTROLS = ("choices", "taxonomy")
@@ -37,31 +35,6 @@ JSON_EXPORT = (
     "GET /api/projects/<id>/export?exportType=JSON) and pass that file"
 )
 JSON_MIN_KEYS = frozenset({"annotation_id", "lead_time", "annotator"})
-
-
-class VoteFileError(ValueError):
-    """A file that cannot be read as votes; the message says what to fix."""
-
-
-@dataclass
-class VoteFile:
-    votes: list[tuple[str, str, str]]
-    """Every vote with a string label (a set-valued answer as its elements joined with " + ")."""
-    source: str
-    from_name: str | None = None
-    control: str | None = None
-    """The Label Studio control type the votes come from (choices, taxonomy, rating, number)."""
-    set_votes: list[tuple[str, str, frozenset[str]]] | None = None
-    """The same votes as sets, when the answers are set-valued (several choices or paths)."""
-    gold: dict[str, str] = field(default_factory=dict)
-    """Item -> gold label, from ground-truth annotations with ``ground_truth="gold"``."""
-    cancelled_ignored: int = 0
-    superseded_ignored: int = 0
-    without_choice: int = 0
-    ground_truth_ignored: int = 0
-    duplicates_ignored: int = 0
-    tasks_without_annotations: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 def read_votes(
@@ -320,3 +293,24 @@ def _number_label(value: Any) -> str | None:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
+
+
+class VoteFiles:
+    """The agreement room's :class:`~dynaval.service_layer.agreement.vote_files.VoteFileReader`."""
+
+    def read(
+        self,
+        path: Path,
+        *,
+        from_name: str | None,
+        taxonomy_depth: int | None,
+        ground_truth: str,
+        duplicates: str,
+    ) -> VoteFile:
+        return read_votes(
+            path,
+            from_name=from_name,
+            taxonomy_depth=taxonomy_depth,
+            ground_truth=ground_truth,
+            duplicates=duplicates,
+        )

@@ -5,119 +5,39 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
 from dynaval.entrypoints.cli.common import CommandError
 
-LEVELS = ("nominal", "ordinal", "interval", "ratio")
-
-
-def _value_domain(level: str, labels: str | None, observed: set[str]) -> Any:
-    """The value domain the engine needs for ``level`` from --labels or the labels themselves."""
-    order = [x.strip() for x in labels.split(",") if x.strip()] if labels else None
-    if level == "nominal":
-        return order
-    numeric = _numbers(order or sorted(observed))
-    if level == "ordinal":
-        if order:
-            return order
-        if numeric is None:
-            raise CommandError("the ordinal level needs the labels in order: pass --labels low,...,high")
-        return sorted(observed, key=lambda label: numeric[label])
-    if numeric is None:
-        raise CommandError(f"the {level} level needs numeric labels (or --labels with numbers)")
-    return numeric
-
-
-def _numbers(labels: Sequence[str]) -> dict[str, float] | None:
-    try:
-        return {label: float(label) for label in labels}
-    except ValueError:
-        return None
-
-
-DEFAULT_LEVELS = {"rating": "ordinal", "number": "interval"}
-"""The level a Label Studio control's numbers get unless --level says otherwise."""
-
 
 def cmd_agreement(args: argparse.Namespace) -> int:
-    from dynaval.adapters.files.vote_files import JSONL, VoteFileError, read_votes
-    from dynaval.domain.agreement import Level, agreement_report
-    from dynaval.domain.agreement.against_gold import score_against_gold, score_labels_against_gold
-    from dynaval.domain.agreement.dawid_skene import dawid_skene_beside_majority
-    from dynaval.domain.agreement.set_valued import masi_alpha, per_choice_alpha
+    from dynaval.adapters.files.vote_files import VoteFiles
+    from dynaval.service_layer.agreement.vote_files import (
+        FileAgreementRequest,
+        agreement_of_file,
+        check_request,
+    )
 
-    if args.level is not None and args.level not in LEVELS:
-        raise CommandError(f"unknown level {args.level!r}; use one of: {', '.join(LEVELS)}")
-    if args.bootstrap < 0:
-        raise CommandError("--bootstrap must be 0 (no interval) or a positive number of resamples")
-    items_path = _items_path(args.items)
-    try:
-        votes_file = read_votes(
-            Path(args.file),
-            from_name=args.from_name,
-            taxonomy_depth=args.taxonomy_depth,
-            ground_truth=args.ground_truth,
-            duplicates=args.duplicates,
-        )
-    except VoteFileError as exc:
-        raise CommandError(str(exc)) from None
-    if args.ground_truth != "include" and votes_file.source == JSONL:
-        raise CommandError(
-            "--ground-truth applies to a Label Studio export; JSONL votes have no ground truth"
-        )
-    set_votes = votes_file.set_votes
-    if set_votes is not None and args.level not in (None, "nominal"):
-        raise CommandError(
-            f"the answers of {votes_file.from_name} are sets (several choices or paths), compared with the "
-            "MASI distance; leave out --level"
-        )
-    level = cast(Level, args.level or DEFAULT_LEVELS.get(votes_file.control or "", "nominal"))
-    values = _value_domain(level, args.labels, {label for _, _, label in votes_file.votes})
-    try:
-        report = agreement_report(
-            votes_file.votes, level=level, values=values, bootstrap=args.bootstrap, seed=args.seed
-        )
-    except ValueError as exc:
-        raise CommandError(str(exc)) from None
-    aggregate = dawid_skene_beside_majority(votes_file.votes) if votes_file.votes else None
-    aggregate_items = cast(list[dict[str, Any]], aggregate["items"]) if aggregate else []
-    data: dict[str, Any] = {
-        **report.to_dict(),
-        "dawid_skene": aggregate,
-        "source": {
-            "format": votes_file.source,
-            "from_name": votes_file.from_name,
-            "control": votes_file.control,
-            "votes_read": len(votes_file.votes),
-            "cancelled_ignored": votes_file.cancelled_ignored,
-            "superseded_ignored": votes_file.superseded_ignored,
-            "without_answer": votes_file.without_choice,
-            "tasks_without_annotations": votes_file.tasks_without_annotations,
-            "ground_truth": args.ground_truth if votes_file.source != JSONL else None,
-            "ground_truth_ignored": votes_file.ground_truth_ignored,
-            "duplicates_ignored": votes_file.duplicates_ignored,
-        },
-    }
-    if set_votes is not None:
-        masi = masi_alpha(set_votes, bootstrap=args.bootstrap, seed=args.seed)
-        data.update(
-            {
-                **masi.to_dict(),
-                "level": "masi",
-                "exact_set_alpha": report.alpha,
-                "per_choice": [row.to_dict() for row in per_choice_alpha(set_votes)],
-            }
-        )
-    if args.ground_truth == "gold":
-        data["gold"] = score_against_gold(votes_file.votes, votes_file.gold)
-        data["gold"]["dawid_skene"] = score_labels_against_gold(
-            {row["item"]: row["label"] for row in aggregate_items}, votes_file.gold
-        )
+    request = FileAgreementRequest(
+        path=Path(args.file),
+        level=args.level,
+        labels=args.labels,
+        bootstrap=args.bootstrap,
+        seed=args.seed,
+        from_name=args.from_name,
+        taxonomy_depth=args.taxonomy_depth,
+        ground_truth=args.ground_truth,
+        duplicates=args.duplicates,
+    )
+    check_request(request)
+    items_path = _items_path(args.items)  # checked before the file is read
+    data = agreement_of_file(VoteFiles(), request)
     if items_path is not None:
-        _write_aggregate_items(items_path, aggregate_items)
+        aggregate = data["dawid_skene"]
+        _write_aggregate_items(
+            items_path, cast(list[dict[str, Any]], aggregate["items"]) if aggregate else []
+        )
     print(json.dumps(data, ensure_ascii=False) if args.json else format_agreement(data))
     return 0
 
