@@ -6,6 +6,8 @@ dynaval service on a real database (SQLite and PostgreSQL).
 
 import os
 
+import pytest
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -16,3 +18,13 @@ pytest_plugins = [
     "tests.fixtures.service",
     "tests.fixtures.browser",
 ]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``postgres`` every test that runs on the ``database_url`` fixture's PostgreSQL case
+    (given by the fixture or named by the test), so that ``-m "not postgres and not labelstudio"``
+    is the fast tier: SQLite only, no server but the machine's own files."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("database_url") == "postgres":
+            item.add_marker(pytest.mark.postgres)

@@ -64,17 +64,16 @@ from dynaval.service_layer.services import Services
 from tests.e2e.test_validation_loop import wait_for
 from tests.fixtures.service import (
     LEAD_TOKEN,
+    NAMED_TOKEN,
     PSEUDONYM_SECRET,
     WRITER_TOKEN,
     LiveService,
     free_port,
     make_settings,
-    offline_app,
 )
 
 POS, NEG, NEU = "positive", "negative", "neutral"
 LABELS = [POS, NEG, NEU]
-NAMED_TOKEN = "grace-lead-token-0123456789abcdef"
 DASH = "—"
 PROJECT = 4242
 
@@ -290,13 +289,8 @@ def select_max_annotation_id() -> Any:
 
 
 @pytest.fixture
-def app(database_url: str, tmp_path: Path) -> Iterator[Flask]:
-    """The app on a real database, Label Studio unreachable, no background worker."""
-    application = offline_app(database_url, tmp_path, lead_tokens=[LEAD_TOKEN, f"grace={NAMED_TOKEN}"])
-    try:
-        yield application
-    finally:
-        shutdown(application)
+def app(dashboard_app: Flask) -> Flask:
+    return dashboard_app
 
 
 @pytest.fixture

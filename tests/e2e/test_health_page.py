@@ -7,9 +7,7 @@ inflation mark on the second round, every user text shown as text, and no traceb
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from flask import Flask
@@ -21,7 +19,6 @@ from dynaval.domain.health.round_health import diversity
 from dynaval.domain.provenance import writer_pseudonym
 from dynaval.domain.validation.policy import DecisionPolicy
 from dynaval.entrypoints.api.routes import FIGURES_CACHE
-from dynaval.entrypoints.app import shutdown
 from dynaval.service_layer.agreement import reports as agreement
 from dynaval.service_layer.dashboard.figures_cache import FiguresCache
 from dynaval.service_layer.services import Services
@@ -30,20 +27,14 @@ from tests.fixtures.service import (
     EXPORTER_TOKEN,
     LEAD_TOKEN,
     WRITER_TOKEN,
-    offline_app,
 )
 from tests.support.health_seed import MARKUP, TRICK_EDITS, HealthRounds, seed_health_rounds
 from tests.support.release_seed import T0
 
 
 @pytest.fixture
-def app(database_url: str, tmp_path: Path) -> Iterator[Flask]:
-    """The app on a real database, Label Studio unreachable (no page needs it), no worker."""
-    application = offline_app(database_url, tmp_path)
-    try:
-        yield application
-    finally:
-        shutdown(application)
+def app(dashboard_app: Flask) -> Flask:
+    return dashboard_app
 
 
 @pytest.fixture

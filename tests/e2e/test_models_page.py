@@ -7,7 +7,6 @@ text shown as text.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,19 +14,16 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from dynaval.domain.regression.suite import accuracy_with_ci
-from dynaval.entrypoints.app import shutdown
 from dynaval.entrypoints.pages.dashboard import CACHE
 from dynaval.service_layer.dashboard import models_page
 from dynaval.service_layer.dashboard.figures_cache import FiguresCache
 from dynaval.service_layer.regression import evaluation, gate
 from dynaval.service_layer.regression import suite as regression_suite
 from dynaval.service_layer.services import Services
-from tests.e2e.test_dashboard_pages import NAMED_TOKEN, PageIds, fmt3, lead
+from tests.e2e.test_dashboard_pages import PageIds, fmt3, lead
 from tests.fixtures.service import (
     EXPORTER_TOKEN,
-    LEAD_TOKEN,
     WRITER_TOKEN,
-    offline_app,
 )
 from tests.support.models_scenario import (
     ANSWERS,
@@ -48,13 +44,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture
-def app(database_url: str, tmp_path: Path) -> Iterator[Flask]:
-    """The app on a real database, Label Studio unreachable (no page needs it), no worker."""
-    application = offline_app(database_url, tmp_path, lead_tokens=[LEAD_TOKEN, f"{LEAD}={NAMED_TOKEN}"])
-    try:
-        yield application
-    finally:
-        shutdown(application)
+def app(dashboard_app: Flask) -> Flask:
+    return dashboard_app
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ with a default model folder that does not exist: a revalidation round needs none
 from __future__ import annotations
 
 import json
-import random
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,6 @@ import psycopg
 import pytest
 from label_studio_sdk import LabelStudio
 
-from dynaval.domain.clock import utcnow
 from dynaval.domain.regression.suite import RegressionCase
 from dynaval.entrypoints.cli import main as cli
 from dynaval.service_layer.regression import evaluation
@@ -32,13 +30,11 @@ from tests.fixtures.service import (
     cli_environment,
     running_service,
 )
-from tests.support.release_seed import seed_frozen_round
+from tests.support.release_seed import seed_suite as seeded_suite
 from tests.support.tiny_model import build_tiny_model
 from tests.support.waiting import wait_for, wait_verified
 
 pytestmark = pytest.mark.labelstudio
-
-SENTIMENT = ["positive", "negative", "neutral"]
 
 
 @pytest.fixture
@@ -61,29 +57,7 @@ def service(tmp_path: Path, label_studio_server: Any) -> Iterator[LiveService]:
 
 def seed_suite(service: LiveService) -> dict[str, RegressionCase]:
     """Six cases of a frozen round (two of each label), taken into the suite as a source would."""
-    services = service.services
-    assert services.database is not None
-    seeded = seed_frozen_round(
-        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=6,
-        writers=3, rng=random.Random(21), name="round one", annotation_base=10**9,
-    )  # fmt: skip
-    with services.uow() as uow:
-        candidates = uow.candidates.get_many(seeded.candidate_ids)
-        cases = [
-            RegressionCase(
-                id=c.id,
-                round_id=seeded.round_id,
-                split="dev_r1",
-                task_type="sentiment",
-                inputs=dict(c.inputs),
-                label=c.writer_label,
-                source="release:dynaval-sentiment@1.0.0",
-            )
-            for c in candidates.values()
-        ]
-        uow.regression.add_cases(cases, at=utcnow())
-        uow.commit()
-    return {c.id: c for c in cases}
+    return {c.id: c for c in seeded_suite(service.services, seed=21, annotation_base=10**9)}
 
 
 def test_suspects_are_revalidated_blind_and_settled_by_the_validators(

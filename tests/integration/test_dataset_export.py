@@ -40,6 +40,7 @@ from tests.fixtures.service import (
     PSEUDONYM_SECRET,
     cli_environment,
 )
+from tests.support.rows import candidate_row
 
 PARQUET_COLUMNS = [
     "example_id", "task_type", "text", "writer_label", "rationale", "writer", "collected_by", "submitted_at",
@@ -119,7 +120,7 @@ def seed(services: Services) -> Seeded:
     expected: dict[str, dict[str, Any]] = {}
 
     def add_candidate(**values: Any) -> CandidateRow:
-        row = CandidateRow(round_id=values.pop("round_id", rid), **values)
+        row = candidate_row(round_id=values.pop("round_id", rid), **values)
         candidates.append(row)
         return row
 
@@ -206,11 +207,9 @@ def seed(services: Services) -> Seeded:
         writer_label="positive",
         writer_id="writer-ana",
         submitted_by="writer-ana",
-        status="accepted",
         model_prediction="negative",
         model_probabilities={"positive": 0.1, "negative": 0.7, "neutral": 0.2},
         model_signature="f" * 64,
-        fooled=True,
         submitted_at=T0,
         label_studio_task_id=9001,
         decision=stored_decision(unanimous, ["7", "12", "3"]),
@@ -233,11 +232,9 @@ def seed(services: Services) -> Seeded:
         writer_id="ana",
         submitted_by="collector-form",
         collected_by="collector-form",
-        status="accepted",
         model_prediction="neutral",
         model_probabilities={"neutral": 0.5, "positive": 0.25, "negative": 0.25},
         model_signature="e" * 64,
-        fooled=True,
         submitted_at=T0.astimezone(PLUS_TWO),
         label_studio_task_id=9002,
         decision=stored_decision(unanimous, ["1", "2"]),
@@ -264,11 +261,9 @@ def seed(services: Services) -> Seeded:
         writer_label="negative",
         writer_id="writer-bo",
         submitted_by="writer-bo",
-        status="accepted",
         model_prediction="positive",
         model_probabilities={"positive": 0.9, "negative": 0.05, "neutral": 0.05},
         model_signature="d" * 64,
-        fooled=True,
         submitted_at=T0 + timedelta(seconds=1),
         label_studio_task_id=9003,
         decision=stored_decision(
@@ -307,11 +302,9 @@ def seed(services: Services) -> Seeded:
         inputs={"text": "overridden"},
         writer_label="positive",
         writer_id="writer-ana",
-        status="accepted",
         model_prediction="negative",
         model_probabilities={"positive": 0.2, "negative": 0.8},
         model_signature="c" * 64,
-        fooled=True,
         submitted_at=T0 + timedelta(seconds=2),
         label_studio_task_id=9004,
         decision=stored_decision(
@@ -352,7 +345,6 @@ def seed(services: Services) -> Seeded:
         inputs={"text": "never scored"},
         writer_label="neutral",
         writer_id="writer-bo",
-        status="accepted",
         submitted_at=T0 + timedelta(seconds=3),
         decision=None,
         override_outcome="accepted",
@@ -377,7 +369,6 @@ def seed(services: Services) -> Seeded:
         inputs={"text": "never scored either"},
         writer_label="neutral",
         writer_id="writer-bo",
-        status="accepted",
         submitted_at=T0 + timedelta(seconds=3),
         decision=None,
         override_outcome="accepted",
@@ -403,11 +394,9 @@ def seed(services: Services) -> Seeded:
         inputs={"text": "floats"},
         writer_label="positive",
         writer_id="writer-ana",
-        status="accepted",
         model_prediction="negative",
         model_probabilities={"z": 1e-05, "y": 0.1 + 0.2, "x": 2 / 3, "w": 1e16, "v": 0.0, "u": 123456789.125},
         model_signature="b" * 64,
-        fooled=True,
         submitted_at=T0 - timedelta(days=1),
         label_studio_task_id=9006,
         decision=stored_decision(
@@ -429,7 +418,6 @@ def seed(services: Services) -> Seeded:
         model_prediction="negative",
         model_probabilities={"positive": 0.4, "negative": 0.6},
         model_signature="a" * 64,
-        fooled=True,
         submitted_at=T0 + timedelta(seconds=4),
         label_studio_task_id=9007,
         decision=stored_decision({**unanimous, "outcome": "rejected", "reason": "no"}, ["4"]),
@@ -452,7 +440,6 @@ def seed(services: Services) -> Seeded:
         inputs={"text": "another round"},
         writer_label="positive",
         writer_id="writer-ana",
-        status="accepted",
         submitted_at=T0 + timedelta(seconds=6),
         label_studio_task_id=9009,
     )

@@ -5,7 +5,6 @@ release)."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,9 +13,7 @@ from flask import Flask
 from sqlalchemy import update
 
 from dynaval.adapters.db.orm import RoundRow
-from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import Conflict, InvalidInput
-from dynaval.domain.regression.suite import RegressionCase
 from dynaval.domain.releases.release import SplitRule
 from dynaval.domain.validation.candidate import CandidateStatus
 from dynaval.domain.validation.round import RoundKind
@@ -28,9 +25,7 @@ from dynaval.service_layer.services import Services
 from tests.fixtures.service import EXPORTER_TOKEN, LEAD_TOKEN, cli_environment
 from tests.integration.conftest import RecordedWork
 from tests.support.label_studio_copy import LabelStudioCopy
-from tests.support.release_seed import seed_frozen_round
-
-SENTIMENT = ["positive", "negative", "neutral"]
+from tests.support.release_seed import seed_suite
 
 
 class ProjectMaker(LabelStudioCopy):
@@ -46,31 +41,11 @@ class ProjectMaker(LabelStudioCopy):
 @pytest.fixture
 def suite(services: Services) -> Iterator[dict[str, list[str]]]:
     """Six cases of a frozen round, the two labelled "neutral" suspect; Label Studio faked."""
-    assert services.database is not None
-    seeded = seed_frozen_round(
-        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=6,
-        writers=3, rng=random.Random(5), name="round one",
-    )  # fmt: skip
     services.label_studio = ProjectMaker(project_id=77)  # type: ignore[assignment]
     services.work = RecordedWork()
-    with services.uow() as uow:
-        candidates = uow.candidates.get_many(seeded.candidate_ids)
-        cases = [
-            RegressionCase(
-                id=c.id,
-                round_id=seeded.round_id,
-                split="dev_r1",
-                task_type="sentiment",
-                inputs=dict(c.inputs),
-                label=c.writer_label,
-                source="release:dynaval-sentiment@1.0.0",
-            )
-            for c in candidates.values()
-        ]
-        uow.regression.add_cases(cases, at=utcnow())
-        neutral = sorted(c.id for c in cases if c.label == "neutral")
-        assert uow.regression.mark_suspect(neutral) == 2
-        uow.commit()
+    cases = seed_suite(services, seed=5, suspect_label="neutral")
+    neutral = sorted(c.id for c in cases if c.label == "neutral")
+    assert len(neutral) == 2
     yield {"suspect": neutral, "other": sorted(c.id for c in cases if c.label != "neutral")}
 
 

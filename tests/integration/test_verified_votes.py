@@ -13,7 +13,6 @@ runs in tests/e2e/test_forged_webhooks.py.)
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -42,6 +41,7 @@ from dynaval.service_layer.validation import webhooks
 from dynaval.service_layer.validation.vote_reading import reconcile_round, verify_round
 from tests.integration.conftest import PROJECT, RecordedWork
 from tests.support.label_studio_copy import T0, LabelStudioCopy, annotation_json, deletion_webhook, webhook
+from tests.support.rows import candidate_row
 from tests.support.waiting import wait_for
 
 CREATED, UPDATED = "ANNOTATION_CREATED", "ANNOTATION_UPDATED"
@@ -72,12 +72,8 @@ def add_round(services: Services, project_id: int = PROJECT) -> int:
 
 def add_candidate(services: Services, round_id: int, task_id: int, **fields: Any) -> str:
     with services.database.unit_of_work() as session:
-        row = CandidateRow(
-            id=str(uuid.uuid4()),
+        row = candidate_row(
             round_id=round_id,
-            inputs={"text": "the soup was cold"},
-            writer_label="negative",
-            writer_id="writer-1",
             status="in_validation",
             label_studio_task_id=task_id,
             wanted_votes=3,

@@ -18,6 +18,8 @@ from sqlalchemy import insert
 
 from dynaval.adapters.db.database import Database
 from dynaval.adapters.db.orm import AnnotationRow, CandidateRow, RoundRow
+from dynaval.domain.clock import utcnow
+from dynaval.domain.regression.suite import RegressionCase
 from dynaval.domain.validation.policy import RULE_VERSION, DecisionPolicy
 
 T0 = datetime(2026, 6, 1, 9, 0, 0, tzinfo=UTC)
@@ -196,3 +198,35 @@ def set_inputs(database: Database, candidate_id: str, inputs: dict[str, str]) ->
         row.inputs = inputs
         session.add(row)
         session.commit()
+
+
+def seed_suite(
+    services: Any, *, seed: int, annotation_base: int = 1, suspect_label: str | None = None
+) -> list[RegressionCase]:
+    """Six cases of a seeded frozen sentiment round (two of each label), taken into the suite as a
+    release would give them (``dev_r1``); with ``suspect_label``, that label's cases marked suspect."""
+    assert services.database is not None
+    seeded = seed_frozen_round(
+        services.database, task_type="sentiment", labels=["positive", "negative", "neutral"],
+        fields=["text"], accepted=6, writers=3, rng=random.Random(seed), name="round one",
+        annotation_base=annotation_base,
+    )  # fmt: skip
+    with services.uow() as uow:
+        candidates = uow.candidates.get_many(seeded.candidate_ids)
+        cases = [
+            RegressionCase(
+                id=c.id,
+                round_id=seeded.round_id,
+                split="dev_r1",
+                task_type="sentiment",
+                inputs=dict(c.inputs),
+                label=c.writer_label,
+                source="release:dynaval-sentiment@1.0.0",
+            )
+            for c in candidates.values()
+        ]
+        uow.regression.add_cases(cases, at=utcnow())
+        if suspect_label is not None:
+            uow.regression.mark_suspect(sorted(c.id for c in cases if c.label == suspect_label))
+        uow.commit()
+    return cases

@@ -2,33 +2,23 @@
 
 from __future__ import annotations
 
-import doctest
 import json
 import math
 import warnings
-from types import ModuleType
 
 import krippendorff
 import numpy as np
 import numpy.typing as npt
 import pytest
 
-import dynaval.domain.agreement as engine
 from dynaval.domain.agreement import (
     LEVELS,
     Level,
     VoteColumns,
     agreement_report,
-    breakdown,
-    encoding,
-    incremental,
     report,
-    resampling,
     round_alpha,
-    tally,
 )
-from dynaval.domain.agreement import alpha as kernel
-from dynaval.domain.agreement import nominal as agreement
 
 # Krippendorff (2011), "Computing Krippendorff's Alpha-Reliability": 4 observers x 12 units.
 EXAMPLE = {
@@ -101,16 +91,6 @@ def test_unused_labels_in_values_change_nothing() -> None:
     for level in LEVELS:
         estimate = round_alpha(example_votes(), level=level, values=[0, 1, 2, 3, 4, 5, 9], bootstrap=0)
         assert estimate.alpha == pytest.approx(package_alpha(level), abs=1e-12)
-
-
-@pytest.mark.parametrize(
-    "module",
-    [engine, encoding, tally, kernel, resampling, breakdown, report, incremental, agreement],
-    ids=lambda m: m.__name__,
-)
-def test_docstring_examples(module: ModuleType) -> None:
-    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.failed == 0
 
 
 # --- the report -------------------------------------------------------------------------------
