@@ -27,6 +27,7 @@ from sqlmodel import SQLModel, select
 from dynaval.adapters.db.database import MIGRATIONS_DIR, Database
 from dynaval.adapters.db.orm import CandidateRow, RoundRow
 from dynaval.adapters.db.unit_of_work import SqlUnitOfWork
+from dynaval.domain.errors import StorageConflict
 from dynaval.domain.validation.candidate import CandidateStatus
 
 TABLES = {"round", "candidate", "annotation", "decision"}
@@ -242,6 +243,21 @@ def test_a_label_studio_task_belongs_to_one_candidate(database: Database) -> Non
         task_ids = session.exec(select(CandidateRow.label_studio_task_id)).all()
         assert sorted(t for t in task_ids if t is not None) == [4242]
         assert len(task_ids) == 3
+
+
+def test_the_unit_of_work_reports_a_taken_key_as_the_domains_storage_conflict(database: Database) -> None:
+    """The use cases never see SQLAlchemy's IntegrityError: a unique key another writer took is a
+    StorageConflict (409), at the flush or at the commit, and nothing of the unit of work is kept."""
+    round_id = new_round(database)
+    with database.unit_of_work() as session:
+        session.add(candidate(round_id, task_id=4242))
+        session.commit()
+    for step in ("flush", "commit"):
+        with pytest.raises(StorageConflict), SqlUnitOfWork(database) as uow:
+            uow.session.add(candidate(round_id, task_id=4242))
+            getattr(uow, step)()
+    with database.unit_of_work() as session:
+        assert len(session.exec(select(CandidateRow.id)).all()) == 1
 
 
 def test_a_long_read_does_not_hold_up_a_writer(database: Database) -> None:
