@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from dynaval.adapters.label_config import LabelConfigCatalog
-from dynaval.adapters.predictor import MicroBatcher, Prediction, TransformersPredictor
+from dynaval.adapters.predictor import MicroBatcher, ModelRegistry, Prediction, TransformersPredictor
 from dynaval.bootstrap import bootstrap
 from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import InvalidInput, Unavailable
@@ -21,6 +21,7 @@ from dynaval.domain.validation.candidate import CandidateStatus
 from dynaval.domain.validation.policy import DecisionPolicy
 from dynaval.domain.validation.round import Round
 from dynaval.model_builder import SEED_LABELS, build_default_model, load_nli_seed, load_seed
+from dynaval.service_layer.predictions import ModelFolder
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.validation import candidates
 from dynaval.service_layer.validation.candidates import GivenInputs
@@ -177,6 +178,25 @@ def test_a_folder_without_config_is_invalid_input(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput) as info:
         TransformersPredictor(tmp_path / "empty")
     assert info.value.field == "model"
+
+
+def test_a_look_at_a_folder_says_whether_it_is_one_and_holds_a_model(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    registry = ModelRegistry(factory=TransformersPredictor)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "link").symlink_to(tiny_model_dir)
+    assert registry.look_at(tiny_model_dir) == ModelFolder(tiny_model_dir.resolve(), True, True)
+    assert registry.look_at(tmp_path / "link") == ModelFolder(tiny_model_dir.resolve(), True, True)
+    assert registry.look_at(tmp_path / "empty") == ModelFolder((tmp_path / "empty").resolve(), True, False)
+    assert registry.look_at(tmp_path / "a-file").is_dir is False
+    assert registry.look_at(tmp_path / "gone") == ModelFolder((tmp_path / "gone").resolve(), False, False)
+    # A name the file system refuses is no folder, not an error.
+    refused = tmp_path / "nul\x00byte"
+    for name in (refused, tmp_path / ("x" * 5000)):
+        found = registry.look_at(name)
+        assert (found.is_dir, found.has_model) == (False, False)
 
 
 def test_a_folder_with_a_broken_model_is_invalid_input(tiny_model_dir: Path, tmp_path: Path) -> None:

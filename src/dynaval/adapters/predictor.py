@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dynaval.domain.errors import InvalidInput, Unavailable
-from dynaval.service_layer.predictions import ModelInput, Prediction, Predictor
+from dynaval.service_layer.predictions import ModelFolder, ModelInput, Prediction, Predictor
 
 __all__ = ["MicroBatcher", "ModelInput", "ModelRegistry", "Prediction", "Predictor", "TransformersPredictor"]
 
 PredictorFactory = Callable[[Path], Predictor]
+
+MODEL_CONFIG = "config.json"
+"""The file that makes a folder a transformers model's."""
 
 T = TypeVar("T")
 
@@ -69,7 +72,7 @@ class TransformersPredictor:
         import torch  # heavy imports stay out of module import
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        if not (folder / "config.json").is_file():
+        if not (folder / MODEL_CONFIG).is_file():
             raise InvalidInput(f"no transformers model in {folder} (config.json missing)", field="model")
         self._torch = torch
         self._folder = folder
@@ -285,3 +288,11 @@ class ModelRegistry:
 
     def folder_hash(self, folder: Path) -> str:
         return hash_model_folder(folder)
+
+    def look_at(self, folder: Path) -> ModelFolder:
+        try:
+            is_dir, has_model = folder.is_dir(), (folder / MODEL_CONFIG).is_file()
+            resolved = folder.resolve()
+        except (OSError, ValueError):  # a NUL byte, a name too long for the file system
+            return ModelFolder(path=folder, is_dir=False, has_model=False)
+        return ModelFolder(path=resolved, is_dir=is_dir, has_model=has_model)

@@ -90,6 +90,17 @@ class ReleaseReader(Protocol):
 
     def parquet_rows(self, path: Path) -> int: ...
 
+    def is_file(self, path: Path) -> bool: ...
+
+    def file_names(self, folder: Path) -> list[str]:
+        """The names in ``folder``, sorted; none when it is not a folder."""
+
+    def holds_release(self, root: Path) -> bool:
+        """Whether the folder holds a release's manifest."""
+
+    def read_card(self, root: Path) -> str | None:
+        """The card the folder holds (undecodable bytes replaced); None when it holds none."""
+
 
 class ReleaseFiles(ReleaseReader, Protocol):
     """Reading a release folder, and writing one."""
@@ -99,6 +110,9 @@ class ReleaseFiles(ReleaseReader, Protocol):
 
     def scratch_rows(self, path: Path) -> RowSink:
         """A new file of lines at ``path``, written on a thread beside the caller."""
+
+    def remove(self, path: Path) -> None:
+        """Remove a scratch file (one :meth:`scratch_rows` wrote)."""
 
     def split_files(
         self, root: Path, *, fields: Sequence[str], labels: Sequence[str], split_rows: Mapping[str, int]
@@ -115,12 +129,6 @@ class ReleaseFiles(ReleaseReader, Protocol):
 
     def archive(self, root: Path, prefix: str) -> Iterator[bytes]:
         """The folder as one uncompressed tar (under ``prefix/``), a piece at a time."""
-
-    def holds_release(self, root: Path) -> bool:
-        """Whether the folder holds a release's manifest."""
-
-    def read_card(self, root: Path) -> str | None:
-        """The card the folder holds; None when it holds none."""
 
     def check_copy_target(self, out: Path) -> None:
         """``out`` may receive a copy of a release: it does not exist, or it is an empty folder

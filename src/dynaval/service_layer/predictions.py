@@ -53,6 +53,17 @@ class BatchedModel(Protocol):
         model fails or does not answer in time."""
 
 
+@dataclass(frozen=True)
+class ModelFolder:
+    """What is at a path given as a model's folder, as the file system says."""
+
+    path: Path
+    """The path with its links and ``..`` resolved (the path itself when it cannot be)."""
+    is_dir: bool
+    has_model: bool
+    """It holds a transformers model (its ``config.json``)."""
+
+
 class Models(Protocol):
     """The models of rounds, loaded once per process and kept; and models loaded for one use."""
 
@@ -71,5 +82,8 @@ class Models(Protocol):
 
     def folder_hash(self, folder: Path) -> str:
         """The content hash of a model folder, as a loaded model of it reports it."""
+
+    def look_at(self, folder: Path) -> ModelFolder:
+        """What is at ``folder``: a directory, a model (a name the file system refuses is neither)."""
 
     def close(self) -> None: ...

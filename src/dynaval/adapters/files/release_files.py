@@ -373,6 +373,9 @@ class ReleaseFolders:
     def scratch_rows(self, path: Path) -> RowSink:
         return LineWriter(path)
 
+    def remove(self, path: Path) -> None:
+        path.unlink()
+
     def split_files(
         self, root: Path, *, fields: Sequence[str], labels: Sequence[str], split_rows: Mapping[str, int]
     ) -> SplitFiles:
@@ -393,12 +396,18 @@ class ReleaseFolders:
     def archive(self, root: Path, prefix: str) -> Iterator[bytes]:
         return archive_chunks(root, prefix)
 
+    def is_file(self, path: Path) -> bool:
+        return path.is_file()
+
+    def file_names(self, folder: Path) -> list[str]:
+        return sorted(path.name for path in folder.iterdir()) if folder.is_dir() else []
+
     def holds_release(self, root: Path) -> bool:
         return (root / MANIFEST).is_file()
 
     def read_card(self, root: Path) -> str | None:
         path = root / CARD
-        return path.read_text(encoding="utf-8") if path.is_file() else None
+        return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else None
 
     def check_copy_target(self, out: Path) -> None:
         if out.exists() and (not out.is_dir() or any(out.iterdir())):

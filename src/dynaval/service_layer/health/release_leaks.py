@@ -23,7 +23,7 @@ from typing import Any
 from dynaval.domain.health.minhash import MinHashIndex
 from dynaval.domain.health.near_duplicates import NearDuplicateRule, clusters
 from dynaval.domain.health.semantic_duplicates import SemanticRule
-from dynaval.domain.releases.release import MANIFEST, Release, SplitKind, split_kind_of
+from dynaval.domain.releases.release import Release, SplitKind, split_kind_of
 from dynaval.service_layer.files import ReleaseReader
 from dynaval.service_layer.health.ports import Encoder, ReleaseIndex
 from dynaval.service_layer.health.semantic_leaks import SemanticRows
@@ -145,7 +145,7 @@ def earlier_test_rows(
     ``(release, split, row)``. A release whose files are gone is skipped (see :class:`LeakScan`)."""
     for release in releases:
         folder = Path(release.folder)
-        if not (folder / MANIFEST).is_file():
+        if not reader.holds_release(folder):
             continue
         for entry in reader.read_manifest(folder)["files"]:
             if entry["path"].endswith(".jsonl") and split_kind_of(entry["split"]) is SplitKind.TEST:
@@ -208,7 +208,7 @@ class LeakScan:
                     "version": release.version,
                     "content_hash": release.content_hash,
                     "test_rows": counts.get(release.id, 0),
-                    "files_found": (Path(release.folder) / MANIFEST).is_file(),
+                    "files_found": self.reader.holds_release(Path(release.folder)),
                 }
             )
 

@@ -146,7 +146,7 @@ def evaluate(
     """Run the model in ``folder`` over the suite (or the dev and test cases of ``releases``) and
     record every case's result. ``predictor``: the model already loaded from ``folder`` (a caller
     that evaluates it repeatedly, as the benchmark does); by default it is loaded here."""
-    path = model_folder(folder)
+    path = model_folder(services, folder)
     wanted = release_case_ids(services, releases) if releases else None
     # Loaded for this evaluation only, from the folder as it is now: the service's cache of round
     # models could hold an older model once loaded from the same path, and would keep every

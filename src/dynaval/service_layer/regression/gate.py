@@ -51,7 +51,7 @@ def ensure_evaluated(
     """The model's latest result per case, evaluating it first when some are missing and its
     folder is still there."""
     results = evaluation.latest_results(services, model.hash)
-    if _missing(cases, results) and (Path(model.folder) / "config.json").is_file():
+    if _missing(cases, results) and services.models.look_at(Path(model.folder)).has_model:
         _evaluate(services, Path(model.folder), field="baseline")
         results = evaluation.latest_results(services, model.hash)
     return results
@@ -97,7 +97,7 @@ def _baseline_models(
                 return [uow.regression.model(baseline)]
         except NotFound as exc:
             raise InvalidInput(exc.message, field="baseline") from None
-    folder = model_folder(baseline, field="baseline")
+    folder = model_folder(services, baseline, field="baseline")
     return [_evaluated_folder(services, folder, cases, field="baseline")[0]]
 
 
@@ -143,7 +143,7 @@ def run_gate(
 ) -> GateOutcome:
     """Evaluate what is missing, compare, record the gate run."""
     check_max_flips(max_flips)
-    folder = model_folder(candidate, field="candidate")
+    folder = model_folder(services, candidate, field="candidate")
     sync_suite(services)
     with services.uow(read_only=True) as uow:
         cases = uow.regression.cases()

@@ -21,21 +21,18 @@ HASH_PREFIX = "sha256:"
 MAX_NAME_CHARS = 200
 
 
-def model_folder(path: str | Path, *, field: str = "model") -> Path:
+def model_folder(services: Services, path: str | Path, *, field: str = "model") -> Path:
     """An existing model folder (with ``config.json``), given by its absolute path (the command line
     makes a relative path absolute first)."""
     folder = Path(path).expanduser()
     if not folder.is_absolute():
         raise InvalidInput("must be the absolute path of a local model folder", field=field)
-    try:
-        is_dir, has_config = folder.is_dir(), (folder / "config.json").is_file()
-    except (OSError, ValueError):  # a NUL byte, a name too long for the file system
-        is_dir = has_config = False
-    if not is_dir:
+    found = services.models.look_at(folder)
+    if not found.is_dir:
         raise InvalidInput(f"{path} is not a model folder (no such directory)", field=field)
-    if not has_config:
+    if not found.has_model:
         raise InvalidInput(f"no transformers model in {folder} (config.json missing)", field=field)
-    return folder.resolve()
+    return found.path
 
 
 def register_in(
@@ -50,7 +47,7 @@ def register_in(
 
 def register_model(services: Services, path: str | Path, *, name: str | None = None) -> RegisteredModel:
     """Register the model in ``path`` by its content hash; registering it again changes nothing."""
-    folder = model_folder(path)
+    folder = model_folder(services, path)
     model_hash = services.models.folder_hash(folder)
     with services.uow() as uow:
         model = register_in(uow, folder=folder, model_hash=model_hash, name=name)
@@ -82,4 +79,4 @@ def find_model(services: Services, reference: str, *, field: str = "model") -> R
     if reference.startswith(HASH_PREFIX):
         with services.uow(read_only=True) as uow:
             return uow.regression.model(reference)
-    return register_model(services, model_folder(reference, field=field))
+    return register_model(services, model_folder(services, reference, field=field))

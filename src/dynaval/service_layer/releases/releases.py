@@ -302,7 +302,7 @@ def _write_splits(
     except BaseException:
         writer.abort()
         raise
-    rows_file.unlink()
+    services.release_files.remove(rows_file)  # its disk space back before the Parquet files
     return files, tally
 
 

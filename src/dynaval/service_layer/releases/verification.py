@@ -60,7 +60,7 @@ def verify_release(root: Path, files: FileServices) -> list[str]:
     tally = ReleaseTally(fields=rules.fields, labels=rules.labels, rule=rules.split)
     texts: list[tuple[str, str, dict[str, Any]]] = []
     for split, jsonl, shards in _split_files(manifest):
-        if (root / jsonl).is_file():  # a missing one is named by the file checks
+        if reader.is_file(root / jsonl):  # a missing one is named by the file checks
             findings += _split_findings(reader, root, (split, jsonl, shards), rules.fields, tally, texts)
     findings += tally.findings()
     if tally.content_hash() != manifest.get("content_hash"):
@@ -73,7 +73,7 @@ def verify_release(root: Path, files: FileServices) -> list[str]:
     stated = {str(r.get("index")): r.get("released") for r in manifest.get("rounds", [])}
     findings += _figure_findings("rounds.released", stated, released)
     findings += _near_duplicate_findings(manifest, texts, rules, files.encoder)
-    findings += _card_findings(root, manifest)
+    findings += _card_findings(reader.read_card(root), manifest)
     return findings
 
 
@@ -111,7 +111,7 @@ def _split_findings(
     findings: list[str] = []
     parquet_ids: list[Any] = []
     for shard in shards:
-        if (root / shard).is_file():
+        if reader.is_file(root / shard):
             try:
                 parquet_ids.extend(reader.parquet_column(root / shard, "example_id"))
             except Exception as exc:  # a damaged file: pyarrow's errors have no common base
@@ -188,7 +188,7 @@ def _file_findings(reader: ReleaseReader, root: Path, manifest: Mapping[str, Any
     for entry in manifest["files"]:
         path = root / entry["path"]
         listed.add(entry["path"])
-        if not path.is_file():
+        if not reader.is_file(path):
             yield f"file {entry['path']}: missing"
             continue
         if reader.file_sha256(path) != entry["sha256"]:
@@ -205,8 +205,8 @@ def _file_findings(reader: ReleaseReader, root: Path, manifest: Mapping[str, Any
         if rows != entry["rows"]:
             yield f"file {entry['path']}: {counted(rows, 'row')}, the manifest says {entry['rows']}"
     for folder in ("data", "jsonl"):
-        for path in sorted((root / folder).glob("*")) if (root / folder).is_dir() else []:
-            name = f"{folder}/{path.name}"
+        for file_name in reader.file_names(root / folder):
+            name = f"{folder}/{file_name}"
             if name not in listed:
                 yield f"file {name}: not in the manifest"
 
@@ -235,15 +235,13 @@ def _short(value: Any) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def _card_findings(root: Path, manifest: Mapping[str, Any]) -> list[str]:
-    path = root / CARD
-    if not path.is_file():
+def _card_findings(actual: str | None, manifest: Mapping[str, Any]) -> list[str]:
+    if actual is None:
         return [f"card: {CARD} is missing"]
     try:
         expected = render_card(manifest)
     except (KeyError, TypeError, ValueError) as exc:
         return [f"card: the manifest cannot give a card ({exc})"]
-    actual = path.read_text(encoding="utf-8", errors="replace")
     if actual == expected:
         return []
     for number, (a, b) in enumerate(zip(actual.splitlines(), expected.splitlines(), strict=False), start=1):

@@ -37,7 +37,7 @@ def resolve_model_folder(services: Services, model: str, *, task: str) -> Path:
     """The folder of the model a round pins: ``default`` is the task's default model."""
     if model == "default":
         folder = services.settings.default_model_dir_for(task)
-        if not (folder / "config.json").is_file():
+        if not services.models.look_at(folder).has_model:
             raise InvalidInput(
                 f"the default {task} model is not built yet; run `dynaval model build-default --task {task}` "
                 f"(expected in {folder})",
@@ -45,11 +45,11 @@ def resolve_model_folder(services: Services, model: str, *, task: str) -> Path:
             )
         return folder
     folder = Path(model).expanduser()
-    if not folder.is_absolute() or not folder.is_dir():
+    if not folder.is_absolute() or not services.models.look_at(folder).is_dir:
         raise InvalidInput(
             'model must be "default" or the absolute path of a local model folder', field="model"
         )
-    if not (folder / "config.json").is_file():
+    if not services.models.look_at(folder).has_model:
         raise InvalidInput(f"no transformers model in {folder} (config.json missing)", field="model")
     return folder
 

@@ -25,7 +25,7 @@ def list_task_types(services: Services, *, with_model_folder: bool) -> list[dict
             continue
         folder = services.settings.default_model_dir_for(name)
         default_model: dict[str, Any] = {
-            "built": (folder / "config.json").is_file(),
+            "built": services.models.look_at(folder).has_model,
             "name": folder.name,
             "build": f"dynaval model build-default --task {name}",
         }
