@@ -79,7 +79,9 @@ def test_create_round_bad_requests_write_nothing(live_service: LiveService, worl
     assert_error(call("POST", "/api/rounds", json={**good, "task": "../etc/passwd"}), 422, "task")
     assert_error(call("POST", "/api/rounds", json={**good, "model": "relative/folder"}), 422, "model")
     gone = str(world["no_model"] / "no-such-folder")
-    assert_error(call("POST", "/api/rounds", json={**good, "model": gone}), 422, "model", says="absolute path")
+    assert_error(
+        call("POST", "/api/rounds", json={**good, "model": gone}), 422, "model", says="absolute path"
+    )
     assert_error(call("POST", "/api/rounds", json={**good, "model": "/tmp/a\u0000b"}), 422, "model")
     assert_error(
         call("POST", "/api/rounds", json={**good, "model": str(world["no_model"])}),
