@@ -11,12 +11,16 @@ from dynaval.adapters.files.corpus_files import TextCorpora
 from dynaval.adapters.files.release_files import ReleaseFolders
 from dynaval.adapters.health.minhash_process import MinHashProcess
 from dynaval.adapters.health.semantic_index import SemanticVectors, shared_encoder
+from dynaval.adapters.images.image_files import ImageFolder
+from dynaval.adapters.images.pillow_images import PillowImages
 from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.label_studio import LabelStudioGateway, SdkLabelStudioGateway
-from dynaval.adapters.predictor import ModelRegistry, PredictorFactory, TransformersPredictor
+from dynaval.adapters.predictor import ModelRegistry, PredictorFactory, load_model_folder
 from dynaval.adapters.task_queue import BackgroundJobs, QueuedWork, make_huey
 from dynaval.domain.health.band_keys import BandKeyIndex
+from dynaval.domain.images.image import ImageLimits
 from dynaval.service_layer.files import OfflineServices
+from dynaval.service_layer.images.ports import ImageServices
 from dynaval.service_layer.predictions import Predictor
 from dynaval.service_layer.regression import revalidation
 from dynaval.service_layer.services import Services
@@ -28,7 +32,7 @@ from dynaval.settings import Settings
 
 def _transformers_loader(max_tokens: int) -> PredictorFactory:
     def load(folder: Path) -> Predictor:
-        return TransformersPredictor(folder, max_length=max_tokens)
+        return load_model_folder(folder, max_length=max_tokens)
 
     return load
 
@@ -70,6 +74,7 @@ def bootstrap(
         band_keys=BandKeyIndex(),
         vectors=SemanticVectors() if settings.near_duplicate_semantic else None,
         offline=offline_services(),
+        image_services=image_services(settings),
     )
     services.after_freeze.append(lambda round_id: revalidation.settle_after_freeze(services, round_id))
     # The task queue's tasks call the use cases, which ask for work through services.work.
@@ -87,6 +92,15 @@ def offline_services() -> OfflineServices:
         encoder=shared_encoder,
         release_index=MinHashProcess,
         corpus=TextCorpora(),
+    )
+
+
+def image_services(settings: Settings) -> ImageServices:
+    """The image codec, the image store in ``DYNAVAL_IMAGES_DIR`` and the limits of the settings."""
+    return ImageServices(
+        codec=PillowImages(),
+        store=ImageFolder(settings.resolved_images_dir),
+        limits=ImageLimits(max_bytes=settings.max_image_bytes, max_pixels=settings.max_image_pixels),
     )
 
 

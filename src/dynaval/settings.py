@@ -141,10 +141,32 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         default=0,
         ge=0,
-        description="Larger request bodies get 413. 0 (the default): what a full batch needs "
-        "(batch_body_bytes: 1,306,496 bytes with the default batch size and text limit).",
+        description="Larger request bodies get 413. 0 (the default): what a full batch of texts or "
+        "the largest image needs, whichever is more (1,463,640 bytes with the defaults).",
     )
     max_batch_size: int = Field(default=100, ge=1, description="Candidates one batch request may hold.")
+    max_image_bytes: int = Field(
+        default=1_048_576,
+        ge=1024,
+        description="Largest image a candidate may send, as sent (PNG or JPEG bytes); larger: 413.",
+    )
+    max_image_pixels: int = Field(
+        default=16_777_216,
+        ge=1,
+        description="Most pixels (width x height) an image may decode to; more: 422 (a decompression "
+        "bomb is refused from its header, before its pixels are decoded).",
+    )
+    images_dir: Path | None = Field(
+        default=None,
+        description="Where images are kept, one file per content hash; default: data_dir/images.",
+    )
+    image_url_days: int = Field(
+        default=365,
+        ge=1,
+        le=3650,
+        description="How long a signed image URL (a Label Studio task's, a page's) stays valid; the "
+        "reconcile pass renews the URLs of tasks in rounds not frozen 30 days before they expire.",
+    )
     near_duplicate_semantic: bool = Field(
         default=True,
         description="Also check each new candidate and capture for semantic near-duplicates (MiniLM "
@@ -227,7 +249,10 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _fit_a_full_batch(self) -> Settings:
         if not self.max_body_bytes:
-            self.max_body_bytes = batch_body_bytes(self.max_batch_size, self.max_text_chars)
+            self.max_body_bytes = max(
+                batch_body_bytes(self.max_batch_size, self.max_text_chars),
+                image_body_bytes(self.max_image_bytes),
+            )
         return self
 
     @property
@@ -443,6 +468,10 @@ class Settings(BaseSettings):
         return self.resolved_default_model_dir.parent / f"{task}-default"
 
     @property
+    def resolved_images_dir(self) -> Path:
+        return self.images_dir or (self.data_dir / "images")
+
+    @property
     def resolved_label_config_dir(self) -> Path:
         if self.label_config_dir:
             return self.label_config_dir
@@ -458,6 +487,12 @@ def batch_body_bytes(max_batch_size: int, max_text_chars: int) -> int:
     ``json`` writes anything not ASCII; written as UTF-8 they take 4 at most) and 1 KiB of JSON
     around them; 4 KiB more for the body's own."""
     return max_batch_size * (max_text_chars * 6 + 1024) + 4096
+
+
+def image_body_bytes(max_image_bytes: int) -> int:
+    """What a body with the largest image needs: the image as base64 in a data URL (4 bytes for
+    every 3), and 64 KiB for the rest of the body (or of a multipart upload's parts)."""
+    return -(-max_image_bytes // 3) * 4 + 65_536
 
 
 def _is_placeholder(value: str) -> bool:

@@ -259,7 +259,7 @@ def test_build_default_for_an_unknown_task_names_the_known_ones(tmp_path: Path) 
         cwd=tmp_path,
     )
     line = assert_one_line_error(done)
-    assert line == "dynaval: no default model for task 'nil'; known tasks: nli, sentiment"
+    assert line == "dynaval: no default model for task 'nil'; known tasks: digits, nli, sentiment"
     assert done.stdout == ""
     assert not (tmp_path / "data").exists()
 

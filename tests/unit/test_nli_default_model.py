@@ -71,7 +71,7 @@ def test_the_nli_held_out_pairs_share_no_premise_or_hypothesis_with_training() -
 def test_seed_sets_by_task() -> None:
     assert all(isinstance(r, LabelledPair) for r in load_task_seed("nli", "heldout"))
     assert all(isinstance(r, LabelledText) for r in load_task_seed("sentiment", "heldout"))
-    with pytest.raises(ValueError, match="known tasks: nli, sentiment"):
+    with pytest.raises(ValueError, match="known tasks: nli, sentiment"):  # digits has no seed set
         load_task_seed("ner", "train")
     with pytest.raises(ValueError, match="unknown seed file"):
         load_nli_seed("../train")
@@ -183,7 +183,7 @@ def test_build_default_names_the_known_tasks_for_an_unknown_one(
     out, err = capsys.readouterr()
     assert code == 2
     assert out == ""
-    assert err == f"dynaval: no default model for task {task!r}; known tasks: nli, sentiment\n"
+    assert err == f"dynaval: no default model for task {task!r}; known tasks: digits, nli, sentiment\n"
     assert not (tmp_path / "data").exists()
 
 

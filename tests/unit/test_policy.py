@@ -55,6 +55,7 @@ def test_all_fields_can_be_overridden_and_round_trip_through_to_dict() -> None:
         "near_duplicates": "reject",
         "near_duplicate_lexical": 0.7,
         "near_duplicate_semantic": 0.9,
+        "near_duplicate_image_bits": 4,
     }
     policy = DecisionPolicy.from_overrides(overrides)
     assert policy.to_dict() == overrides

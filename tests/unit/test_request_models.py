@@ -85,14 +85,24 @@ def test_the_configured_limits_are_the_ones_checked_and_published(tmp_path: Path
         ]
         assert candidate["additionalProperties"] is False
         text_schema = {"type": "string", "minLength": 1, "maxLength": chars}
-        assert {"type": "object", "additionalProperties": text_schema} in candidate["properties"]["inputs"][
+        # An input is a text or (an image task type) an image's data URL: its schema says both limits.
+        input_schema = {
+            "type": "string",
+            "minLength": 1,
+            "description": f"A text of at most {chars} characters, or (an image task type) a PNG or JPEG "
+            "as a data URL, at most 1048576 bytes decoded.",
+        }
+        assert {"type": "object", "additionalProperties": input_schema} in candidate["properties"]["inputs"][
             "anyOf"
         ]
         assert text_schema in candidate["properties"]["rationale"]["anyOf"]
         gold = models.model(GoldUpload).model_json_schema()["$defs"]["GoldItem"]
-        assert {"type": "object", "additionalProperties": text_schema} in gold["properties"]["inputs"][
+        assert {"type": "object", "additionalProperties": input_schema} in gold["properties"]["inputs"][
             "anyOf"
         ]
+        too_long_input = {"inputs": {"text": "é" * (chars + 1)}, "writer_label": POS}
+        error = refusal(models, CandidateCreate, too_long_input)
+        assert isinstance(error, TooLarge) and error.field == "inputs.text" and str(chars) in error.message
 
         good = {"text": "é" * chars, "writer_label": POS}
         assert models.validate(CandidateCreate, good).text == "é" * chars
@@ -265,7 +275,7 @@ NLI = TaskType(
 
 def test_which_inputs_a_body_gives_is_the_rounds_task_types() -> None:
     given = {"hypothesis": "It rains.", "premise": "Clouds."}
-    assert list(task_inputs(NLI, GivenInputs(given))) == ["premise", "hypothesis"]  # the task type's order
+    assert list(task_inputs(NLI, GivenInputs(given)).values) == ["premise", "hypothesis"]  # the task's order
     with pytest.raises(InvalidInput) as missing:
         task_inputs(NLI, GivenInputs({"premise": "Clouds."}), field_prefix="candidates[2].")
     assert missing.value.field == "candidates[2].inputs.hypothesis"

@@ -4,6 +4,7 @@ served through a micro-batcher so that one forward pass answers several waiting 
 from __future__ import annotations
 
 import hashlib
+import json
 import queue
 import threading
 import time
@@ -13,7 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dynaval.adapters.image_classifier import TransformersImagePredictor, is_image_model
 from dynaval.domain.errors import InvalidInput, Unavailable
+from dynaval.domain.images.image import ImageInput
+from dynaval.domain.task_type import InputKind
 from dynaval.service_layer.predictions import ModelFolder, ModelInput, Prediction, Predictor
 
 __all__ = ["MicroBatcher", "ModelInput", "ModelRegistry", "Prediction", "Predictor", "TransformersPredictor"]
@@ -109,6 +113,10 @@ class TransformersPredictor:
         return self._folder.name
 
     @property
+    def input_kind(self) -> InputKind:
+        return InputKind.TEXT
+
+    @property
     def max_tokens(self) -> int:
         """The most tokens it reads of an example (special tokens included)."""
         return self._max_length
@@ -160,9 +168,31 @@ def _in_order(texts: Sequence[ModelInput], run: Callable[[Sequence[ModelInput]],
 
 def _encode_args(texts: Sequence[ModelInput]) -> tuple[list[str], ...]:
     """The tokenizer's arguments for texts of one kind: the texts, or the pairs' first and second."""
-    if isinstance(texts[0], str):
-        return ([str(t) for t in texts],)
-    return ([t[0] for t in texts], [t[1] for t in texts])
+    singles: list[str] = []
+    firsts: list[str] = []
+    seconds: list[str] = []
+    for text in texts:
+        if isinstance(text, ImageInput):
+            raise InvalidInput("this model reads texts; it was given an image", field="model")
+        if isinstance(text, str):
+            singles.append(text)
+        else:
+            firsts.append(text[0])
+            seconds.append(text[1])
+    return (singles,) if singles else (firsts, seconds)
+
+
+def load_model_folder(folder: Path, *, max_length: int = MAX_TOKENS) -> Predictor:
+    """The predictor of a model folder: an image classifier when the folder holds one (see
+    :func:`~dynaval.adapters.image_classifier.is_image_model`), a text classifier otherwise."""
+    config_path = folder / MODEL_CONFIG
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None  # the text predictor names what is wrong with the folder
+    if isinstance(config, dict) and is_image_model(config, folder):
+        return TransformersImagePredictor(folder, hash_model_folder(folder))
+    return TransformersPredictor(folder, max_length=max_length)
 
 
 class MicroBatcher:

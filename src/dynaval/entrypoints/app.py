@@ -60,6 +60,7 @@ def create_app(
     app.extensions["dynaval"] = services
 
     from dynaval.entrypoints import guards, headers
+    from dynaval.entrypoints.api.image_routes import images
     from dynaval.entrypoints.api.routes import api
     from dynaval.entrypoints.pages import dashboard as pages
     from dynaval.entrypoints.pages import writer as writer_page
@@ -68,6 +69,7 @@ def create_app(
     # any route is registered, since a rule takes its converter when it is added.
     app.url_map.converters["int"] = guards.AsciiIntegerConverter
     app.register_blueprint(api)
+    app.register_blueprint(images)
     pages.init_app(app)
     writer_page.init_app(app)
     guards.init_app(app)

@@ -33,7 +33,10 @@ log = logging.getLogger(__name__)
 LIMITER = "dynaval_limiter"
 SCORING_BUDGET = "dynaval_scoring_budget"
 # /health is for probes. (Label Studio's webhook is no Flask route: dynaval.entrypoints.webhook.)
-RATE_EXEMPT_ENDPOINTS = frozenset({"api.health"})
+# A signed image is loaded by browsers that carry no token (an annotator's, a page's thumbnails), so
+# every load would count against the client's address; its signature is its credential, checked
+# with one HMAC before one file is read.
+RATE_EXEMPT_ENDPOINTS = frozenset({"api.health", "images.signed_image"})
 
 
 def init_app(app: Flask) -> None:

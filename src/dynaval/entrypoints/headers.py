@@ -37,6 +37,7 @@ WRITER_PAGE_POLICY = PAGE_POLICY + "; connect-src 'self'"
 FETCHING_PAGES = frozenset({"writer.write"})
 DATA_POLICY = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'"
 STATIC_ENDPOINTS = frozenset({"dashboard.static"})
+IMAGE_ENDPOINTS = frozenset({"images.signed_image"})
 
 COMMON = {
     "X-Content-Type-Options": "nosniff",
@@ -68,6 +69,9 @@ def add_security_headers(response: Response) -> Response:
     else:
         policy = PAGE_POLICY
     response.headers["Content-Security-Policy"] = policy
-    if request.endpoint not in STATIC_ENDPOINTS:
+    if request.endpoint in IMAGE_ENDPOINTS and response.status_code == 200:
+        # An image never changes under its hash; its link may expire, so no shared cache keeps it.
+        response.headers["Cache-Control"] = "private, max-age=3600, immutable"
+    elif request.endpoint not in STATIC_ENDPOINTS:
         response.headers["Cache-Control"] = "no-store"
     return response

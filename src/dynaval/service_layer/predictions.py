@@ -9,9 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-ModelInput = str | tuple[str, str]
-"""What the model reads for one example: a text, or a pair of texts (an NLI premise and hypothesis)
-encoded as the tokenizer encodes pairs."""
+from dynaval.domain.images.image import ImageInput
+from dynaval.domain.task_type import InputKind
+
+ModelInput = str | tuple[str, str] | ImageInput
+"""What the model reads for one example: a text, a pair of texts (an NLI premise and hypothesis)
+encoded as the tokenizer encodes pairs, or an image."""
 
 
 @dataclass(frozen=True)
@@ -33,8 +36,13 @@ class Predictor(Protocol):
     def name(self) -> str: ...
 
     @property
+    def input_kind(self) -> InputKind:
+        """What it reads: texts, or an image."""
+
+    @property
     def max_tokens(self) -> int:
-        """The most tokens it reads of an example; the rest is cut."""
+        """The most tokens it reads of an example; the rest is cut (an image model: 1, an image
+        being read whole)."""
 
     def token_counts(self, texts: Sequence[ModelInput]) -> list[int]:
         """How many tokens each example is, as the model would read it uncut."""

@@ -12,6 +12,7 @@ from dynaval.domain.health.near_duplicates import NearDuplicateRule
 from dynaval.domain.task_type import TaskType
 from dynaval.service_layer.files import OfflineServices, ReleaseFiles
 from dynaval.service_layer.health.ports import CorpusFiles, Encoder, ReleaseIndex, SemanticIndex
+from dynaval.service_layer.images.ports import ImageServices
 from dynaval.service_layer.predictions import Models
 from dynaval.service_layer.releases.dataset_port import DatasetReads
 from dynaval.service_layer.unit_of_work import UnitOfWork
@@ -95,6 +96,9 @@ class Services:
     it when ``DYNAVAL_NEAR_DUPLICATE_SEMANTIC`` is on); ``None``: the lexical check alone."""
     offline: OfflineServices | None = None
     """Release files, corpora, the encoder and a release's index (the composition root sets them)."""
+    image_services: ImageServices | None = None
+    """The image codec, the image store and the near-copy fingerprints (the composition root sets
+    them): what image task types need."""
     after_freeze: list[Callable[[int], None]] = field(default_factory=list)
     """What runs once a round is frozen, given its id (the composition root wires the regression
     room's: a revalidation round's decisions settle its cases). A hook, since the regression room
@@ -106,6 +110,12 @@ class Services:
         if self.offline is None:
             raise RuntimeError("these services have no files: build them with dynaval.bootstrap")
         return self.offline
+
+    @property
+    def images(self) -> ImageServices:
+        if self.image_services is None:
+            raise RuntimeError("these services have no image store: build them with dynaval.bootstrap")
+        return self.image_services
 
     @property
     def release_files(self) -> ReleaseFiles:

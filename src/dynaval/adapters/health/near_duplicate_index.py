@@ -38,6 +38,10 @@ CHECK_LOCK_CLASS = 74202
 second is the task type's CRC-32); the migration lock is the single key 74201."""
 
 
+def _stored_keys(keys: Collection[int] | bytes) -> bytes:
+    return keys if isinstance(keys, bytes) else keys_to_bytes(keys)
+
+
 class SqlNearDuplicateIndex:
     def __init__(self, session: Session) -> None:
         self._session = session
@@ -52,20 +56,20 @@ class SqlNearDuplicateIndex:
             )
 
     def add(
-        self, candidate_id: str, task_type: str, keys: Collection[int], vector: bytes | None = None
+        self, candidate_id: str, task_type: str, keys: Collection[int] | bytes, vector: bytes | None = None
     ) -> None:
-        """Index a candidate (added in this unit of work, or stored earlier) under its band keys,
-        with its vector (``None``: none computed)."""
+        """Index a candidate (added in this unit of work, or stored earlier) under its band keys (an
+        image: its fingerprint's bytes), with its vector (``None``: none computed)."""
         self._session.add(
             NearDuplicateExampleRow(
                 candidate_id=candidate_id,
                 task_type=task_type,
-                band_keys=keys_to_bytes(keys),
+                band_keys=_stored_keys(keys),
                 embedding=vector,
             )
         )
 
-    def add_many(self, examples: Sequence[tuple[str, str, Collection[int], bytes | None]]) -> None:
+    def add_many(self, examples: Sequence[tuple[str, str, Collection[int] | bytes, bytes | None]]) -> None:
         """Index stored candidates in bulk ``(candidate id, task type, keys, vector)`` (the rebuild)."""
         if not examples:
             return
@@ -73,7 +77,7 @@ class SqlNearDuplicateIndex:
         connection.execute(
             insert(NearDuplicateExampleRow),
             [
-                {"candidate_id": c, "task_type": t, "band_keys": keys_to_bytes(keys), "embedding": v}
+                {"candidate_id": c, "task_type": t, "band_keys": _stored_keys(keys), "embedding": v}
                 for c, t, keys, v in examples
             ],
         )
@@ -117,13 +121,18 @@ class SqlNearDuplicateIndex:
             statement = statement.limit(limit)
         return [(int(q or 0), c, v) for q, c, v in self._session.exec(statement).all()]
 
-    def without_vectors(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:
+    def without_vectors(
+        self, limit: int, *, passing_over: Collection[str] = ()
+    ) -> list[tuple[str, str, dict[str, str]]]:
         """Indexed examples with no vector ``(id, task type, inputs)`` (indexed while the semantic
-        check was off)."""
+        check was off), of task types other than ``passing_over`` (those of images have none)."""
         rows = self._session.exec(
             select(CandidateRow.id, NearDuplicateExampleRow.task_type, CandidateRow.inputs)
             .join(CandidateRow, col(CandidateRow.id) == col(NearDuplicateExampleRow.candidate_id))
-            .where(col(NearDuplicateExampleRow.embedding).is_(None))
+            .where(
+                col(NearDuplicateExampleRow.embedding).is_(None),
+                col(NearDuplicateExampleRow.task_type).not_in(list(passing_over)),
+            )
             .order_by(col(NearDuplicateExampleRow.seq))
             .limit(limit)
         ).all()

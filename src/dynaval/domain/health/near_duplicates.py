@@ -171,7 +171,10 @@ def clusters(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
 
 # ------------------------------------------------------------------------- at submission
 
-NearDuplicateKind = Literal["lexical", "semantic"]
+NearDuplicateKind = Literal["identical", "lexical", "perceptual", "semantic"]
+"""How an example repeats another: a text by its words (``lexical``) or its meaning (``semantic``);
+an image by its pixels (``identical``: the same SHA-256) or its look (``perceptual``: a near-copy)."""
+KIND_ORDER: dict[str, int] = {"identical": 0, "lexical": 1, "perceptual": 2, "semantic": 3}
 NearDuplicatePolicyName = Literal["allow", "flag", "reject"]
 NEAR_DUPLICATE_POLICIES: tuple[NearDuplicatePolicyName, ...] = ("allow", "flag", "reject")
 
@@ -209,7 +212,8 @@ class NearDuplicateMatch:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> NearDuplicateMatch:
-        kind: NearDuplicateKind = "semantic" if data.get("kind") == "semantic" else "lexical"
+        given = data.get("kind")
+        kind: NearDuplicateKind = given if given in KIND_ORDER else "lexical"
         return cls(
             id=str(data["id"]),
             round_id=int(data["round_id"]),
@@ -252,10 +256,10 @@ def lexical_matches(
 
 def best(matches: Iterable[NearDuplicateMatch]) -> list[NearDuplicateMatch]:
     """One per earlier example (its lexical match when it has both: a near-copy says more than a
-    paraphrase), lexical matches first, each kind most similar first (ties by id), at most
-    ``MAX_REPORTED``. The two similarities are on different scales (a Jaccard, a cosine), so they
-    are not ranked against each other."""
-    ranked = sorted(matches, key=lambda m: (m.kind != "lexical", -m.similarity, m.id))
+    paraphrase), lexical matches first (for images: identical ones, then perceptual), each kind most
+    similar first (ties by id), at most ``MAX_REPORTED``. The similarities of two kinds are on
+    different scales (a Jaccard, a cosine), so they are not ranked against each other."""
+    ranked = sorted(matches, key=lambda m: (KIND_ORDER[m.kind], -m.similarity, m.id))
     seen: dict[str, NearDuplicateMatch] = {}
     for match in ranked:
         seen.setdefault(match.id, match)

@@ -16,6 +16,9 @@ from dynaval.domain.health.near_duplicates import (
     NearDuplicatePolicyName,
     NearDuplicateRule,
 )
+from dynaval.domain.images.near_copies import MAX_THRESHOLD as MAX_IMAGE_THRESHOLD
+from dynaval.domain.images.near_copies import THRESHOLD as IMAGE_THRESHOLD
+from dynaval.domain.images.near_copies import NearCopyRule
 
 RULE_VERSION = "dynaval-majority/1"
 """Version of the decision rule in :mod:`dynaval.domain.validation.decision`; bump on any change of
@@ -55,6 +58,8 @@ class DecisionPolicy:
       Jaccard) from which two examples are near-duplicates.
     - ``near_duplicate_semantic``: the cosine threshold of the semantic check (``None``: the
       domain's default).
+    - ``near_duplicate_image_bits``: for image task types, how many of the 144 bits of their
+      perceptual hashes two images may differ by and still be near-copies (0: the same look only).
     """
 
     min_votes: int = 2
@@ -68,6 +73,7 @@ class DecisionPolicy:
     near_duplicates: NearDuplicatePolicyName = "flag"
     near_duplicate_lexical: float = THRESHOLD
     near_duplicate_semantic: float | None = None
+    near_duplicate_image_bits: int = IMAGE_THRESHOLD
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_votes <= MAX_VOTES_LIMIT:
@@ -107,6 +113,11 @@ class DecisionPolicy:
                 "near_duplicate_semantic must be above 0 and at most 1",
                 field="policy.near_duplicate_semantic",
             )
+        if not 0 <= self.near_duplicate_image_bits <= MAX_IMAGE_THRESHOLD:
+            raise InvalidInput(
+                f"near_duplicate_image_bits must be between 0 and {MAX_IMAGE_THRESHOLD}",
+                field="policy.near_duplicate_image_bits",
+            )
 
     @property
     def accept_fraction(self) -> Fraction:
@@ -115,6 +126,11 @@ class DecisionPolicy:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def image_rule(self) -> NearCopyRule:
+        """The near-copy rule of images at this round's threshold."""
+        return NearCopyRule(threshold=self.near_duplicate_image_bits)
 
     @property
     def lexical_rule(self) -> NearDuplicateRule:

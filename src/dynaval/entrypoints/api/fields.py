@@ -4,16 +4,20 @@ way the API does (``candidates[2].text``)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     WithJsonSchema,
 )
 from pydantic_core import PydanticCustomError
 
+from dynaval.domain.images.image import MEDIA_TYPES, ImageUpload
 from dynaval.domain.text import has_visible_character, normalised
 
 MAX_NAME_CHARS = 200
@@ -86,6 +90,70 @@ def input_text(max_text_chars: int) -> Any:
         AfterValidator(readable_text(max_chars=max_text_chars, strip=False, over_limit=TOO_LARGE)),
         text_schema(max_text_chars),
     ]
+
+
+def input_value(max_text_chars: int, max_image_bytes: int) -> Any:
+    """The type of a value in a body's ``inputs``: a text under :func:`input_text`'s rules, or an
+    image as a data URL (``data:image/png;base64,...``; a value that starts with ``data:`` is read
+    as one), kept as an :class:`~dynaval.domain.images.image.ImageUpload` of its bytes. An image
+    over ``max_image_bytes`` is refused (413) before its base64 is decoded; which kind a field
+    must be is the round's task type's affair, checked by the use case."""
+    text = readable_text(max_chars=max_text_chars, strip=False, over_limit=TOO_LARGE)
+
+    def check(value: Any) -> Any:
+        if not isinstance(value, str):
+            raise PydanticCustomError("string_type", "must be a string (a text, or an image as a data: URL)")
+        if value[:5].lower() == "data:":
+            return image_from_data_url(value, max_image_bytes)
+        return text(value)
+
+    return Annotated[
+        Any,
+        BeforeValidator(check),
+        WithJsonSchema(
+            {
+                "type": "string",
+                "minLength": 1,
+                "description": f"A text of at most {max_text_chars} characters, or (an image task "
+                f"type) a PNG or JPEG as a data URL, at most {max_image_bytes} bytes decoded.",
+            }
+        ),
+    ]
+
+
+def image_from_data_url(value: str, max_image_bytes: int) -> ImageUpload:
+    """The bytes of a ``data:<type>;base64,<data>`` URL of a PNG or JPEG."""
+    head, comma, data = value.partition(",")
+    parts = head[5:].split(";")
+    media_type = parts[0].strip().lower()
+    if not comma or "base64" not in [p.strip().lower() for p in parts[1:]]:
+        raise PydanticCustomError(
+            "data_url", "must be a base64 data URL: data:image/png;base64,... or data:image/jpeg;base64,..."
+        )
+    if media_type not in MEDIA_TYPES:
+        raise PydanticCustomError(
+            "image_type",
+            "must be an image/png or image/jpeg data URL, not {media_type}",
+            {"media_type": media_type or "no type"},
+        )
+    data = "".join(data.split())  # a data URL may be wrapped over lines
+    if len(data) // 4 * 3 - 2 > max_image_bytes:
+        raise PydanticCustomError(
+            TOO_LARGE,
+            "the image is over {limit} bytes (DYNAVAL_MAX_IMAGE_BYTES)",
+            {"limit": max_image_bytes},
+        )
+    try:
+        decoded = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise PydanticCustomError("data_url", "the data URL's base64 is not valid") from None
+    if len(decoded) > max_image_bytes:
+        raise PydanticCustomError(
+            TOO_LARGE,
+            "the image is {size} bytes; at most {limit} (DYNAVAL_MAX_IMAGE_BYTES)",
+            {"size": len(decoded), "limit": max_image_bytes},
+        )
+    return ImageUpload(decoded, media_type)
 
 
 def at_most(limit: int) -> Callable[[Any], Any]:

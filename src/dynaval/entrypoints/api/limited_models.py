@@ -17,7 +17,14 @@ from pydantic import (
 )
 
 from dynaval.entrypoints.api.body_errors import validate_body
-from dynaval.entrypoints.api.fields import MAX_GOLD_ITEMS, M, RequestModel, at_most, input_text
+from dynaval.entrypoints.api.fields import (
+    MAX_GOLD_ITEMS,
+    M,
+    RequestModel,
+    at_most,
+    input_text,
+    input_value,
+)
 from dynaval.entrypoints.api.schemas import (
     CAPTURE_NOTE,
     INPUTS_NOTE,
@@ -59,14 +66,14 @@ class RequestModels:
 
 def request_models(settings: Settings) -> RequestModels:
     """The request models with ``settings``' limits (built once per set of limits)."""
-    return _request_models(settings.max_text_chars, settings.max_batch_size)
+    return _request_models(settings.max_text_chars, settings.max_batch_size, settings.max_image_bytes)
 
 
 @functools.lru_cache(maxsize=16)
-def _request_models(max_text_chars: int, max_batch_size: int) -> RequestModels:
+def _request_models(max_text_chars: int, max_batch_size: int, max_image_bytes: int) -> RequestModels:
     text = input_text(max_text_chars)
-    # dict[str, text], spelt so as a type checker sees a value: text is built at run time.
-    texts_by_name: Any = dict.__class_getitem__((str, text))
+    # dict[str, value], spelt so as a type checker sees a value: the type is built at run time.
+    texts_by_name: Any = dict.__class_getitem__((str, input_value(max_text_chars, max_image_bytes)))
     description = text_description(max_text_chars)
     candidate = create_model(
         "CandidateCreate",

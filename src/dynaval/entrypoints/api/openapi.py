@@ -48,10 +48,12 @@ def documented(
     query: dict[str, dict[str, Any]] | None = None,
     headers: dict[str, str] | None = None,
     scores: bool = False,
+    form: bool = False,
 ) -> Callable[[F], F]:
     """Attach the facts the OpenAPI document needs to a view function. ``body``: the request model the
     route validates its body with (documented with the app's limits, as it checks them). ``scores``:
-    the route runs the model, charged to the caller's scoring budget (``guards.charge_scoring``)."""
+    the route runs the model, charged to the caller's scoring budget (``guards.charge_scoring``).
+    ``form``: the body may also come as ``multipart/form-data`` (an image as a file part)."""
 
     def mark(view: F) -> F:
         view.openapi = {  # type: ignore[attr-defined]
@@ -62,6 +64,7 @@ def documented(
             "query": query or {},
             "headers": headers or {},
             "scores": scores,
+            "form": form,
         }
         return view
 
@@ -110,6 +113,8 @@ def build_openapi(app: Flask) -> dict[str, Any]:
             body = models.model(spec["body"]) if spec["body"] is not None else None
             if body is not None:
                 operation["requestBody"] = _request_body(body, components)
+                if spec.get("form"):
+                    operation["requestBody"]["content"]["multipart/form-data"] = FORM_BODY
             responses = dict(spec["responses"])
             # What every route answers by construction: auth errors from @requires, 404 for unknown ids.
             if roles:
@@ -156,6 +161,18 @@ def _header_parameters(headers: dict[str, str]) -> list[dict[str, Any]]:
         {"name": name, "in": "header", "required": True, "description": text, "schema": {"type": "string"}}
         for name, text in headers.items()
     ]
+
+
+FORM_BODY: dict[str, Any] = {
+    "schema": {
+        "type": "object",
+        "description": "The JSON body's fields as parts: an input's file part named by the input "
+        "(`image` or `inputs.image`), an input's text part named `inputs.<field>`, and `writer_label`, "
+        "`writer_id`, `rationale` as text parts.",
+        "properties": {"image": {"type": "string", "format": "binary"}},
+        "additionalProperties": {"type": "string"},
+    }
+}
 
 
 def _request_body(body: type[BaseModel], components: dict[str, Any]) -> dict[str, Any]:

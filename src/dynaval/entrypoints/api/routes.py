@@ -10,6 +10,7 @@ from flask import Blueprint, Response, current_app, g, jsonify, request
 from dynaval.adapters.files.dataset_files import FORMATS, MEDIA_TYPES, encode_dataset
 from dynaval.domain.errors import InvalidInput
 from dynaval.domain.releases.release import SplitRule
+from dynaval.entrypoints.api import form_bodies
 from dynaval.entrypoints.api.fields import RequestModel
 from dynaval.entrypoints.api.limited_models import request_models
 from dynaval.entrypoints.api.openapi import documented
@@ -88,10 +89,13 @@ def _json_payload(*, strict: bool = True) -> object:
     return parse_json(read_body(), strict=strict)
 
 
-def _body(declared: type[M]) -> M:
+def _body(declared: type[M], *, form: bool = False) -> M:
     """The request's JSON body, checked by the app's model of ``declared`` (with the configured
-    limits); a refusal names the field (see :mod:`dynaval.entrypoints.api.schemas`)."""
-    return request_models(_services().settings).validate(declared, _json_payload())
+    limits); a refusal names the field (see :mod:`dynaval.entrypoints.api.schemas`). ``form``: a
+    ``multipart/form-data`` body is taken too, read into the same shape
+    (:mod:`dynaval.entrypoints.api.form_bodies`)."""
+    payload = form_bodies.form_payload() if form and form_bodies.is_form() else _json_payload()
+    return request_models(_services().settings).validate(declared, payload)
 
 
 def _submitter() -> candidates.Submitter:
@@ -218,16 +222,17 @@ def freeze_round(round_id: int) -> Any:
         404: "No such round",
         409: "Round closed; or, under the round's reject policy, a near-duplicate of an earlier example "
         "(code near_duplicate, field inputs, the near-duplicates in error.near_duplicates; nothing stored)",
-        413: "Text too long",
-        422: "Invalid field",
+        413: "Text too long, or an image over DYNAVAL_MAX_IMAGE_BYTES",
+        422: "Invalid field (an image: not a PNG or JPEG, truncated, or over DYNAVAL_MAX_IMAGE_PIXELS)",
         503: "Model unavailable",
     },
     scores=True,
+    form=True,
 )
 @requires(*SUBMITTERS)
 def submit_candidate(round_id: int) -> Any:
     services = _services()
-    body = _body(CandidateCreate)
+    body = _body(CandidateCreate, form=True)
     row = candidates.submit_candidate(
         services,
         round_id=round_id,
@@ -314,12 +319,13 @@ def report_captures(round_id: int) -> Any:
         503: "Model unavailable",
     },
     scores=True,
+    form=True,
 )
 # The writer's "try it" button, and a collection front end's live guess for the writers it serves
 # (charged to its own scoring budget): whoever submits candidates may ask first.
 @requires(*SUBMITTERS)
 def predict(round_id: int) -> Any:
-    body = _body(PredictRequest)
+    body = _body(PredictRequest, form=True)
     answer = candidates.predict(_services(), round_id=round_id, given=body.given(), charge=charge_scoring)
     return jsonify({"prediction": answer.label, "probabilities": answer.probabilities})
 

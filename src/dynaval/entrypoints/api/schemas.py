@@ -40,6 +40,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from dynaval.domain.health.near_duplicates import MIN_ROUND_THRESHOLD
+from dynaval.domain.images.near_copies import MAX_THRESHOLD as MAX_IMAGE_THRESHOLD
 from dynaval.domain.validation.candidate import OverrideOutcome
 from dynaval.domain.validation.capture import CaptureSource, CaptureSourceName
 from dynaval.domain.validation.policy import (
@@ -60,9 +61,10 @@ from dynaval.entrypoints.api.fields import (
     text_schema,
 )
 from dynaval.service_layer.regression.revalidation import MAX_CASES as MAX_REVALIDATE_CASES
-from dynaval.service_layer.validation.candidates import GivenInputs, NewCandidate
+from dynaval.service_layer.validation.candidates import NewCandidate
 from dynaval.service_layer.validation.captures import NewCapture
 from dynaval.service_layer.validation.gold import NewGoldItem
+from dynaval.service_layer.validation.inputs import GivenInputs
 
 # ------------------------------------------------------------------------------------- rounds
 
@@ -129,6 +131,13 @@ class PolicyOverrides(RequestModel):
         gt=0,
         le=1,
         description="Semantic near-duplicate threshold: cosine of the embeddings (null: the default).",
+    )
+    near_duplicate_image_bits: StrictInt = Field(
+        default=_DEFAULT_POLICY.near_duplicate_image_bits,
+        ge=0,
+        le=MAX_IMAGE_THRESHOLD,
+        description="Image task types: how many of the 144 bits of two images' perceptual hashes may "
+        "differ for them to be near-copies (0: the same look only).",
     )
 
     def given(self) -> dict[str, Any]:

@@ -48,12 +48,11 @@ def cmd_model_train(args: argparse.Namespace) -> int:
 
 def cmd_build_default_model(args: argparse.Namespace) -> int:
     from dynaval.adapters.label_config import LabelConfigCatalog
-    from dynaval.model_builder.default_model import TASKS, build_default_model
+    from dynaval.model_builder.default_model import build_default_model
 
-    if args.task not in TASKS:
-        raise CommandError(
-            f"no default model for task {args.task!r}; known tasks: {', '.join(sorted(TASKS))}"
-        )
+    known = default_model_tasks()
+    if args.task not in known:
+        raise CommandError(f"no default model for task {args.task!r}; known tasks: {', '.join(known)}")
     if args.epochs is not None and args.epochs < 1:
         raise CommandError("--epochs must be at least 1")
     settings = load_settings(uses_secrets=False)
@@ -63,9 +62,24 @@ def cmd_build_default_model(args: argparse.Namespace) -> int:
         print(f"the {which} is already built in {out} (use --force to rebuild)")
         return 0
     labels = LabelConfigCatalog(settings.resolved_label_config_dir).get(args.task).labels
-    report = build_default_model(out, task=args.task, labels=labels, epochs=args.epochs, seed=args.seed)
+    if args.task == DIGITS:
+        from dynaval.model_builder.digits_model import build_digits_model
+
+        report = build_digits_model(out, labels=labels, epochs=args.epochs, seed=args.seed)
+    else:
+        report = build_default_model(out, task=args.task, labels=labels, epochs=args.epochs, seed=args.seed)
     print(report.summary())
     return 0
+
+
+DIGITS = "digits"
+"""The image task with a default model: trained on scikit-learn's digits, not on a seed set."""
+
+
+def default_model_tasks() -> list[str]:
+    from dynaval.model_builder.default_model import TASKS  # standard library only: no torch here
+
+    return sorted([*TASKS, DIGITS])
 
 
 def add_model_commands(commands: Any) -> None:
@@ -77,12 +91,13 @@ def add_model_commands(commands: Any) -> None:
         "build-default",
         help="fine-tune the shipped MiniLM on a task's seed set into its default model",
         description="Fine-tune the shipped MiniLM on a task's hand-written seed set (offline) and print "
-        "its held-out accuracy. Tasks: sentiment (single sentences), nli (premise/hypothesis pairs).",
+        "its held-out accuracy. Tasks: sentiment (single sentences), nli (premise/hypothesis pairs), "
+        "digits (a small image classifier trained on scikit-learn's handwritten digits).",
     )
     build.add_argument(
         "--task",
         default="sentiment",
-        help=f"one of {', '.join(sorted(TASKS))} (default: sentiment); "
+        help=f"one of {', '.join(default_model_tasks())} (default: sentiment); "
         "its labels, in order, come from label_config/<task>.xml",
     )
     build.add_argument(
@@ -90,7 +105,10 @@ def add_model_commands(commands: Any) -> None:
         help="folder to write (default: <data dir>/models/sentiment-default, or DYNAVAL_DEFAULT_MODEL_DIR; "
         "for another task its sibling <task>-default, e.g. <data dir>/models/nli-default)",
     )
+    from dynaval.model_builder.digits_model import EPOCHS as DIGITS_EPOCHS
+
     recipes = ", ".join(f"{task.epochs} for {name}" for name, task in sorted(TASKS.items()))
+    recipes += f", {DIGITS_EPOCHS} for digits"
     build.add_argument(
         "--epochs", type=int, default=None, help=f"passes over the seed set (default: {recipes})"
     )

@@ -13,7 +13,7 @@ stores them.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,9 +35,11 @@ from dynaval.domain.health.near_duplicates import (
     lexical_matches,
 )
 from dynaval.domain.health.semantic_duplicates import SEMANTIC_THRESHOLD, field_cosines, to_bytes
+from dynaval.domain.images.image import StoredImage
 from dynaval.domain.task_type import TaskType
 from dynaval.domain.validation.candidate import Candidate
 from dynaval.domain.validation.round import Round
+from dynaval.service_layer.health import image_near_copies
 from dynaval.service_layer.health.ports import SemanticIndex
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import UnitOfWork
@@ -53,10 +55,11 @@ Vector = npt.NDArray[numpy.float32]
 
 @dataclass(frozen=True)
 class Checked:
-    """A new example, its band keys, its vector (semantic check on) and the near-duplicates found."""
+    """A new example, its band keys (an image: its fingerprint's bytes), its vector (semantic check
+    on) and the near-duplicates found."""
 
     candidate: Candidate
-    keys: list[int]
+    keys: list[int] | bytes
     vector: npt.NDArray[numpy.float32] | None
     matches: list[NearDuplicateMatch]
 
@@ -68,16 +71,21 @@ def check_new(
     task_type: TaskType,
     new: Sequence[tuple[Candidate, str]],
     encoded: Sequence[Vector | None] | None = None,
+    known_images: Mapping[str, StoredImage] | None = None,
 ) -> list[Checked]:
     """Compare each ``(candidate, where)`` (not stored yet) with the earlier examples and the
-    batch's earlier items, lexically and (``services.vectors`` set) semantically. ``encoded``: their
-    vectors from :func:`encode_new`, computed before the write transaction opened (else they are
-    encoded here). Under the round's ``reject`` policy the first one with a match raises
+    batch's earlier items, lexically and (``services.vectors`` set) semantically; an image task
+    type's by their images (``known_images``: the new images, checked in this request; see
+    :mod:`~dynaval.service_layer.health.image_near_copies`). ``encoded``: their vectors from
+    :func:`encode_new`, computed before the write transaction opened (else they are encoded here).
+    Under the round's ``reject`` policy the first one with a match raises
     :class:`~dynaval.domain.errors.NearDuplicateRefused`, naming ``<where>.inputs``."""
     # First: from here to the commit no other check of the task type runs, so the examples it
     # reads include every one stored before it.
     uow.near_duplicates.serialize_checks(round_.task_type)
     policy = round_.decision_policy
+    if task_type.reads_images:
+        return _checked_images(services, uow, round_, task_type, new, known_images or {})
     _top_up_band_keys(services.band_keys, uow, round_.task_type)
     vectors = _new_vectors(services, uow, round_, task_type, [c for c, _ in new], encoded)
     batch = _BatchCheck(
@@ -95,6 +103,26 @@ def check_new(
         if matches and policy.near_duplicates == "reject":
             raise _refused(candidate, matches, field=f"{where}.inputs" if where else "inputs")
         checked.append(Checked(candidate, keys, vector, matches))
+    return checked
+
+
+def _checked_images(
+    services: Services,
+    uow: UnitOfWork,
+    round_: Round,
+    task_type: TaskType,
+    new: Sequence[tuple[Candidate, str]],
+    known: Mapping[str, StoredImage],
+) -> list[Checked]:
+    policy = round_.decision_policy
+    found = image_near_copies.check_images(
+        uow, services.images.fingerprints, task_type, policy.image_rule, [c for c, _ in new], known
+    )
+    checked = []
+    for (candidate, where), (fingerprint, matches) in zip(new, found, strict=True):
+        if matches and policy.near_duplicates == "reject":
+            raise _refused(candidate, matches, field=f"{where}.inputs" if where else "inputs")
+        checked.append(Checked(candidate, fingerprint.to_bytes(), None, matches))
     return checked
 
 
@@ -169,9 +197,9 @@ def _top_up_band_keys(lexical: BandKeyIndex, uow: UnitOfWork, task: str) -> None
 
 
 def encode_new(services: Services, task_type: TaskType, new: Sequence[Candidate]) -> list[Vector | None]:
-    """The new examples' vectors (``None`` each when the semantic check is off): the model's work,
-    done before a write transaction opens so that no write waits for it."""
-    if services.vectors is None:
+    """The new examples' vectors (``None`` each when the semantic check is off, or for images): the
+    model's work, done before a write transaction opens so that no write waits for it."""
+    if services.vectors is None or task_type.reads_images:
         return [None] * len(new)
     return list(services.vectors.encode([c.inputs for c in new], task_type.data_fields))
 
@@ -301,12 +329,7 @@ def _index_missing(services: Services, batch: int) -> int:
         vectors = _vectors_of(services, missing)
         uow.near_duplicates.add_many(
             [
-                (
-                    candidate_id,
-                    task,
-                    band_keys(field_shingles(inputs, _fields(services, task, inputs))),
-                    vector,
-                )
+                (candidate_id, task, _index_keys(services, task, inputs), vector)
                 for (candidate_id, task, inputs), vector in zip(missing, vectors, strict=True)
             ]
         )
@@ -314,11 +337,22 @@ def _index_missing(services: Services, batch: int) -> int:
     return len(missing)
 
 
+def _index_keys(services: Services, task: str, inputs: dict[str, str]) -> list[int] | bytes:
+    """A stored example's keys in the index: a text's band keys, an image's fingerprint."""
+    if task in services.catalog.names() and (task_type := services.catalog.get(task)).reads_images:
+        return image_near_copies.stored_fingerprint(services.images, inputs[task_type.main_field])
+    return band_keys(field_shingles(inputs, _fields(services, task, inputs)))
+
+
+def _image_tasks(services: Services) -> list[str]:
+    return [name for name in services.catalog.names() if services.catalog.get(name).reads_images]
+
+
 def _vectorize_missing(services: Services, batch: int) -> int:
     """Give up to ``batch`` indexed examples without a vector (indexed while the semantic check was
-    off) their vector; how many were looked at."""
+    off) their vector; how many were looked at. Images have no vector."""
     with services.uow() as uow:
-        missing = uow.near_duplicates.without_vectors(batch)
+        missing = uow.near_duplicates.without_vectors(batch, passing_over=_image_tasks(services))
         if not missing:
             return 0
         vectors = _vectors_of(services, missing)
@@ -340,7 +374,10 @@ def _vectors_of(
     positions_by_task: dict[str, list[int]] = {}
     for position, (_candidate_id, task, _inputs) in enumerate(examples):
         positions_by_task.setdefault(task, []).append(position)
+    images = set(_image_tasks(services))
     for task, positions in positions_by_task.items():
+        if task in images:
+            continue  # an image has no vector
         inputs = [examples[position][2] for position in positions]
         encoded = services.vectors.encode(inputs, _fields(services, task, inputs[0]))
         for position, vector in zip(positions, encoded, strict=True):

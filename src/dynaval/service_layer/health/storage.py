@@ -20,13 +20,14 @@ class NearDuplicateIndex(Protocol):
         ...
 
     def add(
-        self, candidate_id: str, task_type: str, keys: Collection[int], vector: bytes | None = None
+        self, candidate_id: str, task_type: str, keys: Collection[int] | bytes, vector: bytes | None = None
     ) -> None:
-        """Index a candidate (added in this unit of work, or stored earlier) under its band keys,
+        """Index a candidate (added in this unit of work, or stored earlier) under its band keys (an
+        image: its fingerprint's bytes, :meth:`~dynaval.domain.images.image.ImageFingerprint.to_bytes`),
         with its vector for the semantic check (``None``: none computed)."""
         ...
 
-    def add_many(self, examples: Sequence[tuple[str, str, Collection[int], bytes | None]]) -> None:
+    def add_many(self, examples: Sequence[tuple[str, str, Collection[int] | bytes, bytes | None]]) -> None:
         """Index stored candidates in bulk: ``(candidate id, task type, keys, vector)``."""
         ...
 
@@ -45,11 +46,15 @@ class NearDuplicateIndex(Protocol):
         self, task_type: str, seq: int, *, limit: int | None = None
     ) -> list[tuple[int, str, bytes | None]]:
         """The examples of ``task_type`` indexed after ``seq``: ``(seq, candidate id, band keys as
-        stored by :func:`~dynaval.domain.health.band_keys.keys_to_bytes`)``, in order."""
+        stored by :func:`~dynaval.domain.health.band_keys.keys_to_bytes`, or an image's fingerprint)``,
+        in order."""
         ...
 
-    def without_vectors(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:
-        """Indexed examples with no vector: ``(id, task type, inputs)``."""
+    def without_vectors(
+        self, limit: int, *, passing_over: Collection[str] = ()
+    ) -> list[tuple[str, str, dict[str, str]]]:
+        """Indexed examples with no vector: ``(id, task type, inputs)``, of task types other than
+        ``passing_over``."""
         ...
 
     def set_vectors(self, vectors: Sequence[tuple[str, str, bytes]]) -> None:

@@ -33,7 +33,7 @@ from dynaval.service_layer.regression.model_catalog import model_folder, registe
 from dynaval.service_layer.regression.suite import sync_suite
 from dynaval.service_layer.releases.verification import verify_release
 from dynaval.service_layer.services import Services
-from dynaval.service_layer.validation.candidates import model_input
+from dynaval.service_layer.validation.inputs import model_inputs
 
 SUITE_SPLIT_PREFIXES = ("dev_", "test_")
 
@@ -102,8 +102,12 @@ def _mappings(
 ) -> tuple[dict[str, LabelMapping], list[str]]:
     fits, skipped = {}, []
     for task in sorted(task_types):
+        task_type = services.catalog.get(task)
+        if task_type.input_kind is not predictor.input_kind:
+            skipped.append(task)  # an image model reads no text case, a text model no image one
+            continue
         try:
-            fits[task] = LabelMapping.between(predictor.labels, services.catalog.get(task).labels, task=task)
+            fits[task] = LabelMapping.between(predictor.labels, task_type.labels, task=task)
         except InvalidInput:
             skipped.append(task)
     return fits, skipped
@@ -120,7 +124,13 @@ def predict_cases(
     results: list[CaseResult] = []
     for start in range(0, len(cases), chunk):
         part = cases[start : start + chunk]
-        inputs = [model_input(services.catalog.get(c.task_type), c.inputs) for c in part]
+        inputs = [
+            read
+            for c in part
+            for read in model_inputs(
+                services.catalog.get(c.task_type), [c.inputs], images=services.image_services
+            )
+        ]
         for case, answer in zip(part, predictor.predict(inputs), strict=True):
             label, probabilities = mappings[case.task_type].read(answer.probabilities)
             results.append(

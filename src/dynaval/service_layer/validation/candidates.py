@@ -11,64 +11,29 @@ from typing import Any
 
 from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import Forbidden, InvalidInput, NotFound, Unavailable
+from dynaval.domain.images.image import StoredImage
 from dynaval.domain.labels import LabelMapping
 from dynaval.domain.provenance import sign_prediction
 from dynaval.domain.task_type import TaskType
 from dynaval.domain.validation.candidate import Candidate, CandidateStatus
 from dynaval.domain.validation.round import Round
 from dynaval.service_layer.health import near_duplicates
-from dynaval.service_layer.predictions import BatchedModel, ModelInput, Prediction
+from dynaval.service_layer.images import stored_images
+from dynaval.service_layer.images.ports import ImageServices
+from dynaval.service_layer.predictions import BatchedModel, Prediction
 from dynaval.service_layer.services import Services
+from dynaval.service_layer.validation.inputs import CheckedInputs, GivenInputs, model_inputs, task_inputs
 
 log = logging.getLogger(__name__)
+
+IMAGE_TOKENS = 1
+"""What an image counts as in the scoring budget's tokens: one unit, whatever its size (the model
+reads it scaled to its own input)."""
 
 ScoringCharge = Callable[[Sequence[int], str], None]
 """Charges the caller for the model work of scoring some examples, given the tokens the model reads
 of each (an error would name the field given); raises to refuse. The HTTP routes pass
 ``dynaval.entrypoints.guards.charge_scoring``."""
-
-
-@dataclass(frozen=True)
-class GivenInputs:
-    """The input fields a body gave: in its ``inputs`` object, or (``in_object`` false) as the
-    short form ``{"text": ...}`` of a task type whose one field is ``text``."""
-
-    values: Mapping[str, str]
-    in_object: bool = True
-
-    def field(self, name: str) -> str:
-        """Where the body has (or should have) the input ``name``, as an error names it."""
-        return f"inputs.{name}" if self.in_object or name != "text" else "text"
-
-
-def task_inputs(task_type: TaskType, given: GivenInputs, *, field_prefix: str = "") -> dict[str, str]:
-    """The task type's data fields (``text``; ``premise`` and ``hypothesis``...) from the input
-    fields a body gave, in the task type's order. Each value comes checked by the request model
-    (readable text, NFC, within ``DYNAVAL_MAX_TEXT_CHARS``); which fields there must be depends on
-    the round's task type, so it is checked here: every one of them, and no other."""
-    takes = ", ".join(task_type.data_fields)
-    inputs: dict[str, str] = {}
-    for name in task_type.data_fields:
-        if name not in given.values:
-            raise InvalidInput(
-                f"{name} is required and must be a string (the inputs of task {task_type.name}: {takes})",
-                field=field_prefix + given.field(name),
-            )
-        inputs[name] = given.values[name]
-    for name in given.values:
-        if name not in inputs:
-            raise InvalidInput(
-                f"unknown field; the inputs of task {task_type.name} are: {takes}",
-                field=field_prefix + given.field(name),
-            )
-    return inputs
-
-
-def model_input(task_type: TaskType, inputs: Mapping[str, str]) -> ModelInput:
-    """What the model reads of an example: its one text, or its two texts as a pair (premise,
-    hypothesis), in the task type's order."""
-    values = [inputs[name] for name in task_type.data_fields]
-    return values[0] if len(values) == 1 else (values[0], values[1])
 
 
 def round_model(services: Services, round_: Round) -> BatchedModel:
@@ -87,13 +52,21 @@ def round_model(services: Services, round_: Round) -> BatchedModel:
         ) from None
 
 
-def score(services: Services, round_: Round, inputs: Sequence[Mapping[str, str]]) -> list[Prediction]:
+def score(
+    services: Services,
+    round_: Round,
+    inputs: Sequence[Mapping[str, str]],
+    known: Mapping[str, StoredImage] | None = None,
+) -> list[Prediction]:
     """The round's model's answers for these inputs, read over the task's labels (a model may name
-    them in another case, or know more: see :class:`~dynaval.domain.labels.LabelMapping`)."""
+    them in another case, or know more: see :class:`~dynaval.domain.labels.LabelMapping`). An
+    image is read from ``known`` (checked in this request) or the image store."""
     task_type = services.catalog.get(round_.task_type)
     batcher = round_model(services, round_)
     mapping = LabelMapping.between(batcher.predictor.labels, round_.labels, task=round_.task_type)
-    answers = batcher.predict_many([model_input(task_type, given) for given in inputs])
+    images = services.images if task_type.reads_images else None
+    read = model_inputs(task_type, inputs, images=images, known=known)
+    answers = batcher.predict_many(read)
     return [Prediction(*mapping.read(answer.probabilities)) for answer in answers]
 
 
@@ -114,11 +87,14 @@ def check_model_reads_whole(
     and scored later, as any is when the model fails; each example is then counted at the most
     tokens a model of the service reads (``DYNAVAL_MODEL_MAX_TOKENS``).
     """
+    if task_type.reads_images:
+        return [IMAGE_TOKENS] * len(examples)  # an image is read whole: the model scales it
     try:
         predictor = round_model(services, round_).predictor
     except Unavailable:
         return [services.settings.model_max_tokens] * len(examples)
-    counts = predictor.token_counts([model_input(task_type, inputs) for inputs, _, _ in examples])
+    read = model_inputs(task_type, [inputs for inputs, _, _ in examples], images=None)
+    counts = predictor.token_counts(read)
     for (inputs, given, where), count in zip(examples, counts, strict=True):
         if count > predictor.max_tokens:
             longest = max(task_type.data_fields, key=lambda name: len(inputs[name]))
@@ -161,11 +137,11 @@ def predict(
         round_ = uow.rounds.get(round_id)
     round_.check_takes_candidates()
     task_type = services.catalog.get(round_.task_type)
-    inputs = task_inputs(task_type, given)
-    tokens = check_model_reads_whole(services, round_, task_type, [(inputs, given, "")])
+    inputs = task_inputs(task_type, given, images=_images_of(services, task_type))
+    tokens = check_model_reads_whole(services, round_, task_type, [(inputs.values, given, "")])
     if charge is not None:
         charge(tokens, given.field(task_type.main_field))
-    (prediction,) = score(services, round_, [inputs])
+    (prediction,) = score(services, round_, [inputs.values], inputs.known_images())
     return prediction
 
 
@@ -244,10 +220,13 @@ def _submit(
         round_ = uow.rounds.get(round_id)
     round_.check_takes_candidates()
     task_type = services.catalog.get(round_.task_type)
-    candidates = [
-        _new_candidate(round_, task_type, candidate, where=where, submitter=submitter)
+    images = _images_of(services, task_type)
+    made = [
+        _new_candidate(round_, task_type, candidate, where=where, submitter=submitter, images=images)
         for candidate, where in given
     ]
+    candidates = [candidate for candidate, _ in made]
+    known = {sha: image for _, inputs in made for sha, image in inputs.known_images().items()}
     tokens = check_model_reads_whole(
         services,
         round_,
@@ -267,12 +246,15 @@ def _submit(
             task_type,
             [(c, where) for c, (_, where) in zip(candidates, given, strict=True)],
             encoded,
+            known,
         )
         for candidate in candidates:
             uow.candidates.add(candidate)
         near_duplicates.index_new(uow, round_, checked)
+        if images is not None:
+            stored_images.keep(images, known.values())
         uow.commit()
-    predictions = score(services, round_, [c.inputs for c in candidates])
+    predictions = score(services, round_, [c.inputs for c in candidates], known)
     scored = [
         _store_score(services, candidate.id, prediction, round_)
         for candidate, prediction in zip(candidates, predictions, strict=True)
@@ -282,24 +264,34 @@ def _submit(
     return scored
 
 
+def _images_of(services: Services, task_type: TaskType) -> ImageServices | None:
+    return services.images if task_type.reads_images else None
+
+
 def _new_candidate(
-    round_: Round, task_type: TaskType, given: NewCandidate, *, where: str, submitter: Submitter
-) -> Candidate:
+    round_: Round,
+    task_type: TaskType,
+    given: NewCandidate,
+    *,
+    where: str,
+    submitter: Submitter,
+    images: ImageServices | None,
+) -> tuple[Candidate, CheckedInputs]:
     """A candidate (not stored yet) from one request object, checked against the round and the
-    credential; an error names the field under ``where`` (``candidates[3].text``, or ``text`` when
-    ``where`` is empty)."""
+    credential, and its checked inputs (with the images to keep); an error names the field under
+    ``where`` (``candidates[3].text``, or ``text`` when ``where`` is empty)."""
     prefix = f"{where}." if where else ""
-    inputs = task_inputs(task_type, given.inputs, field_prefix=prefix)
+    inputs = task_inputs(task_type, given.inputs, field_prefix=prefix, images=images)
     if given.writer_label not in round_.labels:
         raise InvalidInput(
             f"writer_label must be one of: {', '.join(round_.labels)}", field=prefix + "writer_label"
         )
     writer_id, collected_by = _writer_of(given.writer_id, submitter, field=prefix + "writer_id")
     assert round_.id is not None  # a stored round
-    return Candidate(
+    candidate = Candidate(
         id=str(uuid.uuid4()),
         round_id=round_.id,
-        inputs=inputs,
+        inputs=inputs.values,
         writer_label=given.writer_label,
         writer_id=writer_id,
         submitted_by=submitter.name,
@@ -307,6 +299,7 @@ def _new_candidate(
         rationale=given.rationale,
         submitted_at=utcnow(),
     )
+    return candidate, inputs
 
 
 def _writer_of(given: str | None, submitter: Submitter, *, field: str) -> tuple[str, str | None]:

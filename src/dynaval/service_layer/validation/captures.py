@@ -18,13 +18,16 @@ from typing import Any
 
 from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import Conflict, InvalidInput
+from dynaval.domain.images.image import StoredImage
 from dynaval.domain.task_type import TaskType
 from dynaval.domain.validation.candidate import Candidate
 from dynaval.domain.validation.capture import AcceptedCapture, Capture, CaptureSource, reported_candidate
 from dynaval.domain.validation.round import Round
 from dynaval.service_layer.health import near_duplicates
+from dynaval.service_layer.images import stored_images
+from dynaval.service_layer.images.ports import ImageServices
 from dynaval.service_layer.services import Services
-from dynaval.service_layer.validation.candidates import GivenInputs, task_inputs
+from dynaval.service_layer.validation.inputs import CheckedInputs, GivenInputs, task_inputs
 
 
 @dataclass(frozen=True)
@@ -64,14 +67,19 @@ def report_captures(
     round_.check_takes_captures()
     task_type = services.catalog.get(round_.task_type)
     at = utcnow()
+    checked: list[CheckedInputs] = []
+    image_services = services.images if task_type.reads_images else None
     made = [
-        _new_capture(round_, task_type, given, prefix=prefix, reporter=reporter, at=at)
+        _new_capture(
+            round_, task_type, given, prefix=prefix, reporter=reporter, at=at, into=(checked, image_services)
+        )
         for given, prefix in zip(captures, where, strict=True)
     ]
     # The semantic check's model work, before the write transaction opens.
     encoded = near_duplicates.encode_new(services, task_type, [c for c, _ in made])
     references = {c.reference: p for (_, c), p in zip(made, where, strict=True) if c.reference}
-    if not _store(services, round_id, task_type, made, where, encoded, references):
+    images = [image for inputs in checked for image in inputs.images]
+    if not _store(services, round_id, task_type, made, where, encoded, references, images):
         _refuse_reported_meanwhile(services, round_id, references)
     services.work.push_soon(round_id)  # into Label Studio by the task queue, not in this request
     return [candidate for candidate, _ in made]
@@ -85,6 +93,7 @@ def _store(
     where: Sequence[str],
     encoded: Sequence[Any],
     references: dict[str, str],
+    images: Sequence[StoredImage],
 ) -> bool:
     """Store the captures with their index entries, checked for near-duplicates and for references
     reported earlier; False when another request reported one of the references meanwhile (the
@@ -103,6 +112,7 @@ def _store(
             task_type,
             [(c, prefix.rstrip(".")) for (c, _), prefix in zip(made, where, strict=True)],
             encoded,
+            {image.sha256: image for image in images},
         )
         for candidate, _capture in made:
             uow.candidates.add(candidate)
@@ -111,6 +121,8 @@ def _store(
             uow.captures.add_many([capture for _, capture in made])
         except Conflict:
             return False
+        if images:
+            stored_images.keep(services.images, images)
         uow.commit()
     return True
 
@@ -146,11 +158,23 @@ def _taken(round_id: int, reference: str, earlier: str, *, field: str) -> Confli
 
 
 def _new_capture(
-    round_: Round, task_type: TaskType, given: NewCapture, *, prefix: str, reporter: str, at: datetime
+    round_: Round,
+    task_type: TaskType,
+    given: NewCapture,
+    *,
+    prefix: str,
+    reporter: str,
+    at: datetime,
+    into: tuple[list[CheckedInputs], ImageServices | None],
 ) -> tuple[Candidate, Capture]:
     """The candidate and provenance of one capture (not stored yet), checked against the round; an
-    error names the field under ``prefix`` (``captures[3].``, or nothing for a single capture)."""
-    inputs = task_inputs(task_type, given.inputs, field_prefix=prefix)
+    error names the field under ``prefix`` (``captures[3].``, or nothing for a single capture).
+    ``into``: the list its checked inputs join (with the images to keep), and the image services
+    an image task type checks its image with."""
+    checked, images = into
+    checked_inputs = task_inputs(task_type, given.inputs, field_prefix=prefix, images=images)
+    checked.append(checked_inputs)
+    inputs = checked_inputs.values
     if given.reported_label not in round_.labels:
         raise InvalidInput(
             f"reported_label must be one of: {', '.join(round_.labels)}", field=prefix + "reported_label"

@@ -13,9 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dynaval.domain.errors import InvalidInput
+from dynaval.domain.images.image import StoredImage
 from dynaval.domain.validation.gold import GoldItem
+from dynaval.service_layer.images import stored_images
 from dynaval.service_layer.services import Services
-from dynaval.service_layer.validation.candidates import GivenInputs, task_inputs
+from dynaval.service_layer.validation.inputs import GivenInputs, task_inputs
 
 
 @dataclass(frozen=True)
@@ -35,16 +37,23 @@ def add_gold_items(services: Services, *, round_id: int, items: Sequence[NewGold
         round_ = uow.rounds.get(round_id)
         round_.check_takes_gold()
         task_type = services.catalog.get(round_.task_type)
-        added = []
+        images = services.images if task_type.reads_images else None
+        added: list[GoldItem] = []
+        checked: list[StoredImage] = []
         for index, item in enumerate(items):
             where = f"items[{index}]"
-            inputs = task_inputs(task_type, item.inputs, field_prefix=f"{where}.")
+            inputs = task_inputs(task_type, item.inputs, field_prefix=f"{where}.", images=images)
+            checked.extend(inputs.images)
             if item.label not in round_.labels:
                 raise InvalidInput(
                     f"label must be one of: {', '.join(round_.labels)}", field=f"{where}.label"
                 )
-            added.append(GoldItem(id=str(uuid.uuid4()), round_id=round_id, inputs=inputs, label=item.label))
+            added.append(
+                GoldItem(id=str(uuid.uuid4()), round_id=round_id, inputs=inputs.values, label=item.label)
+            )
         for gold_item in added:
             uow.gold.add(gold_item)
+        if images is not None:
+            stored_images.keep(images, checked)
         uow.commit()
     return [g.id for g in added]

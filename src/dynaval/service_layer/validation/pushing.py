@@ -11,8 +11,11 @@ from datetime import datetime, timedelta
 
 from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import Unavailable
+from dynaval.domain.images.image import is_image_ref
 from dynaval.domain.validation.candidate import Candidate
 from dynaval.domain.validation.gold import GoldItem, gold_to_mix
+from dynaval.domain.validation.round import Round
+from dynaval.service_layer.images import stored_images
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import UnitOfWork
 from dynaval.settings import Settings
@@ -183,7 +186,7 @@ def _push_under_lease(
             # Gold items must not sit at a recognisable place among the candidates.
             random.Random(fresh[0].id).shuffle(fresh)
             task_ids = services.label_studio.import_tasks(
-                project_id=project_id, tasks=[{"candidate_id": item.id, **item.inputs} for item in fresh]
+                project_id=project_id, tasks=[task_data(services, round_, item) for item in fresh]
             )
             with services.uow() as uow:
                 now = utcnow()
@@ -194,6 +197,18 @@ def _push_under_lease(
         pushed += len(batch)
         if progress:
             progress(len(batch))
+
+
+def task_data(services: Services, round_: Round, item: Candidate | GoldItem) -> dict[str, str]:
+    """A Label Studio task's data: the item's id and its inputs, blind (no writer, label or model),
+    shaped alike for candidates and gold items; an image as its signed URL, which the annotator's
+    browser loads from this service without a token."""
+    data = {"candidate_id": item.id, **item.inputs}
+    if services.catalog.get(round_.task_type).reads_images:
+        for name, value in item.inputs.items():
+            if is_image_ref(value):
+                data[name] = stored_images.image_url(services.settings, value)
+    return data
 
 
 def _enter_validation(

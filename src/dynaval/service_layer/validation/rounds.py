@@ -127,6 +127,14 @@ def _pinned_model(services: Services, task_type: TaskType, model: str) -> _Pinne
         )
     folder = resolve_model_folder(services, model, task=task_type.name)
     predictor = services.models.get(folder).predictor
+    if predictor.input_kind is not task_type.input_kind:
+        reads = {"image": "an image", "text": "texts"}
+        raise InvalidInput(
+            f"task {task_type.name} shows {reads[task_type.input_kind]}, and the model in {folder.name} "
+            f"reads {reads[predictor.input_kind]}: pin a model of the task's kind (an image task needs "
+            "an AutoModelForImageClassification folder with its image processor)",
+            field="model",
+        )
     LabelMapping.between(predictor.labels, task_type.labels, task=task_type.name)
     return _PinnedModel(folder, predictor.name, predictor.model_hash)
 

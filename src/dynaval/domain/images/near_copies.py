@@ -1,0 +1,139 @@
+"""When two images are near-copies: the same picture (the same SHA-256 of its pixels), or one that a
+shift of a pixel or two, or a re-encoding, made of the other.
+
+Each image is fingerprinted by the adapter (:mod:`dynaval.adapters.images.fingerprints`): its ink
+(the distance of each pixel from the border's median, its background) is moved so that the ink's
+centre of mass is in the middle, and the result is hashed with a DCT perceptual hash of
+``HASH_BITS`` bits (``imagehash.phash``, ``hash_size=12``). Moving by the centre of mass makes a
+shift by whole pixels vanish; the pHash keeps only low frequencies, so a re-encoding barely moves
+it. A centre of mass that a re-encoding nudges across a pixel boundary would move the whole picture
+by one pixel, so each image also keeps the hashes of its picture moved one pixel each way
+(``around``), and the distance of two images is the least Hamming distance between one's centre
+hash and any of the other's hashes.
+
+``THRESHOLD = 8`` of 144 bits, measured on drawn digits (docs/task_types.md): a shift by one or two
+pixels gives 0; a JPEG re-encoding at quality 90 of a PNG drawing at most 4, at quality 75 at
+most 8; sixty different drawings of a 7 are 10 apart at the closest, 16 for the closest 1 %.
+
+>>> rule = NearCopyRule()
+>>> a = ImageFingerprint(centre=0b1011, around=(0b1111,))
+>>> b = ImageFingerprint(centre=0b0011, around=())
+>>> distance(a, b), rule.holds(distance(a, b))
+(1, True)
+>>> distance(a, ImageFingerprint(centre=(1 << 144) - 1, around=()))
+140
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dynaval.domain.images.image import ImageFingerprint
+
+METHOD = "centred-phash-hamming"
+HASH_BITS = 144
+THRESHOLD = 8
+MAX_THRESHOLD = 32
+"""The most a round may set: beyond it, different drawings of one digit are called copies."""
+
+
+@dataclass(frozen=True)
+class NearCopyRule:
+    """Two images are near-copies at or below ``threshold`` bits apart."""
+
+    threshold: int = THRESHOLD
+
+    def holds(self, bits_apart: int) -> bool:
+        return bits_apart <= self.threshold
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": METHOD, "hash_bits": HASH_BITS, "threshold": self.threshold}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> NearCopyRule:
+        if not isinstance(data, dict):
+            return cls()
+        return cls(threshold=int(data.get("threshold", THRESHOLD)))
+
+
+def distance(a: ImageFingerprint, b: ImageFingerprint) -> int:
+    """The bits two images' hashes differ by, the least over the shifts each keeps: symmetric."""
+    return min(
+        min((a.centre ^ other).bit_count() for other in b.hashes),
+        min((b.centre ^ other).bit_count() for other in a.hashes),
+    )
+
+
+def near_copies(
+    fingerprint: ImageFingerprint, stored: Iterable[tuple[str, ImageFingerprint]], rule: NearCopyRule
+) -> list[tuple[str, int]]:
+    """The keys of the stored images within the rule of ``fingerprint`` and how many bits apart,
+    nearest first (then by key)."""
+    found = []
+    for key, other in stored:
+        bits = distance(fingerprint, other)
+        if rule.holds(bits):
+            found.append((key, bits))
+    return sorted(found, key=lambda item: (item[1], item[0]))
+
+
+def similarity(bits_apart: int) -> float:
+    """A distance as a similarity in [0, 1] (1: the same hash), for lists that sort texts' and
+    images' near-duplicates together."""
+    return round(1.0 - bits_apart / HASH_BITS, 4)
+
+
+@dataclass
+class _TaskPrints:
+    last_seq: int = 0
+    ids: list[str] = field(default_factory=list)
+    prints: list[ImageFingerprint] = field(default_factory=list)
+    known: set[str] = field(default_factory=set)
+
+
+class FingerprintIndex:
+    """Per image task type, the fingerprints of every stored example this process has read (from
+    the shared index in the database, topped up before each check, as the texts' band keys are).
+    A check compares a new image with every one: 10,000 images take a few milliseconds."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tasks: dict[str, _TaskPrints] = {}
+
+    def _of(self, task_type: str) -> _TaskPrints:
+        return self._tasks.setdefault(task_type, _TaskPrints())
+
+    def last_seq(self, task_type: str) -> int:
+        with self._lock:
+            return self._of(task_type).last_seq
+
+    def top_up(self, task_type: str, rows: Iterable[tuple[int, str, bytes | None]]) -> None:
+        """Add stored rows ``(seq, candidate id, fingerprint bytes)`` read after :meth:`last_seq`."""
+        with self._lock:
+            held = self._of(task_type)
+            for seq, candidate_id, data in rows:
+                if seq <= held.last_seq:
+                    continue
+                held.last_seq = seq
+                if candidate_id in held.known or not data:
+                    continue
+                held.known.add(candidate_id)
+                held.ids.append(candidate_id)
+                held.prints.append(ImageFingerprint.from_bytes(data))
+
+    def lookup(
+        self, task_type: str, fingerprint: ImageFingerprint, rule: NearCopyRule, *, limit: int
+    ) -> list[tuple[str, int]]:
+        """The held examples within ``rule`` of ``fingerprint``: ``(id, bits apart)``, nearest first,
+        at most ``limit``."""
+        with self._lock:
+            held = self._of(task_type)
+            stored = list(zip(held.ids, held.prints, strict=True))
+        return near_copies(fingerprint, stored, rule)[:limit]
+
+    def size(self, task_type: str) -> int:
+        with self._lock:
+            return len(self._of(task_type).ids)

@@ -1,0 +1,95 @@
+"""The images room's use cases: an uploaded image checked, kept once by content hash, read back for
+a model, and shown through signed URLs (Label Studio's annotators, the writer, the dashboard)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from urllib.parse import urlencode
+
+from dynaval.domain.errors import NotFound, Unavailable
+from dynaval.domain.images import signed_urls
+from dynaval.domain.images.image import ImageInput, ImageUpload, StoredImage, is_sha256, sha_of
+from dynaval.service_layer.images.ports import ImageServices
+from dynaval.settings import Settings
+
+log = logging.getLogger(__name__)
+
+IMAGE_PATH = "/images/"
+NO_IMAGE = "no image at this link: it is wrong, or it expired (ask for the page again)"
+
+
+def checked_image(images: ImageServices, upload: ImageUpload, *, field: str) -> StoredImage:
+    """The upload decoded under the limits and made canonical (nothing kept yet): ``TooLarge`` (413)
+    or ``InvalidInput`` (422) naming ``field`` when it is not an image the service takes."""
+    return images.codec.decode(upload, images.limits, field=field)
+
+
+def keep(images: ImageServices, stored: Iterable[StoredImage]) -> None:
+    """Keep the images in the store (each once, whoever sends it again). Called just before the
+    unit of work that stores what refers to them commits: a refused request keeps nothing."""
+    for image in stored:
+        images.store.put(image.sha256, image.png)
+
+
+def model_inputs(
+    images: ImageServices, refs: Iterable[str], known: Mapping[str, StoredImage] | None = None
+) -> list[ImageInput]:
+    """What a model reads of the images ``refs`` names (``sha256:…``): from ``known`` (images checked
+    in this request) or from the store. An image missing from the store is the service's trouble
+    (a lost or moved folder): :class:`~dynaval.domain.errors.Unavailable`, and the log says which."""
+    found = []
+    for ref in refs:
+        sha = sha_of(ref)
+        if known and sha in known:
+            found.append(ImageInput(sha, known[sha].png))
+            continue
+        png = images.store.get(sha)
+        if png is None:
+            log.warning("image %s is missing from the image store (DYNAVAL_IMAGES_DIR)", sha)
+            raise Unavailable("an image of this example is missing from the service's image store")
+        found.append(ImageInput(sha, png))
+    return found
+
+
+def image_url(settings: Settings, ref_or_sha: str, *, now: float | None = None) -> str:
+    """The signed URL of a stored image, valid for ``DYNAVAL_IMAGE_URL_DAYS`` (see
+    :mod:`dynaval.domain.images.signed_urls`)."""
+    sha = ref_or_sha if is_sha256(ref_or_sha) else sha_of(ref_or_sha)
+    expires = signed_urls.expiry_for(now=time.time() if now is None else now, days=settings.image_url_days)
+    signature = signed_urls.sign(signed_urls.url_key(settings.signing_secret), sha, expires)
+    query = urlencode({"expires": expires, "signature": signature})
+    return f"{settings.public_url.rstrip('/')}{IMAGE_PATH}{sha}.png?{query}"
+
+
+def url_expiry(url: str) -> int | None:
+    """The expiry a signed image URL carries; None for anything else."""
+    if IMAGE_PATH not in url or "expires=" not in url:
+        return None
+    value = url.split("expires=", 1)[1].split("&", 1)[0]
+    return int(value) if value.isdigit() else None
+
+
+def signed_image(
+    images: ImageServices, settings: Settings, sha: str, *, expires: str, signature: str
+) -> bytes:
+    """The image a signed URL names; :class:`~dynaval.domain.errors.NotFound` alike for a wrong
+    hash, a wrong or expired signature and an image not held (nothing tells them apart)."""
+    if not (is_sha256(sha) and expires.isdigit() and len(expires) <= 12):
+        raise NotFound(NO_IMAGE, field="image")
+    key = signed_urls.url_key(settings.signing_secret)
+    if not signed_urls.check(key, sha, int(expires), signature, now=time.time()):
+        raise NotFound(NO_IMAGE, field="image")
+    png = images.store.get(sha)
+    if png is None:
+        raise NotFound(NO_IMAGE, field="image")
+    return png
+
+
+def thumbnail(images: ImageServices, ref: str) -> bytes:
+    """A small PNG of a stored image, for the dashboard's lists."""
+    png = images.store.get(sha_of(ref))
+    if png is None:
+        raise NotFound("no such image in the image store", field="image")
+    return images.codec.thumbnail_png(png)
