@@ -92,6 +92,7 @@ def offline_services() -> OfflineServices:
         encoder=shared_encoder,
         release_index=MinHashProcess,
         corpus=TextCorpora(),
+        image_codec=PillowImages(),
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -92,11 +92,14 @@ def seed_frozen_round(
     name: str = "seeded round",
     writer_prefix: str = "writer",
     annotation_base: int = 1,
+    make_inputs: Callable[[int, str], dict[str, str]] | None = None,
 ) -> SeededRound:
     """A frozen round with ``accepted`` accepted candidates from ``writers`` writers (raw ids
     ``<writer_prefix>-<n>``), each with ``votes`` votes; ``weak_share`` of them have only one vote
     for the writer's label (accepted all the same, as an override would), the rest all agree.
-    ``shared_premises`` > 0 makes NLI-like premises repeat across candidates (of one writer each)."""
+    ``shared_premises`` > 0 makes NLI-like premises repeat across candidates (of one writer each).
+    ``make_inputs(i, label)``: the ``i``-th candidate's inputs for its label, instead of seeded texts
+    (an image task type's, stored by the caller)."""
     policy = DecisionPolicy().to_dict()
     with database.unit_of_work() as session:
         round_row = RoundRow(
@@ -138,8 +141,8 @@ def seed_frozen_round(
         prediction = labels[(i + 1) % len(labels)]
         weak = rng.random() < weak_share
         is_accepted = i < accepted
-        inputs: dict[str, str] = {}
-        for n, name_ in enumerate(fields):
+        inputs: dict[str, str] = make_inputs(i, label) if make_inputs is not None else {}
+        for n, name_ in enumerate(fields if make_inputs is None else ()):
             if n == 0 and len(fields) > 1 and shared_premises:
                 inputs[name_] = premises[int(writer.rsplit("-", 1)[1]) % len(premises)] + f" ({writer})"
             else:

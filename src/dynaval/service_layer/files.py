@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from dynaval.domain.health.near_duplicates import NearDuplicateRule
 from dynaval.service_layer.health.ports import CorpusFiles, Encoder, ReleaseIndex
+from dynaval.service_layer.images.ports import ImageCodec
 
 
 class ReleaseUnreadable(Exception):
@@ -48,6 +49,9 @@ class SplitFiles(Protocol):
         """One canonical row (its JSONL line, without the newline) into ``split``."""
 
     def close(self) -> list[WrittenFile]: ...
+
+    def image_files(self) -> list[WrittenFile]:
+        """Once closed: the images written into the release's ``images/`` folder, each once."""
 
     def abort(self) -> None: ...
 
@@ -92,6 +96,9 @@ class ReleaseReader(Protocol):
 
     def is_file(self, path: Path) -> bool: ...
 
+    def read_bytes(self, path: Path) -> bytes:
+        """A file's bytes (an image of the release)."""
+
     def file_names(self, folder: Path) -> list[str]:
         """The names in ``folder``, sorted; none when it is not a folder."""
 
@@ -115,11 +122,22 @@ class ReleaseFiles(ReleaseReader, Protocol):
         """Remove a scratch file (one :meth:`scratch_rows` wrote)."""
 
     def split_files(
-        self, root: Path, *, fields: Sequence[str], labels: Sequence[str], split_rows: Mapping[str, int]
+        self,
+        root: Path,
+        *,
+        fields: Sequence[str],
+        labels: Sequence[str],
+        split_rows: Mapping[str, int],
+        image_fields: Sequence[str] = (),
+        image_bytes: Callable[[str], bytes] | None = None,
     ) -> SplitFiles:
-        """The writer of a release's rows into ``root`` (which must not exist yet)."""
+        """The writer of a release's rows into ``root`` (which must not exist yet). An image field's
+        rows hold the image's path in the release (``images/<sha256>.png``); its bytes come from
+        ``image_bytes`` (a SHA-256's PNG) into the Parquet files and the ``images/`` folder."""
 
-    def features(self, fields: Sequence[str], labels: Sequence[str]) -> list[dict[str, Any]]:
+    def features(
+        self, fields: Sequence[str], labels: Sequence[str], image_fields: Sequence[str] = ()
+    ) -> list[dict[str, Any]]:
         """The rows' features as the card's YAML header lists them (Hugging Face ``datasets``)."""
 
     def write_manifest(self, root: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
@@ -141,7 +159,8 @@ class ReleaseFiles(ReleaseReader, Protocol):
 class FileServices(Protocol):
     """What the use cases on release files and corpora need: the files, the sentence encoder (for
     the semantic checks; it raises ``InvalidInput`` or ``ImportError`` when it cannot load), a
-    release's lexical index, and corpora. :class:`~dynaval.service_layer.services.Services` has
+    release's lexical index, corpora, and the image codec (an image release's near-copies).
+    :class:`~dynaval.service_layer.services.Services` has
     them, and so does the lighter :class:`OfflineServices` that commands on files alone build."""
 
     @property
@@ -156,6 +175,9 @@ class FileServices(Protocol):
     @property
     def corpus(self) -> CorpusFiles: ...
 
+    @property
+    def image_codec(self) -> ImageCodec: ...
+
 
 @dataclass(frozen=True)
 class OfflineServices:
@@ -167,3 +189,4 @@ class OfflineServices:
     encoder: Callable[[], Encoder]
     release_index: Callable[[NearDuplicateRule], ReleaseIndex]
     corpus: CorpusFiles
+    image_codec: ImageCodec

@@ -12,7 +12,7 @@ from dynaval.domain.health.near_duplicates import NearDuplicateRule
 from dynaval.domain.task_type import TaskType
 from dynaval.service_layer.files import OfflineServices, ReleaseFiles
 from dynaval.service_layer.health.ports import CorpusFiles, Encoder, ReleaseIndex, SemanticIndex
-from dynaval.service_layer.images.ports import ImageServices
+from dynaval.service_layer.images.ports import ImageCodec, ImageServices
 from dynaval.service_layer.predictions import Models
 from dynaval.service_layer.releases.dataset_port import DatasetReads
 from dynaval.service_layer.unit_of_work import UnitOfWork
@@ -132,6 +132,10 @@ class Services:
     @property
     def corpus(self) -> CorpusFiles:
         return self._offline().corpus
+
+    @property
+    def image_codec(self) -> ImageCodec:
+        return self._offline().image_codec
 
     def writer_annotators(self) -> dict[str, str]:
         """Writers' Label Studio user ids by writer name, as known now."""

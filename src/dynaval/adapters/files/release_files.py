@@ -20,7 +20,7 @@ import os
 import shutil
 import tarfile
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ import orjson
 
 from dynaval.adapters.files.background_writes import BackgroundWork, LineWriter
 from dynaval.domain.errors import Conflict, InvalidInput
+from dynaval.domain.images.image import RELEASE_FOLDER, sha_of_release_path
 from dynaval.domain.releases.release import CARD, MANIFEST
 from dynaval.domain.releases.rows import canonical_line, row_columns
 from dynaval.service_layer.files import ReleaseStaging, ReleaseUnreadable, RowSink, SplitFiles, WrittenFile
@@ -40,9 +41,10 @@ ROW_GROUP_ROWS = 2_000
 """Rows per Parquet row group."""
 
 
-def release_features(fields: Sequence[str], labels: Sequence[str]) -> Any:
-    """The rows' ``datasets.Features``: the label a ClassLabel with the task's names."""
-    from datasets import ClassLabel, Features, List, Value
+def release_features(fields: Sequence[str], labels: Sequence[str], image_fields: Sequence[str] = ()) -> Any:
+    """The rows' ``datasets.Features``: the label a ClassLabel with the task's names, an image field
+    an ``Image`` (its bytes in the Parquet files: ``load_dataset`` gives PIL images)."""
+    from datasets import ClassLabel, Features, Image, List, Value
 
     string, integer, real, boolean = Value("string"), Value("int64"), Value("float64"), Value("bool")
     vote = {
@@ -52,7 +54,7 @@ def release_features(fields: Sequence[str], labels: Sequence[str]) -> Any:
     }  # fmt: skip
     types: dict[str, Any] = {
         "example_id": string, "round": Value("int32"), "round_id": integer, "round_name": string,
-        **{name: string for name in fields},
+        **{name: Image() if name in image_fields else string for name in fields},
         "label": ClassLabel(names=list(labels)),
         "rationale": string, "writer": string, "writer_annotator": string, "collected_by": string,
         "submitted_at": string, "model_name": string, "model_hash": string, "model_prediction": string,
@@ -67,13 +69,14 @@ def release_features(fields: Sequence[str], labels: Sequence[str]) -> Any:
     return Features(types)
 
 
-def features_yaml(fields: Sequence[str], labels: Sequence[str]) -> list[dict[str, Any]]:
+def features_yaml(
+    fields: Sequence[str], labels: Sequence[str], image_fields: Sequence[str] = ()
+) -> list[dict[str, Any]]:
     """The features as a card's ``dataset_info.features`` (``datasets``' own YAML form)."""
     from datasets import DatasetInfo
 
-    features: list[dict[str, Any]] = DatasetInfo(features=release_features(fields, labels))._to_yaml_dict()[
-        "features"
-    ]
+    info = DatasetInfo(features=release_features(fields, labels, image_fields))
+    features: list[dict[str, Any]] = info._to_yaml_dict()["features"]
     return features
 
 
@@ -96,7 +99,9 @@ class _ParquetSplit:
     ``ROW_GROUP_ROWS`` rows each, whatever the chunks, so the files are the same however the lines
     were chunked. Used by the background work only, until it is closed."""
 
-    def __init__(self, root: Path, split: str, rows: int, schema: Any, labels: Sequence[str]) -> None:
+    def __init__(
+        self, root: Path, split: str, rows: int, schema: Any, labels: Sequence[str], images: _ReleaseImages
+    ) -> None:
         import pyarrow as pa
 
         self.root = root
@@ -107,7 +112,12 @@ class _ParquetSplit:
         self.writer: Any = None
         self._shard = 0
         self.label_at = schema.get_field_index("label")
-        self.as_read = schema.remove_metadata().set(self.label_at, pa.field("label", pa.string()))
+        as_read = schema.remove_metadata().set(self.label_at, pa.field("label", pa.string()))
+        self.images = images
+        self.image_at = [schema.get_field_index(name) for name in images.fields]
+        for at in self.image_at:  # the JSONL holds the image's path in the release
+            as_read = as_read.set(at, pa.field(schema.field(at).name, pa.string()))
+        self.as_read = as_read
         self.names = pa.array(list(labels), pa.string())
         self.pending = pa.Table.from_batches([], schema=schema)
 
@@ -155,6 +165,8 @@ class _ParquetSplit:
             raise ValueError(f"a row of split {self.split} has the label {unknown}, not one of the task's")
         columns = table.columns
         columns[self.label_at] = pc.cast(codes, pa.int64(), memory_pool=pool)
+        for at in self.image_at:
+            columns[at] = self.images.column(columns[at].to_pylist(), self.schema.field(at).type)
         return pa.Table.from_arrays(columns, schema=self.schema)
 
     def _write_group(self, group: Any) -> None:
@@ -184,6 +196,44 @@ def _pool() -> Any:
     import pyarrow as pa
 
     return pa.system_memory_pool()
+
+
+class _ReleaseImages:
+    """An image task type's images: each row's image put in the Parquet files (its bytes) and, once,
+    in the release's ``images/`` folder, from the image store (``image_bytes``: a SHA-256's PNG)."""
+
+    def __init__(self, root: Path, fields: Sequence[str], image_bytes: Callable[[str], bytes] | None) -> None:
+        self.root = root
+        self.fields = tuple(fields)
+        self.image_bytes = image_bytes
+        self.written: dict[str, str] = {}
+        """Each image's path in the release -> its file's SHA-256."""
+        if self.fields:
+            (root / RELEASE_FOLDER).mkdir()
+
+    def column(self, paths: Sequence[str | None], arrow_type: Any) -> Any:
+        import pyarrow as pa
+
+        values: list[dict[str, Any] | None] = []
+        for path in paths:
+            if path is None:
+                values.append(None)
+                continue
+            sha = sha_of_release_path(path)
+            data = self._bytes(sha)
+            if path not in self.written:
+                (self.root / path).write_bytes(data)
+                self.written[path] = hashlib.sha256(data).hexdigest()
+            values.append({"bytes": data, "path": path})
+        return pa.array(values, type=arrow_type)
+
+    def _bytes(self, sha: str) -> bytes:
+        if self.image_bytes is None:
+            raise ValueError("an image task type's release needs the image store")
+        return self.image_bytes(sha)
+
+    def files(self) -> list[WrittenFile]:
+        return [WrittenFile(path, RELEASE_FOLDER, 1, sha) for path, sha in sorted(self.written.items())]
 
 
 class _SplitWriter:
@@ -217,18 +267,26 @@ class ReleaseWriter:
     (:mod:`dynaval.adapters.files.background_writes`)."""
 
     def __init__(
-        self, root: Path, *, fields: Sequence[str], labels: Sequence[str], split_rows: Mapping[str, int]
+        self,
+        root: Path,
+        *,
+        fields: Sequence[str],
+        labels: Sequence[str],
+        split_rows: Mapping[str, int],
+        image_fields: Sequence[str] = (),
+        image_bytes: Callable[[str], bytes] | None = None,
     ) -> None:
         root.mkdir(parents=True)
         (root / "data").mkdir()
         (root / "jsonl").mkdir()
         self.root = root
-        schema = release_features(fields, labels).arrow_schema
+        schema = release_features(fields, labels, image_fields).arrow_schema
+        self.images = _ReleaseImages(root, image_fields, image_bytes)
         self.work = BackgroundWork("release-files")
         self.splits: dict[str, _SplitWriter] = {}
         try:
             for split, rows in sorted(split_rows.items()):
-                parquet = _ParquetSplit(root, split, rows, schema, labels)
+                parquet = _ParquetSplit(root, split, rows, schema, labels, self.images)
                 self.splits[split] = _SplitWriter(root, split, parquet, self.work)
         except BaseException:
             self.abort()  # no thread left waiting, no file left open
@@ -246,6 +304,10 @@ class ReleaseWriter:
         for writer in self.splits.values():
             files.extend(writer.files())
         return files
+
+    def image_files(self) -> list[WrittenFile]:
+        """Once closed: the images the release holds (``images/<sha256>.png``), each once."""
+        return self.images.files()
 
     def abort(self) -> None:
         self.work.stop()
@@ -377,12 +439,28 @@ class ReleaseFolders:
         path.unlink()
 
     def split_files(
-        self, root: Path, *, fields: Sequence[str], labels: Sequence[str], split_rows: Mapping[str, int]
+        self,
+        root: Path,
+        *,
+        fields: Sequence[str],
+        labels: Sequence[str],
+        split_rows: Mapping[str, int],
+        image_fields: Sequence[str] = (),
+        image_bytes: Callable[[str], bytes] | None = None,
     ) -> SplitFiles:
-        return ReleaseWriter(root, fields=fields, labels=labels, split_rows=split_rows)
+        return ReleaseWriter(
+            root,
+            fields=fields,
+            labels=labels,
+            split_rows=split_rows,
+            image_fields=image_fields,
+            image_bytes=image_bytes,
+        )
 
-    def features(self, fields: Sequence[str], labels: Sequence[str]) -> list[dict[str, Any]]:
-        return features_yaml(fields, labels)
+    def features(
+        self, fields: Sequence[str], labels: Sequence[str], image_fields: Sequence[str] = ()
+    ) -> list[dict[str, Any]]:
+        return features_yaml(fields, labels, image_fields)
 
     def write_manifest(self, root: Path, manifest: Mapping[str, Any]) -> dict[str, Any]:
         text = manifest_text(manifest)
@@ -398,6 +476,9 @@ class ReleaseFolders:
 
     def is_file(self, path: Path) -> bool:
         return path.is_file()
+
+    def read_bytes(self, path: Path) -> bytes:
+        return path.read_bytes()
 
     def file_names(self, folder: Path) -> list[str]:
         return sorted(path.name for path in folder.iterdir()) if folder.is_dir() else []

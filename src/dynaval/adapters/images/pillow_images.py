@@ -63,6 +63,11 @@ class PillowImages:
             fingerprint=fingerprint(pixels),
         )
 
+    def fingerprint_png(self, png: bytes) -> ImageFingerprint:
+        with Image.open(io.BytesIO(png)) as image:
+            image.load()
+            return fingerprint(image)
+
     def thumbnail_png(self, png: bytes, side: int = THUMBNAIL_SIDE) -> bytes:
         """A PNG of the image scaled to fit ``side`` pixels (a small image scaled up with nearest
         neighbours, so a 28x28 drawing's pixels stay sharp)."""

@@ -132,3 +132,25 @@ def sha_of(ref: str) -> str:
 
 def is_sha256(value: str) -> bool:
     return _SHA.fullmatch(value) is not None
+
+
+RELEASE_FOLDER = "images"
+"""Where a release keeps its images: ``images/<sha256>.png``, each once."""
+_RELEASE_PATH = re.compile(r"images/([0-9a-f]{64})\.png")
+
+
+def release_path(ref: str) -> str:
+    """Where a release keeps the image a reference names (its rows' JSONL points there).
+
+    >>> release_path("sha256:" + "ab" * 32) == "images/" + "ab" * 32 + ".png"
+    True
+    """
+    return f"{RELEASE_FOLDER}/{sha_of(ref)}.png"
+
+
+def sha_of_release_path(path: str) -> str:
+    """The hex SHA-256 a release's image path names (``ValueError`` for any other value)."""
+    found = _RELEASE_PATH.fullmatch(path)
+    if found is None:
+        raise ValueError(f"not a release's image path (images/<sha256>.png): {path[:80]!r}")
+    return found.group(1)

@@ -27,7 +27,7 @@ most 8; sixty different drawings of a 7 are 10 apart at the closest, 16 for the 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,3 +137,59 @@ class FingerprintIndex:
     def size(self, task_type: str) -> int:
         with self._lock:
             return len(self._of(task_type).ids)
+
+
+WORDS = 3
+"""A hash as 64-bit words: 144 bits in three (the last holds 16)."""
+
+
+def _words(value: int) -> list[int]:
+    return [(value >> (64 * i)) & 0xFFFFFFFFFFFFFFFF for i in range(WORDS)]
+
+
+class ImagePairIndex:
+    """The near-copy pairs among a release's images (the leak scan's index for an image task type:
+    it has the methods of the lexical one, and ``verify`` uses it too). ``fingerprint_of`` gives the
+    fingerprint of an image field's value (an image's path in a release). Every pair is compared, in
+    numpy: a few seconds for ten thousand images. An image ``fingerprint_of`` cannot give (None) is
+    left out."""
+
+    def __init__(self, rule: NearCopyRule, fingerprint_of: Callable[[str], ImageFingerprint | None]) -> None:
+        self.rule = rule
+        self.fingerprint_of = fingerprint_of
+        self.keys: list[str] = []
+        self.prints: list[ImageFingerprint] = []
+
+    def add_inputs(self, key: str, inputs: Mapping[str, Any], fields: Sequence[str]) -> None:
+        value = inputs.get(fields[0])
+        found = self.fingerprint_of(str(value)) if value is not None else None
+        if found is not None:  # an image that cannot be read is not compared (its checks name it)
+            self.keys.append(key)
+            self.prints.append(found)
+
+    def pairs(self, keep: Callable[[str, str], bool] = lambda _a, _b: True) -> list[tuple[str, str, float]]:
+        """Every pair within the rule, where ``keep`` allows it: ``(a, b, similarity)`` with ``a``
+        before ``b`` in key order, the pairs in that order."""
+        import numpy
+
+        if len(self.keys) < 2:
+            return []
+        width = max(len(p.hashes) for p in self.prints)
+        centres = numpy.array([_words(p.centre) for p in self.prints], dtype=numpy.uint64)
+        hashes = numpy.array(
+            [[_words(h) for h in (*p.hashes, *[p.centre] * (width - len(p.hashes)))] for p in self.prints],
+            dtype=numpy.uint64,
+        )
+        found = []
+        for i in range(len(self.keys) - 1):
+            theirs = numpy.bitwise_count(centres[i] ^ hashes[i + 1 :]).sum(axis=2).min(axis=1)
+            ours = numpy.bitwise_count(centres[i + 1 :, None, :] ^ hashes[i]).sum(axis=2).min(axis=1)
+            bits = numpy.minimum(theirs, ours)
+            for j in numpy.nonzero(bits <= self.rule.threshold)[0]:
+                a, b = sorted((self.keys[i], self.keys[i + 1 + int(j)]))
+                if keep(a, b):
+                    found.append((a, b, similarity(int(bits[j]))))
+        return sorted(found)
+
+    def close(self) -> None:
+        self.prints = []

@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from dynaval.domain.images.near_copies import METHOD as IMAGE_METHOD
+
 
 def _size_category(rows: int) -> str:
     for limit, name in (
@@ -97,14 +99,28 @@ def _near_duplicates(section: Mapping[str, Any] | None) -> list[str]:
         semantic_line = f"The semantic check (MiniLM embeddings) did not run: {semantic.get('why', 'off')}."
     else:
         semantic_line = "The check was lexical only."
+    if rule.get("method") == IMAGE_METHOD:
+        definition = (
+            f"Two images are near-copies when their perceptual hashes ({rule['hash_bits']} bits, a DCT "
+            "hash of the image moved so that its ink's centre of mass is in the middle) differ in at "
+            f"most {rule['threshold']} bits (perceptual; the same picture is 0 bits apart): a drawing "
+            "shifted by a pixel or two, or re-encoded, is one. Near-copies are kept in one kind of "
+            "split, like a shared image; one that would cross, or that is near an earlier release's "
+            "test example, is withheld."
+        )
+    else:
+        definition = (
+            f"Two examples are near-duplicates when, for every input field, the Jaccard similarity of "
+            f"their {rule['shingle']}-word shingles (after NFKC, case folding and whitespace folding) is "
+            f"at least {_fmt(rule['threshold'], 2)} (MinHash LSH, {rule['num_perm']} permutations, each "
+            f"candidate confirmed exactly; lexical). {semantic_line} Near-duplicates are kept in one kind "
+            "of split, like shared texts; one that would cross, or that is near an earlier release's test "
+            "example, is withheld."
+        )
     lines = [
         "## Near-duplicates",
         "",
-        f"Two examples are near-duplicates when, for every input field, the Jaccard similarity of their "
-        f"{rule['shingle']}-word shingles (after NFKC, case folding and whitespace folding) is at least "
-        f"{_fmt(rule['threshold'], 2)} (MinHash LSH, {rule['num_perm']} permutations, each candidate "
-        f"confirmed exactly; lexical). {semantic_line} Near-duplicates are kept in one kind of split, like "
-        "shared texts; one that would cross, or that is near an earlier release's test example, is withheld.",
+        definition,
         "",
         f"- Pairs across splits: {across['pairs']} (`dynaval release verify` recomputes them from the "
         "files, and fails on any).",

@@ -44,11 +44,15 @@ def release_manifest(
     files: Sequence[Mapping[str, Any]],
     near_duplicates: Mapping[str, Any],
     features: Sequence[Mapping[str, Any]],
+    images: Sequence[Mapping[str, Any]] = (),
+    image_fields: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The manifest of a built release. ``rounds``: each round's index in the release and the
     service's figures for it; ``tally``: the figures of the rows as written; ``placed``: where each
     example went (or why it was withheld); ``writers``: every writer's kind of split (the release
-    reports the shares of those it holds)."""
+    reports the shares of those it holds). An image task type's release lists its ``images``
+    (``images/<sha256>.png`` and the file's SHA-256) and which fields are images; a text release's
+    manifest has neither key, as before images existed."""
     released_figures = tally.round_figures(rule.seed)
     released_writers = {
         w: k for w, k in writers.items() if any(w in f.writers for f in tally.splits.values())
@@ -89,4 +93,5 @@ def release_manifest(
         "features": [dict(f) for f in features],
         "content_hash": tally.content_hash(),
         "content_hash_rule": CONTENT_HASH_RULE,
+        **({"image_fields": list(image_fields), "images": [dict(i) for i in images]} if image_fields else {}),
     }

@@ -18,6 +18,8 @@ from typing import Any
 
 import orjson
 
+from dynaval.domain.images.image import release_path
+
 ROW_PROVENANCE = (
     "rationale", "writer", "writer_annotator", "collected_by", "submitted_at",
     "model_name", "model_hash", "model_prediction", "model_probabilities", "model_signature", "model_fooled",
@@ -41,10 +43,15 @@ def release_row(
     fields: Sequence[str],
     excluded_annotators: Collection[str],
     writer_annotator: str | None,
+    image_fields: Collection[str] = (),
 ) -> dict[str, Any]:
     """The release row of one provenance record (annotators as the record's pseudonyms;
-    ``excluded_annotators`` and ``writer_annotator`` are pseudonyms too)."""
-    inputs = record["inputs"] or {}
+    ``excluded_annotators`` and ``writer_annotator`` are pseudonyms too). An image field's value
+    is where the release keeps the image (``images/<sha256>.png``)."""
+    inputs = dict(record["inputs"] or {})
+    for name in image_fields:
+        if inputs.get(name) is not None:
+            inputs[name] = release_path(inputs[name])
     model = record["model"]
     decision = record["decision"]
     agreement = record["agreement"]

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from dynaval.domain.errors import Unavailable
 from dynaval.domain.health.near_duplicates import MAX_REPORTED, EarlierExample, NearDuplicateMatch, best
-from dynaval.domain.images.image import ImageFingerprint, ImageUpload, StoredImage, sha_of
+from dynaval.domain.images.image import ImageFingerprint, StoredImage, sha_of
 from dynaval.domain.images.near_copies import FingerprintIndex, NearCopyRule, distance, similarity
 from dynaval.domain.task_type import TaskType
 from dynaval.domain.validation.candidate import Candidate
+from dynaval.service_layer.images import stored_images
 from dynaval.service_layer.images.ports import ImageServices
 from dynaval.service_layer.unit_of_work import UnitOfWork
 
@@ -82,7 +82,5 @@ def top_up(uow: UnitOfWork, index: FingerprintIndex, task: str) -> None:
 
 def stored_fingerprint(images: ImageServices, ref: str) -> bytes:
     """The index's bytes of a stored image's fingerprint (its PNG decoded again: a rebuild's work)."""
-    png = images.store.get(sha_of(ref))
-    if png is None:
-        raise Unavailable(f"image {ref} is missing from the image store (DYNAVAL_IMAGES_DIR)")
-    return images.codec.decode(ImageUpload(png), images.limits, field="image").fingerprint.to_bytes()
+    png = stored_images.png_of(images, sha_of(ref))
+    return stored_images.fingerprint_of_png(images, png).to_bytes()

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from dynaval.domain.health.minhash import MinHashIndex
 from dynaval.domain.health.near_duplicates import NearDuplicateRule, clusters
@@ -60,13 +60,27 @@ class Pair:
 
 
 def merged(
-    lexical: Iterable[tuple[str, str, float]], semantic: Iterable[tuple[str, str, float]]
+    lexical: Iterable[tuple[str, str, float]],
+    semantic: Iterable[tuple[str, str, float]],
+    *,
+    kind: str = "lexical",
 ) -> list[tuple[str, str, float, str]]:
-    """Both kinds of pair ``(a, b, similarity, kind)``, each pair once: lexical where both found it."""
-    pairs = [(a, b, sim, "lexical") for a, b, sim in lexical]
+    """Both kinds of pair ``(a, b, similarity, kind)``, each pair once: the index's (``kind``:
+    lexical, or perceptual for images) where both found it."""
+    pairs = [(a, b, sim, kind) for a, b, sim in lexical]
     seen = {frozenset((a, b)) for a, b, _sim, _kind in pairs}
     pairs += [(a, b, sim, "semantic") for a, b, sim in semantic if frozenset((a, b)) not in seen]
     return pairs
+
+
+class FilteringIndex(Protocol):
+    """An index of a release's rows whose pairs can be kept to some (those across kinds of split):
+    the lexical :class:`~dynaval.domain.health.minhash.MinHashIndex`, or an image task type's
+    :class:`~dynaval.domain.images.near_copies.ImagePairIndex`."""
+
+    def add_inputs(self, key: str, inputs: Mapping[str, Any], fields: Sequence[str]) -> None: ...
+
+    def pairs(self, keep: Callable[[str, str], bool] = ...) -> Iterable[tuple[str, str, float]]: ...
 
 
 class CrossSplitScan:
@@ -81,10 +95,13 @@ class CrossSplitScan:
         semantic: SemanticRule | None,
         *,
         encoder: Callable[[], Encoder],
+        index: FilteringIndex | None = None,
+        index_kind: str = "lexical",
     ) -> None:
         self.rule = rule
         self.semantic = semantic
-        self._index = MinHashIndex(rule)
+        self.index_kind = index_kind
+        self._index: FilteringIndex = index if index is not None else MinHashIndex(rule)
         self._vectors = SemanticRows(fields, semantic, encoder) if semantic is not None else None
         self._fields = list(fields)
         self._splits: dict[str, str] = {}
@@ -119,7 +136,10 @@ class CrossSplitScan:
             # hides none across.
             found = self._vectors.crossing_pairs(lambda key: split_kind_of(self._splits[key]))
         splits = self._splits
-        return [Pair(a, splits[a], b, splits[b], sim, kind) for a, b, sim, kind in merged(lexical, found)]
+        return [
+            Pair(a, splits[a], b, splits[b], sim, kind)
+            for a, b, sim, kind in merged(lexical, found, kind=self.index_kind)
+        ]
 
 
 def cross_split_pairs(
@@ -168,7 +188,11 @@ class LeakScan:
     semantic_off: str = "turned off"
     """Why the semantic check did not run, for the manifest (``semantic`` is ``None``)."""
     make_index: Callable[[NearDuplicateRule], ReleaseIndex] = MinHashIndex
-    """The lexical index, made for the rule (the build's runs in a process of its own)."""
+    """The lexical index, made for the rule (the build's runs in a process of its own); for an
+    image task type, the perceptual one (``index_kind`` then says so, and ``index_rule`` is its
+    rule for the manifest)."""
+    index_kind: str = "lexical"
+    index_rule: dict[str, Any] | None = None
     index: ReleaseIndex = field(init=False)
     vectors: SemanticRows | None = field(init=False)
     earlier: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -216,7 +240,7 @@ class LeakScan:
         """Every near-duplicate pair ``(a, b, similarity, kind)``, each once (see :func:`merged`)."""
         if self._pairs is None:
             semantic = self.vectors.pairs() if self.vectors is not None else []
-            self._pairs = merged(self.index.pairs(), semantic)
+            self._pairs = merged(self.index.pairs(), semantic, kind=self.index_kind)
             # The pairs are all the rest needs of the MinHash index: its digests and texts (hundreds
             # of megabytes for a million rows) go before the rows are placed.
             self.index.close()
@@ -231,6 +255,8 @@ class LeakScan:
         semantic = (
             self.semantic.to_dict() if self.semantic is not None else SemanticRule.off_dict(self.semantic_off)
         )
+        if self.index_rule is not None:
+            return {**self.index_rule, "semantic": semantic}
         return {**self.rule.to_dict(), "semantic": semantic}
 
     def _components(self) -> dict[str, str]:
@@ -253,13 +279,18 @@ class LeakScan:
         def crossing(a: str, b: str) -> bool:
             return a in splits and b in splits and split_kind_of(splits[a]) is not split_kind_of(splits[b])
 
-        lexical = [(a, b, sim) for a, b, sim, kind in self.pairs() if kind == "lexical" and crossing(a, b)]
+        lexical = [
+            (a, b, sim) for a, b, sim, kind in self.pairs() if kind == self.index_kind and crossing(a, b)
+        ]
         semantic = (
             self.vectors.crossing_pairs(lambda key: split_kind_of(splits[key]) if key in splits else None)
             if self.vectors is not None
             else []
         )
-        return [Pair(a, splits[a], b, splits[b], sim, kind) for a, b, sim, kind in merged(lexical, semantic)]
+        return [
+            Pair(a, splits[a], b, splits[b], sim, kind)
+            for a, b, sim, kind in merged(lexical, semantic, kind=self.index_kind)
+        ]
 
     def clusters(self) -> tuple[dict[str, tuple[str, ...]], dict[str, SplitKind]]:
         """Example id -> its cluster key (for :class:`~dynaval.domain.releases.splits.SplitInput`),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from dynaval.domain.images.image import ImageLimits, ImageUpload, StoredImage
+from dynaval.domain.images.image import ImageFingerprint, ImageLimits, ImageUpload, StoredImage
 from dynaval.domain.images.near_copies import FingerprintIndex
 
 
@@ -18,6 +18,9 @@ class ImageCodec(Protocol):
 
     def thumbnail_png(self, png: bytes, side: int = ...) -> bytes:
         """A PNG of the image scaled to fit ``side`` pixels."""
+
+    def fingerprint_png(self, png: bytes) -> ImageFingerprint:
+        """The near-copy fingerprint of an image already checked (a stored one, a release's)."""
 
 
 class ImageStore(Protocol):

@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from urllib.parse import urlencode
 
 from dynaval.domain.errors import NotFound, Unavailable
 from dynaval.domain.images import signed_urls
-from dynaval.domain.images.image import ImageInput, ImageUpload, StoredImage, is_sha256, sha_of
+from dynaval.domain.images.image import (
+    ImageFingerprint,
+    ImageInput,
+    ImageUpload,
+    StoredImage,
+    is_sha256,
+    sha_of,
+    sha_of_release_path,
+)
 from dynaval.service_layer.images.ports import ImageServices
 from dynaval.settings import Settings
 
@@ -51,6 +59,30 @@ def model_inputs(
             raise Unavailable("an image of this example is missing from the service's image store")
         found.append(ImageInput(sha, png))
     return found
+
+
+def png_of(images: ImageServices, sha: str) -> bytes:
+    """A stored image's PNG; :class:`~dynaval.domain.errors.Unavailable` when the store lost it."""
+    png = images.store.get(sha)
+    if png is None:
+        log.warning("image %s is missing from the image store (DYNAVAL_IMAGES_DIR)", sha)
+        raise Unavailable(f"image {sha} is missing from the service's image store")
+    return png
+
+
+def fingerprint_of_png(images: ImageServices, png: bytes) -> ImageFingerprint:
+    """The near-copy fingerprint of a stored (already checked) image."""
+    return images.codec.fingerprint_png(png)
+
+
+def release_fingerprints(images: ImageServices) -> Callable[[str], ImageFingerprint]:
+    """The fingerprint of an image named by its path in a release (``images/<sha256>.png``), read
+    from the image store: what a build's leak scan compares."""
+
+    def fingerprint(path: str) -> ImageFingerprint:
+        return fingerprint_of_png(images, png_of(images, sha_of_release_path(path)))
+
+    return fingerprint
 
 
 def image_url(settings: Settings, ref_or_sha: str, *, now: float | None = None) -> str:

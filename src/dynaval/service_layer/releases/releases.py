@@ -26,6 +26,7 @@ from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import Conflict, InvalidInput, StorageConflict
 from dynaval.domain.health.near_duplicates import NearDuplicateRule
 from dynaval.domain.health.semantic_duplicates import SemanticRule
+from dynaval.domain.images.near_copies import ImagePairIndex, NearCopyRule
 from dynaval.domain.provenance import pseudonym, writer_pseudonym
 from dynaval.domain.releases.card import render_card
 from dynaval.domain.releases.checks import ALPHA_RESAMPLES, ReleaseTally
@@ -39,6 +40,7 @@ from dynaval.domain.validation.policy import RULE_VERSION
 from dynaval.domain.validation.round import Round
 from dynaval.service_layer.files import ReleaseStaging, WrittenFile
 from dynaval.service_layer.health.release_leaks import LeakScan
+from dynaval.service_layer.images import stored_images
 from dynaval.service_layer.regression.suite import take_cases
 from dynaval.service_layer.releases.round_dataset import iter_round_dataset_pages
 from dynaval.service_layer.services import Services
@@ -61,6 +63,8 @@ class ReleaseRequest:
     semantic: SemanticRule | None = field(default_factory=SemanticRule)
     """The semantic near-duplicate rule; ``None``: lexical only (also when the settings turn the
     semantic check off)."""
+    images: NearCopyRule = field(default_factory=NearCopyRule)
+    """An image task type's near-copy rule (its images are compared by their looks instead)."""
 
 
 @dataclass(frozen=True)
@@ -167,7 +171,8 @@ def _rows(services: Services, plan: _Plan) -> Iterator[dict[str, Any]]:
         writer_pseudonym(secret, writer_id, None): pseudonym(secret, "annotator", annotator_id)
         for writer_id, annotator_id in services.writer_annotators().items()
     }
-    fields = services.catalog.get(plan.task_type).data_fields
+    task_type = services.catalog.get(plan.task_type)
+    fields, image_fields = task_type.data_fields, _image_fields(task_type)
     for round_ in plan.rounds:
         assert round_.id is not None
         with services.uow(read_only=True) as uow:
@@ -178,6 +183,7 @@ def _rows(services: Services, plan: _Plan) -> Iterator[dict[str, Any]]:
                     record,
                     round_index=plan.indices[round_.id],
                     fields=fields,
+                    image_fields=image_fields,
                     excluded_annotators=excluded,
                     writer_annotator=own_accounts.get(record["writer"])
                     if record["collected_by"] is None
@@ -210,12 +216,12 @@ def _build(
     # The service's figures first: their read of every vote is done and freed before the rows'.
     service_figures = {r.id: _round_figures(services, r, request.rule.seed) for r in plan.rounds}
     rows_file = staging.scratch / "rows.jsonl"
-    leaks = _leak_scan(services, request, task_type.data_fields)
+    leaks = _leak_scan(services, request, task_type)
     try:
         placed, near_duplicates = _place(services, request, plan, rows_file, leaks)
     finally:
         leaks.close()  # the index's process ends, the pairs found or not
-    files, tally = _write_splits(services, request.rule, task_type, staging.out, rows_file, placed)
+    files, images, tally = _write_splits(services, request.rule, task_type, staging.out, rows_file, placed)
     identity = ReleaseIdentity(
         name=plan.name,
         version=request.version,
@@ -236,7 +242,11 @@ def _build(
         rule=request.rule,
         files=[f.to_dict() for f in files],
         near_duplicates=near_duplicates,
-        features=services.release_files.features(task_type.data_fields, task_type.labels),
+        features=services.release_files.features(
+            task_type.data_fields, task_type.labels, _image_fields(task_type)
+        ),
+        images=[{"path": image.path, "sha256": image.sha256} for image in images],
+        image_fields=_image_fields(task_type),
     )
     stored = services.release_files.write_manifest(staging.out, manifest)
     # The card is made from the manifest as stored (keys sorted), as `verify` makes it again.
@@ -283,14 +293,20 @@ def _place(
 
 def _write_splits(
     services: Services, rule: SplitRule, task_type: TaskType, out: Path, rows_file: Path, placed: SplitPlan
-) -> tuple[list[WrittenFile], ReleaseTally]:
+) -> tuple[list[WrittenFile], list[WrittenFile], ReleaseTally]:
     """The placed rows into the release's split files, in the order they were read: the files
-    written, and the figures of what they hold."""
+    written, the images (an image task type's), and the figures of what they hold."""
     fields, labels = task_type.data_fields, task_type.labels
     # Figures only: the rows were just placed by the rules `verify` checks on the files.
     tally = ReleaseTally(fields=fields, labels=labels, rule=rule, checks=False)
+    image_fields = _image_fields(task_type)
     writer = services.release_files.split_files(
-        out, fields=fields, labels=labels, split_rows=Counter(placed.splits.values())
+        out,
+        fields=fields,
+        labels=labels,
+        split_rows=Counter(placed.splits.values()),
+        image_fields=image_fields,
+        image_bytes=(lambda sha: stored_images.png_of(services.images, sha)) if image_fields else None,
     )
     try:
         for line, row in services.release_files.iter_rows(rows_file):
@@ -303,10 +319,30 @@ def _write_splits(
         writer.abort()
         raise
     services.release_files.remove(rows_file)  # its disk space back before the Parquet files
-    return files, tally
+    return files, writer.image_files(), tally
 
 
-def _leak_scan(services: Services, request: ReleaseRequest, fields: Sequence[str]) -> LeakScan:
+def _image_fields(task_type: TaskType) -> tuple[str, ...]:
+    return task_type.data_fields if task_type.reads_images else ()
+
+
+def _leak_scan(services: Services, request: ReleaseRequest, task_type: TaskType) -> LeakScan:
+    fields = task_type.data_fields
+    if task_type.reads_images:
+        # Near-copies by their perceptual fingerprints, from the image store; nothing to embed.
+        rule = request.images
+        fingerprints = stored_images.release_fingerprints(services.images)
+        return LeakScan(
+            fields=fields,
+            rule=request.near_duplicates,
+            semantic=None,
+            semantic_off="an image task type: its examples are compared by their images",
+            make_index=lambda _rule: ImagePairIndex(rule, fingerprints),
+            index_kind="perceptual",
+            index_rule=rule.to_dict(),
+            encoder=services.encoder,
+            reader=services.release_files,
+        )
     # The MinHash index hashes in a process of its own, beside the reading of the rows.
     if not services.settings.near_duplicate_semantic:
         return LeakScan(

