@@ -19,14 +19,17 @@ from PIL import Image
 
 from dynaval.adapters.files.release_files import iter_jsonl
 from dynaval.bootstrap import offline_services
+from dynaval.domain.errors import InvalidInput
 from dynaval.domain.images.image import ImageUpload, sha_of_release_path
 from dynaval.domain.releases.release import split_kind_of
 from dynaval.service_layer.images import stored_images
+from dynaval.service_layer.regression import evaluation, gate, suite
 from dynaval.service_layer.releases.releases import ReleaseRequest, create_release
 from dynaval.service_layer.releases.verification import verify_release
 from dynaval.service_layer.services import Services
 from tests.support.drawings import draw_digit, png_bytes, shifted
 from tests.support.release_seed import seed_frozen_round
+from tests.support.tiny_image_model import build_tiny_image_model
 
 DIGITS = [str(d) for d in range(10)]
 ACCEPTED = 60
@@ -172,3 +175,33 @@ def test_verify_names_tampering_with_the_images(
         "perceptual similarity 1.0000" in line and "perceptual threshold 8" in line for line in found
     ), found
     assert sha_of_release_path(train_image)
+
+
+def test_the_suite_evaluates_and_gates_image_models_and_text_models_pass_them_by(
+    services: Services,
+    digits_round: tuple[int, dict[str, bytes]],
+    tiny_image_model_dir: Path,
+    tmp_path: Path,
+    tiny_model_dir: Path,
+) -> None:
+    round_id, _pngs = digits_round
+    build(services, round_id)  # its dev and test examples join the suite
+    cases = [c for c in suite.list_cases(services) if c.task_type == "digits"]
+    assert cases and all(c.inputs["image"].startswith("sha256:") for c in cases)
+
+    threes = evaluation.evaluate(services, tiny_image_model_dir)  # answers "3" whatever it sees
+    assert {c.id for c in threes.cases} == {c.id for c in cases}
+    assert all(r.prediction == "3" for r in threes.results.values())
+    assert {r.case_id for r in threes.results.values() if r.correct} == {
+        c.id for c in cases if c.label == "3"
+    }
+
+    # A model that answers "7" instead gets the threes wrong that the first got right: negative flips.
+    sevens = build_tiny_image_model(tmp_path / "sevens", always="7")
+    outcome = gate.run_gate(services, sevens, baseline=threes.model.hash, by="lead")
+    flipped = {c.id for c in cases if c.label == "3"}
+    assert not outcome.result.passed and {f.case.id for f in outcome.result.negative_flips} == flipped
+
+    # A text model has no digits case to answer: the image task type is passed by.
+    with pytest.raises(InvalidInput, match="task types of the cases: digits"):
+        evaluation.evaluate(services, tiny_model_dir)
