@@ -9,6 +9,7 @@ from pathlib import Path
 from flask import Flask
 
 from dynaval.adapters.predictor import ModelRegistry, Prediction
+from dynaval.domain.task_type import InputKind
 from dynaval.entrypoints.app import freeze_long_lived_objects, prepare_long_running_process
 from dynaval.service_layer.services import Services
 
@@ -34,6 +35,14 @@ class FixedPredictor:
     @property
     def max_tokens(self) -> int:
         return 256
+
+    @property
+    def input_kind(self) -> InputKind:
+        return InputKind.TEXT
+
+    @property
+    def image_shape(self) -> None:
+        return None
 
     def token_counts(self, texts: Sequence[str]) -> list[int]:
         raise AssertionError("not called here")

@@ -480,13 +480,14 @@ class FakeNearDuplicateIndex:
         """One thread at a time uses the fake store: nothing to hold."""
 
     def add(
-        self, candidate_id: str, task_type: str, keys: Collection[int], vector: bytes | None = None
+        self, candidate_id: str, task_type: str, keys: Collection[int] | bytes, vector: bytes | None = None
     ) -> None:
         assert candidate_id not in self.store.near_duplicate_examples, f"{candidate_id} is indexed already"
+        assert not isinstance(keys, bytes), "the fake indexes texts' band keys only"
         self.store.near_duplicate_examples[candidate_id] = (task_type, frozenset(keys))
         self.store.near_duplicate_vectors.append((candidate_id, task_type, vector))
 
-    def add_many(self, examples: Sequence[tuple[str, str, Collection[int], bytes | None]]) -> None:
+    def add_many(self, examples: Sequence[tuple[str, str, Collection[int] | bytes, bytes | None]]) -> None:
         for candidate_id, task_type, keys, vector in examples:
             self.add(candidate_id, task_type, keys, vector)
 
@@ -514,9 +515,15 @@ class FakeNearDuplicateIndex:
         ]
         return rows[:limit] if limit is not None else rows
 
-    def without_vectors(self, limit: int) -> list[tuple[str, str, dict[str, str]]]:
+    def without_vectors(
+        self, limit: int, *, passing_over: Collection[str] = ()
+    ) -> list[tuple[str, str, dict[str, str]]]:
         latest = {c: (t, v) for c, t, v in self.store.near_duplicate_vectors}
-        missing = [(c, t, dict(self.store.candidates[c].inputs)) for c, (t, v) in latest.items() if v is None]
+        missing = [
+            (c, t, dict(self.store.candidates[c].inputs))
+            for c, (t, v) in latest.items()
+            if v is None and t not in passing_over
+        ]
         return missing[:limit]
 
     def set_vectors(self, vectors: Sequence[tuple[str, str, bytes]]) -> None:

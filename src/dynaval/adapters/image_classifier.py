@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dynaval.domain.errors import InvalidInput
-from dynaval.domain.images.image import ImageInput
+from dynaval.domain.images.image import ImageInput, ImageShape
 from dynaval.domain.task_type import InputKind
 from dynaval.service_layer.predictions import ModelInput, Prediction
 
@@ -76,9 +76,14 @@ class TransformersImagePredictor:
         return 1
 
     @property
-    def image_mode(self) -> str:
-        """The Pillow mode the model reads: ``L`` or ``RGB``."""
-        return self._mode
+    def image_shape(self) -> ImageShape:
+        """The size its image processor scales an image to (its ``size``, else its config's
+        ``image_size``, else 224), in the mode the model reads."""
+        size = getattr(self._processor, "size", None) or {}
+        side = getattr(self._model.config, "image_size", 224)
+        width = int(size.get("width") or size.get("shortest_edge") or side)
+        height = int(size.get("height") or size.get("shortest_edge") or side)
+        return ImageShape(width=width, height=height, mode=self._mode)
 
     def token_counts(self, texts: Sequence[ModelInput]) -> list[int]:
         return [1] * len(texts)

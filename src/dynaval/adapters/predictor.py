@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from dynaval.adapters.image_classifier import TransformersImagePredictor, is_image_model
 from dynaval.domain.errors import InvalidInput, Unavailable
-from dynaval.domain.images.image import ImageInput
+from dynaval.domain.images.image import ImageInput, ImageShape
 from dynaval.domain.task_type import InputKind
 from dynaval.service_layer.predictions import ModelFolder, ModelInput, Prediction, Predictor
 
@@ -115,6 +115,10 @@ class TransformersPredictor:
     @property
     def input_kind(self) -> InputKind:
         return InputKind.TEXT
+
+    @property
+    def image_shape(self) -> ImageShape | None:
+        return None
 
     @property
     def max_tokens(self) -> int:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from dynaval.domain.images.image import ImageInput
+from dynaval.domain.images.image import ImageInput, ImageShape
 from dynaval.domain.task_type import InputKind
 
 ModelInput = str | tuple[str, str] | ImageInput
@@ -38,6 +38,10 @@ class Predictor(Protocol):
     @property
     def input_kind(self) -> InputKind:
         """What it reads: texts, or an image."""
+
+    @property
+    def image_shape(self) -> ImageShape | None:
+        """The size and mode of the images an image model reads; None for a text model."""
 
     @property
     def max_tokens(self) -> int:

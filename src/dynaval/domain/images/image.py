@@ -104,6 +104,19 @@ class StoredImage:
 
 
 @dataclass(frozen=True)
+class ImageShape:
+    """What an image model reads: ``width`` x ``height`` pixels in Pillow's ``mode`` (``L``: grey,
+    ``RGB``). A writers' page draws at that size, so the writer sees the model's input."""
+
+    width: int
+    height: int
+    mode: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"width": self.width, "height": self.height, "mode": self.mode}
+
+
+@dataclass(frozen=True)
 class ImageInput:
     """What a model reads of an image example: the image's canonical PNG, named by its hash."""
 

@@ -9,12 +9,14 @@ from datetime import datetime
 from typing import Any
 
 from dynaval.domain.errors import Forbidden, NotFound
+from dynaval.domain.images.image import is_image_ref
 from dynaval.domain.provenance import pseudonym, writer_pseudonym
 from dynaval.domain.validation.candidate import Candidate
 from dynaval.domain.validation.decision import Ballot
 from dynaval.domain.validation.metrics import round_counts
 from dynaval.domain.validation.votes import current_ballots
 from dynaval.service_layer.health import near_duplicates
+from dynaval.service_layer.images import stored_images
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import UnitOfWork
 
@@ -32,6 +34,7 @@ def candidate_public(
         "round_id": candidate.round_id,
         "status": candidate.status.value,
         "inputs": dict(candidate.inputs),
+        **image_urls(services, candidate.inputs),
         "writer_label": candidate.writer_label,
         "writer": writer_pseudonym(secret, candidate.writer_id, candidate.collected_by),
         "collected_by": candidate.collected_by,
@@ -150,13 +153,25 @@ def get_candidate(
         return candidate_public(services, uow, candidate, viewer=viewer or only_submitted_by)
 
 
-def own_candidate_public(candidate: Candidate) -> dict[str, Any]:
+def image_urls(services: Services, inputs: Mapping[str, str]) -> dict[str, Any]:
+    """``{"image_urls": {field: signed URL}}`` for the inputs that are stored images (an image task
+    type's), to show them to whoever may read the candidate; nothing for texts."""
+    urls = {
+        name: stored_images.image_url(services.settings, value)
+        for name, value in inputs.items()
+        if is_image_ref(value)
+    }
+    return {"image_urls": urls} if urls else {}
+
+
+def own_candidate_public(services: Services, candidate: Candidate) -> dict[str, Any]:
     """A candidate as its own submitter sees it in a list: what they wrote, what the model answered,
     and where validation stands (the votes are on ``GET /api/candidates/<id>``)."""
     return {
         "id": candidate.id,
         "status": candidate.status.value,
         "inputs": dict(candidate.inputs),
+        **image_urls(services, candidate.inputs),
         "writer_label": candidate.writer_label,
         "model_prediction": candidate.model_prediction,
         "model_probabilities": candidate.model_probabilities,
@@ -187,5 +202,5 @@ def own_candidates(
         "total": counts.collected,
         "page": page,
         "limit": limit,
-        "candidates": [own_candidate_public(c) for c in found],
+        "candidates": [own_candidate_public(services, c) for c in found],
     }

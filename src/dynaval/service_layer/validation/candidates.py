@@ -111,17 +111,21 @@ def check_model_reads_whole(
 def model_reading(services: Services, *, round_id: int) -> dict[str, Any]:
     """What the round's model reads of an example, for a writer to know before writing: its name,
     content hash, and the most tokens it reads (``max_tokens``, counted over ``counted_over``
-    together); a longer example is refused (:func:`check_model_reads_whole`). Only an open round
-    answers, as :func:`predict` does; a model that cannot be loaded now is 503, as there."""
+    together; a longer example is refused, :func:`check_model_reads_whole`); an image model, the
+    size and mode of the images it reads (``image``: a writers' page draws at that size). Only an
+    open round answers, as :func:`predict` does; a model that cannot be loaded now is 503, as
+    there."""
     with services.uow(read_only=True) as uow:
         round_ = uow.rounds.get(round_id)
     round_.check_takes_candidates()
     predictor = round_model(services, round_).predictor
+    shape = predictor.image_shape
     return {
         "name": round_.model_name,
         "hash": round_.model_hash,
         "max_tokens": predictor.max_tokens,
         "counted_over": list(services.catalog.get(round_.task_type).data_fields),
+        "image": shape.to_dict() if shape is not None else None,
     }
 
 

@@ -265,8 +265,9 @@ def round_public(services: Services, round_: Round, *, with_model_folder: bool) 
     """The round as the API shows it. The model's folder is a path on the server: only callers who
     run the service (leads) get it; everyone sees the model's name and content hash. ``inputs`` are
     the task type's data fields in order (``text``; ``premise``, ``hypothesis``): the keys of a
-    candidate's ``inputs``, which a front end such as the writers' page builds its form from;
-    ``fields`` describes them, and the optional ``rationale``, as ``GET /api/task-types`` does."""
+    candidate's ``inputs``, which a front end such as the writers' page builds its form from
+    (``input_kind``: texts, or an image to draw); ``fields`` describes them, and the optional
+    ``rationale``, as ``GET /api/task-types`` does."""
     model: dict[str, Any] | None = None
     if round_.has_model:  # a capture round has none
         model = {"name": round_.model_name, "hash": round_.model_hash}
@@ -279,6 +280,7 @@ def round_public(services: Services, round_: Round, *, with_model_folder: bool) 
         "task": round_.task_type,
         "state": round_.state.value,
         "inputs": list(services.catalog.get(round_.task_type).data_fields),
+        "input_kind": str(services.catalog.get(round_.task_type).input_kind),
         "labels": list(round_.labels),
         "fields": services.catalog.get(round_.task_type).fields(),
         "model": model,

@@ -27,8 +27,13 @@
     answer: null, // {prediction, probabilities, inputs: the inputs it answered, source: "ask"|"submit"}
     minePage: 0,
     mineShown: 0,
-    busy: false
+    busy: false,
+    roundFacts: "", // the round's line of facts, before what its model reads
+    pads: {}, // an image round's drawing pads, by input name (drawing.js)
+    live: { wanted: false, timer: null, inFlight: false, last: 0 }
   };
+  // The live guess while drawing: at most one request at a time, and one per LIVE_GAP_MS.
+  var LIVE_GAP_MS = 400;
 
   function $(id) {
     return document.getElementById(id);
@@ -315,12 +320,18 @@
       show($("mine"), false);
       return;
     }
-    $("round-facts").textContent =
+    state.roundFacts =
       "Task: " + round.task + " · Labels: " + round.labels.join(", ") +
       " · Model: " + (round.model && round.model.name ? round.model.name : "the round's model");
+    $("round-facts").textContent = state.roundFacts;
     loadModelReading(round);
     var inputs = $("inputs");
+    state.pads = {};
     inputsOf(round).forEach(function (name) {
+      if (isImageRound(round)) {
+        inputs.appendChild(padField(name));
+        return;
+      }
       var field = make("div", "input-field");
       field.setAttribute("data-testid", "field-" + name);
       var label = make("label", "", title(name));
@@ -357,15 +368,101 @@
     loadMine(false);
   }
 
+  function isImageRound(round) {
+    return !!round && round.input_kind === "image";
+  }
+
+  // An image input: a drawing pad (mouse, pen, touch; brush, undo, clear; or a file), what the model
+  // reads beside it, and the field's error line.
+  function padField(name) {
+    var field = make("div", "input-field image-field");
+    field.setAttribute("data-testid", "field-" + name);
+    var label = make("p", "field-label", "Draw your " + title(name).toLowerCase());
+    var pad = new window.DynavalDrawingPad({
+      name: name,
+      onChange: function () {
+        edited();
+        liveAsk();
+      }
+    });
+    pad.element().setAttribute("aria-describedby", "error-" + name);
+    var error = make("p", "field-error");
+    error.id = "error-" + name;
+    error.setAttribute("data-testid", "error-" + name);
+    error.hidden = true;
+    field.appendChild(label);
+    field.appendChild(pad.element());
+    field.appendChild(error);
+    state.pads[name] = pad;
+    return field;
+  }
+
+  function liveAsk() {
+    if (!isImageRound(state.round)) return;
+    var live = state.live;
+    live.wanted = true;
+    if (live.timer || live.inFlight) return;
+    live.timer = window.setTimeout(runLiveAsk, Math.max(0, live.last + LIVE_GAP_MS - Date.now()));
+  }
+
+  function runLiveAsk() {
+    var live = state.live;
+    live.timer = null;
+    if (!live.wanted || !state.round) return;
+    live.wanted = false;
+    var round = state.round;
+    var inputs = currentInputs();
+    if (Object.keys(inputs).length === 0) {
+      state.answer = null;
+      renderAnswer();
+      return;
+    }
+    live.inFlight = true;
+    live.last = Date.now();
+    api("POST", "/api/rounds/" + round.id + "/predict", { inputs: inputs })
+      .then(
+        function (answer) {
+          if (state.round !== round || state.busy) return;
+          state.answer = {
+            prediction: answer.prediction,
+            probabilities: answer.probabilities,
+            inputs: inputs,
+            source: "ask"
+          };
+          show($("form-error"), false);
+          renderAnswer();
+        },
+        function (error) {
+          if (state.round === round) formError(error);
+        }
+      )
+      .then(function () {
+        live.inFlight = false;
+        if (live.wanted) liveAsk();
+      });
+  }
+
   // How many tokens the round's model reads, after the round's facts: a longer example is refused.
-  // Nothing more is said when it cannot be asked (asking the model says why).
+  // An image model: the size it reads, which the drawing pads take. Nothing more is said when it
+  // cannot be asked (asking the model says why).
   function loadModelReading(round) {
     api("GET", "/api/rounds/" + round.id + "/model").then(
       function (data) {
-        if (state.round !== round || !data || !data.max_tokens) return;
+        if (state.round !== round || !data) return;
+        if (data.image) {
+          Object.keys(state.pads).forEach(function (name) {
+            state.pads[name].setShape(data.image.width, data.image.height, data.image.mode);
+          });
+          // Set, not added to: the round may have been picked twice, each asking once.
+          $("round-facts").textContent =
+            state.roundFacts + " · Reads " + data.image.width + "\u00d7" + data.image.height +
+            (data.image.mode === "L" ? " grey" : " colour") + " images";
+          return;
+        }
+        if (!data.max_tokens) return;
         var over = (data.counted_over || []).map(title);
-        $("round-facts").textContent +=
-          " · Reads at most " + data.max_tokens + " tokens" +
+        $("round-facts").textContent =
+          state.roundFacts + " · Reads at most " + data.max_tokens + " tokens" +
           (over.length > 1 ? " (" + over.join(" and ") + " together)" : "");
       },
       function () {}
@@ -377,6 +474,12 @@
   function currentInputs() {
     var values = {};
     inputsOf(state.round).forEach(function (name) {
+      var pad = state.pads[name];
+      if (pad) {
+        var image = pad.dataUrl();
+        if (image !== null) values[name] = image; // nothing drawn: the API says it is required
+        return;
+      }
       values[name] = $("input-" + name).value;
     });
     return values;
@@ -502,7 +605,8 @@
             status: candidate.status
           };
           inputsOf(round).forEach(function (name) {
-            $("input-" + name).value = "";
+            if (state.pads[name]) state.pads[name].reset();
+            else $("input-" + name).value = "";
           });
           $("rationale").value = "";
           var checked = document.querySelector('#label-choices input[name="writer_label"]:checked');
@@ -633,6 +737,16 @@
     );
   }
 
+  // A signed image URL as a path on this page's origin: the page loads images from itself only.
+  function samePageUrl(url) {
+    try {
+      var parsed = new URL(url, window.location.href);
+      return parsed.pathname + parsed.search;
+    } catch (ignored) {
+      return url;
+    }
+  }
+
   function mineItem(candidate) {
     var item = make("li");
     item.setAttribute("data-testid", "mine-item");
@@ -658,9 +772,22 @@
     }
     item.appendChild(top);
     var texts = make("dl", "mine-inputs");
+    var images = candidate.image_urls || {};
     Object.keys(candidate.inputs).forEach(function (name) {
       texts.appendChild(make("dt", "", name));
-      texts.appendChild(make("dd", "", candidate.inputs[name]));
+      var value = make("dd");
+      if (images[name]) {
+        var thumbnail = make("img", "thumbnail");
+        thumbnail.src = samePageUrl(images[name]);
+        thumbnail.alt = "your " + name;
+        thumbnail.width = 84;
+        thumbnail.height = 84;
+        thumbnail.setAttribute("data-testid", "mine-thumbnail");
+        value.appendChild(thumbnail);
+      } else {
+        value.textContent = candidate.inputs[name];
+      }
+      texts.appendChild(value);
     });
     item.appendChild(texts);
     var facts = "Your label: " + candidate.writer_label + " · Model: ";
