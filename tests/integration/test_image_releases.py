@@ -73,7 +73,7 @@ def build(services: Services, round_id: int) -> Path:
 
 
 def test_an_image_release_loads_as_the_submitted_pixels_and_verifies(
-    services: Services, digits_round: tuple[int, dict[str, bytes]]
+    services: Services, digits_round: tuple[int, dict[str, bytes]], tmp_path: Path
 ) -> None:
     import datasets
 
@@ -91,7 +91,7 @@ def test_an_image_release_loads_as_the_submitted_pixels_and_verifies(
         path.stem: [row for _line, row in iter_jsonl(path)]
         for path in sorted((root / "jsonl").glob("*.jsonl"))
     }
-    loaded = datasets.load_dataset(str(root))
+    loaded = datasets.load_dataset(str(root), cache_dir=str(tmp_path / "datasets-cache"))
     assert set(loaded) == set(rows)
     assert isinstance(loaded[next(iter(loaded))].features["image"], datasets.Image)
     by_ref = {f"images/{ref[7:]}.png": png for ref, png in pngs.items()}
