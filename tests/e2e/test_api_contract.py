@@ -318,13 +318,17 @@ def test_the_document_publishes_the_configured_limits_and_the_app_enforces_them(
         inputs = next(
             s for s in schemas["CandidateCreate"]["properties"]["inputs"]["anyOf"] if s["type"] == "object"
         )
-        assert inputs["additionalProperties"]["maxLength"] == 50
+        # An input is a text under the text limit, or an image's data URL under the image limit.
+        assert inputs["additionalProperties"]["anyOf"][0]["maxLength"] == 50
         gold_text = schemas["GoldItem"]["properties"]["text"]["anyOf"][0]
         gold_inputs = schemas["GoldItem"]["properties"]["inputs"]["anyOf"][0]
-        assert gold_text["maxLength"] == 50 and gold_inputs["additionalProperties"]["maxLength"] == 50
+        assert (
+            gold_text["maxLength"] == 50
+            and gold_inputs["additionalProperties"]["anyOf"][0]["maxLength"] == 50
+        )
         # The inputs a writer asks the model about are checked by the same limit, and no other key.
         predict_inputs = schemas["PredictRequest"]["properties"]["inputs"]["anyOf"][0]
-        assert predict_inputs["additionalProperties"]["maxLength"] == 50
+        assert predict_inputs["additionalProperties"]["anyOf"][0]["maxLength"] == 50
         for name in ("CandidateCreate", "GoldItem", "PredictRequest"):
             assert schemas[name]["additionalProperties"] is False, name
         assert "2000" not in str(schemas["CandidateCreate"]) and "100" not in candidates["description"]

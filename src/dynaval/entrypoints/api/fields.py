@@ -108,17 +108,25 @@ def input_value(max_text_chars: int, max_image_bytes: int) -> Any:
         return text(value)
 
     return Annotated[
-        Any,
-        BeforeValidator(check),
-        WithJsonSchema(
+        Any, BeforeValidator(check), WithJsonSchema(input_schema(max_text_chars, max_image_bytes))
+    ]
+
+
+def input_schema(max_text_chars: int, max_image_bytes: int) -> dict[str, Any]:
+    """An input's published schema: a text under its limit, or an image's data URL under its own."""
+    data_url_chars = len("data:image/jpeg;base64,") + -(-max_image_bytes // 3) * 4
+    return {
+        "anyOf": [
+            {"type": "string", "minLength": 1, "maxLength": max_text_chars, "description": "A text."},
             {
                 "type": "string",
-                "minLength": 1,
-                "description": f"A text of at most {max_text_chars} characters, or (an image task "
-                f"type) a PNG or JPEG as a data URL, at most {max_image_bytes} bytes decoded.",
-            }
-        ),
-    ]
+                "pattern": "^data:image/(png|jpeg);base64,",
+                "maxLength": data_url_chars,
+                "description": f"An image task type's image: a PNG or JPEG as a data URL, at most "
+                f"{max_image_bytes} bytes decoded (DYNAVAL_MAX_IMAGE_BYTES).",
+            },
+        ]
+    }
 
 
 def image_from_data_url(value: str, max_image_bytes: int) -> ImageUpload:

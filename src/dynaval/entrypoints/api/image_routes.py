@@ -18,7 +18,7 @@ images = Blueprint("images", __name__)
 CACHE_FOR_S = 3600
 
 
-@images.get("/images/<string:sha256>.png")
+@images.get("/images/<sha256>.png")
 @documented(
     summary="A stored image, by its signed URL (no token: the signature is the credential)",
     responses={200: "The image (PNG)", 404: "No image at this link: wrong, expired or forged"},
