@@ -131,6 +131,7 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("GET", "/dashboard/releases/<int:release_id>"): PAGE,
     ("GET", "/dashboard/releases/<int:release_id>/download"): PAGE,
     ("GET", "/dashboard/models"): PAGE,
+    ("GET", "/dashboard/images/<sha256>.png"): PAGE,
     ("POST", "/dashboard/models/revalidate"): PAGE,
 }
 

@@ -26,6 +26,7 @@ from dynaval.domain.validation.policy import DecisionPolicy
 from dynaval.domain.validation.round import Round
 from dynaval.service_layer.images import stored_images
 from dynaval.service_layer.services import Services
+from tests.e2e.test_dashboard_pages import sign_in
 from tests.fixtures.service import (
     LEAD_TOKEN,
     OTHER_WRITER_TOKEN,
@@ -250,3 +251,38 @@ def test_a_round_refuses_a_model_of_the_other_kind(
         )
         assert refused.status_code == 422 and refused.json["error"]["field"] == "model", refused.text
         assert "pin a model of the task's kind" in refused.json["error"]["message"]
+
+
+def test_a_leads_pages_show_an_image_rounds_thumbnails_and_its_perceptual_health(
+    services: Services, client: FlaskClient, tiny_image_model_dir: Path
+) -> None:
+    round_id = digits_round(services, tiny_image_model_dir)
+    first = seven(20)
+    made = [
+        submit(client, round_id, data_url(png_bytes(image))).json
+        for image in (first, shifted(first, 1, 1), seven(21))
+    ]
+    ref = made[0]["inputs"]["image"]
+    thumbnail = f"/dashboard/images/{sha_of(ref)}.png"
+    assert client.get(thumbnail).headers["Location"] == "/dashboard/login"  # a lead's session first
+
+    sign_in(client, LEAD_TOKEN)
+    page = client.get(f"/dashboard/candidates/{made[0]['id']}").get_data(as_text=True)
+    assert f'src="{thumbnail}"' in page
+    shown = client.get(thumbnail)
+    assert shown.status_code == 200 and shown.mimetype == "image/png"
+    assert Image.open(io.BytesIO(shown.data)).size == (96, 96)  # the 28x28 drawing, scaled up sharp
+    assert client.get(f"/dashboard/images/{'0' * 64}.png").status_code == 404
+    assert f'src="{thumbnail}"' in client.get(f"/dashboard/rounds/{round_id}").get_data(as_text=True)
+
+    health = client.get(f"/dashboard/rounds/{round_id}/health").get_data(as_text=True)
+    assert "perceptual diversity" in health and "Distinct-2" not in health
+    assert 'data-testid="health-perceptual-diversity"' in health
+    figures = client.get(
+        f"/api/rounds/{round_id}/health", headers={"Authorization": f"Bearer {LEAD_TOKEN}"}
+    ).get_json()
+    assert figures["input_kind"] == "image" and figures["near_duplicate_rule"]["threshold"] == 8
+    assert figures["repeated_patterns"]["clusters"] == 1 and figures["repeated_patterns"]["candidates"] == 2
+    assert figures["diversity"]["distinct_images"] == pytest.approx(2 / 3)
+    assert 0 < figures["diversity"]["perceptual_diversity"] < 0.6
+    assert f'src="{thumbnail}"' in health  # the repeated drawing's example

@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from flask import Flask
 from PIL import Image
 
 from dynaval.adapters.files.release_files import iter_jsonl
@@ -27,6 +28,8 @@ from dynaval.service_layer.regression import evaluation, gate, suite
 from dynaval.service_layer.releases.releases import ReleaseRequest, create_release
 from dynaval.service_layer.releases.verification import verify_release
 from dynaval.service_layer.services import Services
+from tests.e2e.test_dashboard_pages import sign_in
+from tests.fixtures.service import LEAD_TOKEN
 from tests.support.drawings import draw_digit, png_bytes, shifted
 from tests.support.release_seed import seed_frozen_round
 from tests.support.tiny_image_model import build_tiny_image_model
@@ -183,6 +186,7 @@ def test_the_suite_evaluates_and_gates_image_models_and_text_models_pass_them_by
     tiny_image_model_dir: Path,
     tmp_path: Path,
     tiny_model_dir: Path,
+    app: Flask,
 ) -> None:
     round_id, _pngs = digits_round
     build(services, round_id)  # its dev and test examples join the suite
@@ -205,3 +209,10 @@ def test_the_suite_evaluates_and_gates_image_models_and_text_models_pass_them_by
     # A text model has no digits case to answer: the image task type is passed by.
     with pytest.raises(InvalidInput, match="task types of the cases: digits"):
         evaluation.evaluate(services, tiny_model_dir)
+
+    # The Models page shows the image cases as thumbnails.
+    client = app.test_client()
+    sign_in(client, LEAD_TOKEN)
+    page = client.get("/dashboard/models?split=dev_r1").get_data(as_text=True)
+    shown = [c for c in cases if c.split == "dev_r1"]
+    assert shown and all(f'src="/dashboard/images/{c.inputs["image"][7:]}.png"' in page for c in shown)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dynaval.domain.health.near_duplicates import clusters
+from dynaval.domain.images.near_copies import HASH_BITS
 from dynaval.domain.releases.release import folded_text
 
 TOP_WRITERS = (1, 5, 10)
@@ -81,11 +82,69 @@ class Diversity:
         """The diversity compared across rounds: distinct-2."""
         return self.distinct[DIVERSITY_N]
 
+    def columns(self) -> dict[str, float | None]:
+        """The figures by their API names (a round's line across rounds)."""
+        return {f"distinct_{n}": value for n, value in self.distinct.items()}
+
+    def figures(self) -> list[tuple[str, str, float | None]]:
+        """``(label, key, value)`` of each figure, as the pages show them."""
+        return [(f"Distinct-{n}", f"distinct-{n}", value) for n, value in self.distinct.items()]
+
     def to_dict(self) -> dict[str, Any]:
-        return {
-            **{f"distinct_{n}": value for n, value in self.distinct.items()},
-            "ngrams": {str(n): count for n, count in self.ngrams.items()},
-        }
+        return {**self.columns(), "ngrams": {str(n): count for n, count in self.ngrams.items()}}
+
+
+IMAGE_SAMPLE = 2000
+"""An image round's perceptual diversity is measured over its first this many images (every pair:
+two million distances at most)."""
+
+
+@dataclass(frozen=True)
+class ImageDiversity:
+    """How varied an image round's images are, in place of a text's distinct-n: the mean Hamming
+    distance between their perceptual hashes, as a share of the hash's bits (about 0.5 for
+    unrelated pictures, 0 for one picture repeated: the **perceptual diversity**, compared across
+    rounds), and the share of images that are no near-copy of an earlier one (**distinct images**)."""
+
+    perceptual: float | None
+    distinct_images: float | None
+    images: int
+
+    @property
+    def value(self) -> float | None:
+        return self.perceptual
+
+    def columns(self) -> dict[str, float | None]:
+        return {"perceptual_diversity": self.perceptual, "distinct_images": self.distinct_images}
+
+    def figures(self) -> list[tuple[str, str, float | None]]:
+        return [
+            ("Perceptual diversity", "perceptual-diversity", self.perceptual),
+            ("Distinct images", "distinct-images", self.distinct_images),
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.columns(), "images": self.images}
+
+
+def image_diversity(hashes: Sequence[int], *, distinct: int) -> ImageDiversity:
+    """The diversity of images with these centre hashes, ``distinct`` of them no near-copy of an
+    earlier one (:func:`round_health` counts them: each repeated pattern once).
+
+    >>> d = image_diversity([0, (1 << 144) - 1, 0], distinct=2)
+    >>> round(d.perceptual, 4), round(d.distinct_images, 4)
+    (0.6667, 0.6667)
+    """
+    sample = list(hashes[:IMAGE_SAMPLE])
+    pairs = len(sample) * (len(sample) - 1) // 2
+    total = sum(
+        (sample[i] ^ sample[j]).bit_count() for i in range(len(sample)) for j in range(i + 1, len(sample))
+    )
+    return ImageDiversity(
+        perceptual=total / pairs / HASH_BITS if pairs else None,
+        distinct_images=distinct / len(hashes) if hashes else None,
+        images=len(hashes),
+    )
 
 
 @dataclass(frozen=True)
@@ -121,7 +180,7 @@ class RoundHealth:
     collected: int
     fooled: int
     writers: WriterShares
-    diversity: Diversity
+    diversity: Diversity | ImageDiversity
     clusters: list[PatternCluster]
     patterns: int
     """Candidates with each cluster counted once."""
@@ -194,10 +253,15 @@ def diversity(texts: Iterable[str], sizes: Sequence[int] = NGRAM_SIZES) -> Diver
 
 
 def round_health(
-    candidates: Sequence[HealthCandidate], fields: Sequence[str], pairs: Iterable[tuple[str, str]]
+    candidates: Sequence[HealthCandidate],
+    fields: Sequence[str],
+    pairs: Iterable[tuple[str, str]],
+    *,
+    image_hashes: Mapping[str, int] | None = None,
 ) -> RoundHealth:
     """The round's figures from its candidates (in submission order) and the near-duplicate pairs
-    among them (ids of ``candidates``)."""
+    among them (ids of ``candidates``). An image round gives each candidate's centre hash
+    (``image_hashes``): its diversity is perceptual, not of words."""
     order = {c.id: i for i, c in enumerate(candidates)}
     by_id = {c.id: c for c in candidates}
     members: dict[str, list[str]] = {}
@@ -223,11 +287,17 @@ def round_health(
     firsts = {c.first_id for c in found}
     repeats = {k for keys in members.values() for k in keys if k not in firsts}
     kept = [c for c in candidates if c.id not in repeats]
+    varied: Diversity | ImageDiversity
+    if image_hashes is not None:
+        hashes = [image_hashes[c.id] for c in candidates if c.id in image_hashes]
+        varied = image_diversity(hashes, distinct=sum(1 for c in kept if c.id in image_hashes))
+    else:
+        varied = diversity(str(c.inputs.get(name) or "") for c in candidates for name in fields)
     return RoundHealth(
         collected=len(candidates),
         fooled=sum(c.fooled for c in candidates),
         writers=writer_shares(c.writer for c in candidates),
-        diversity=diversity(str(c.inputs.get(name) or "") for c in candidates for name in fields),
+        diversity=varied,
         clusters=found,
         patterns=len(kept),
         fooled_patterns=sum(c.fooled for c in kept),
@@ -249,7 +319,7 @@ class RoundPoint:
     vmer: float | None
     alpha: float | None
     alpha_undefined_reason: str | None
-    diversity: Diversity
+    diversity: Diversity | ImageDiversity
 
 
 @dataclass(frozen=True)
@@ -270,7 +340,7 @@ class RoundTrend:
             "vmer": p.vmer,
             "alpha": p.alpha,
             "alpha_undefined_reason": p.alpha_undefined_reason,
-            **{f"distinct_{n}": value for n, value in p.diversity.distinct.items()},
+            **p.diversity.columns(),
             "diversity": p.diversity.value,
             "compared_with": self.previous_id,
             "possible_score_inflation": self.possible_score_inflation,
@@ -278,7 +348,8 @@ class RoundTrend:
 
 
 def inflated(point: RoundPoint, previous: RoundPoint | None) -> bool:
-    """MER rose and diversity (distinct-2) fell, both strictly, against the previous round."""
+    """MER rose and diversity (distinct-2; an image round's perceptual diversity) fell, both
+    strictly, against the previous round."""
     if previous is None:
         return False
     mer, before_mer = point.mer, previous.mer

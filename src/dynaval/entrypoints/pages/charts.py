@@ -36,18 +36,23 @@ def health_chart(view: HealthView) -> dict[str, Any]:
     MER, VMER, alpha and distinct-2 across the rounds of its task type."""
     health = view.health
     shares = health.writers.top
-    distinct = health.diversity.distinct
+    varied = health.diversity.figures()  # distinct-n of a text round; an image round's perceptual figures
     rate_without = health.fooled_rate_without_repeats
     return {
         "round": {
             "labels": [
                 *(f"top {k} writers" for k in shares),
-                *(f"distinct-{n}" for n in distinct),
+                *(label.lower() for label, _key, _value in varied),
                 "fooled rate",
                 "fooled, each pattern once",
             ],
-            "values": [*shares.values(), *distinct.values(), health.fooled_rate, rate_without],
-            "groups": [*("writers" for _ in shares), *("diversity" for _ in distinct), "fooled", "fooled"],
+            "values": [
+                *shares.values(),
+                *(value for _l, _k, value in varied),
+                health.fooled_rate,
+                rate_without,
+            ],
+            "groups": [*("writers" for _ in shares), *("diversity" for _ in varied), "fooled", "fooled"],
         },
         "clusters": {
             "labels": [c.first_id[:8] for c in health.clusters[:CLUSTERS_CHARTED]],

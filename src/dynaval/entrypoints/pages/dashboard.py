@@ -37,7 +37,8 @@ from flask import (
     url_for,
 )
 
-from dynaval.domain.errors import DomainError, InvalidInput
+from dynaval.domain.errors import DomainError, InvalidInput, NotFound
+from dynaval.domain.images.image import image_ref, is_image_ref, is_sha256
 from dynaval.entrypoints.api.limited_models import request_models
 from dynaval.entrypoints.api.routes import FIGURES_CACHE, dataset_download, release_download
 from dynaval.entrypoints.api.schemas import ExclusionChange, OverrideCreate, RevalidateRequest
@@ -67,6 +68,7 @@ from dynaval.service_layer.dashboard import sessions as dashboard_sessions
 from dynaval.service_layer.dashboard import views as use_cases
 from dynaval.service_layer.dashboard.figures_cache import FiguresCache
 from dynaval.service_layer.health import near_duplicates, round_health
+from dynaval.service_layer.images import stored_images
 from dynaval.service_layer.regression import revalidation
 from dynaval.service_layer.releases import catalog
 from dynaval.service_layer.releases import round_dataset as dataset
@@ -148,6 +150,21 @@ def _heat(value: float | None) -> str:
     if value is None:
         return "heat-none"
     return f"heat-{round(HEAT_STEPS * max(0.0, min(1.0, value)))}"
+
+
+@pages.app_template_test("image_ref")
+def _is_image_ref(value: object) -> bool:
+    """Whether an input is a stored image (an image task type's): shown as its thumbnail."""
+    return is_image_ref(value)
+
+
+@pages.get("/images/<sha256>.png")
+@lead_page
+def image(sha256: str) -> Any:
+    """A stored image's thumbnail, for a lead's pages (the session is the credential)."""
+    if not is_sha256(sha256):
+        raise NotFound("no such image", field="image")
+    return Response(stored_images.thumbnail(_services().images, image_ref(sha256)), mimetype="image/png")
 
 
 @pages.errorhandler(DomainError)

@@ -23,11 +23,14 @@ from dynaval.domain.health.minhash import MinHashIndex, band_keys, connecting_pa
 from dynaval.domain.health.near_duplicates import NearDuplicateRule, field_shingles
 from dynaval.domain.health.round_health import HealthCandidate, RoundHealth, RoundPoint, RoundTrend, trend
 from dynaval.domain.health.round_health import round_health as figures_of
+from dynaval.domain.images.image import ImageFingerprint, is_image_ref, sha_of
+from dynaval.domain.images.near_copies import ImagePairIndex, NearCopyRule
 from dynaval.domain.provenance import writer_pseudonym
 from dynaval.domain.validation.metrics import RoundCounts, round_counts
 from dynaval.domain.validation.round import Round
 from dynaval.service_layer.dashboard.figures_cache import Cached, FiguresCache
 from dynaval.service_layer.dashboard.views import cached_round_agreement
+from dynaval.service_layer.images import stored_images
 from dynaval.service_layer.services import Services
 
 CLUSTERS_SHOWN = 50
@@ -41,13 +44,18 @@ class HealthView:
     task: str
     kind: str
     fields: list[str]
-    rule: NearDuplicateRule
+    rule: NearDuplicateRule | NearCopyRule
+    """The round's rule of repeated patterns: lexical, or an image round's near-copy rule."""
     health: RoundHealth
     trend: list[RoundTrend]
     as_of: datetime
     """When the oldest of these figures was computed."""
     current: bool
     """False while newer candidates or votes are being counted (see :class:`FiguresCache`)."""
+
+    @property
+    def reads_images(self) -> bool:
+        return isinstance(self.rule, NearCopyRule)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +64,7 @@ class HealthView:
             "task": self.task,
             "kind": self.kind,
             "fields": list(self.fields),
+            "input_kind": "image" if self.reads_images else "text",
             "near_duplicate_rule": self.rule.to_dict(),
             **self.health.to_dict(max_clusters=CLUSTERS_SHOWN),
             "across_rounds": [t.to_dict() for t in self.trend],
@@ -77,8 +86,10 @@ def compute_round_health(services: Services, round_id: int) -> RoundHealth:
         round_ = uow.rounds.get(round_id)
         written = uow.round_queries.written_candidates(round_id)
         rule = round_.decision_policy.lexical_rule
-        stored = uow.near_duplicates.round_band_keys(round_id) if keys_serve(rule) else None
-    fields = list(services.catalog.get(round_.task_type).data_fields)
+        task_type = services.catalog.get(round_.task_type)
+        serve = keys_serve(rule) or task_type.reads_images
+        stored = uow.near_duplicates.round_band_keys(round_id) if serve else None
+    fields = list(task_type.data_fields)
     secret = services.settings.pseudonym_secret
     writers: dict[tuple[str, str | None], str] = {}
     found: list[HealthCandidate] = []
@@ -89,6 +100,8 @@ def compute_round_health(services: Services, round_id: int) -> RoundHealth:
             writer = writers[key] = writer_pseudonym(secret, c.writer_id, c.collected_by)
         found.append(HealthCandidate(c.id, c.inputs, writer, c.fooled, c.status))
     inputs = {c.id: c.inputs for c in written}
+    if task_type.reads_images:
+        return _image_round_health(services, round_, found, fields, stored or {})
     if stored is None:
         return figures_of(found, fields, _computed_pairs(inputs, fields, rule))
     keyed = shared_keys(
@@ -97,6 +110,32 @@ def compute_round_health(services: Services, round_id: int) -> RoundHealth:
     )
     pairs = connecting_pairs(keyed, lambda c: field_shingles(inputs[c], fields, rule.shingle), rule)
     return figures_of(found, fields, pairs)
+
+
+def _image_round_health(
+    services: Services,
+    round_: Round,
+    found: Sequence[HealthCandidate],
+    fields: Sequence[str],
+    stored: Mapping[str, bytes | None],
+) -> RoundHealth:
+    """An image round's figures: repeated patterns are near-copies at the round's
+    ``near_duplicate_image_bits``, from the fingerprints stored at submission (computed from the
+    image store for a candidate the index does not hold)."""
+    prints = {}
+    for c in found:
+        data = stored.get(c.id)
+        if data:
+            prints[c.id] = ImageFingerprint.from_bytes(data)
+        elif is_image_ref(ref := c.inputs.get(fields[0], "")):
+            prints[c.id] = stored_images.fingerprint_of_png(
+                services.images, stored_images.png_of(services.images, sha_of(ref))
+            )
+    index = ImagePairIndex(round_.decision_policy.image_rule, prints.__getitem__)
+    for candidate_id in prints:
+        index.add_inputs(candidate_id, {"image": candidate_id}, ["image"])
+    pairs = [(a, b) for a, b, _similarity in index.pairs()]
+    return figures_of(found, fields, pairs, image_hashes={c: p.centre for c, p in prints.items()})
 
 
 def _computed_keys(inputs: Mapping[str, str], fields: Sequence[str]) -> Int64s:
@@ -132,6 +171,7 @@ def round_health(services: Services, cache: FiguresCache, round_id: int) -> Heal
     An unknown round is NotFound."""
     with services.uow(read_only=True) as uow:
         round_ = uow.rounds.get(round_id)
+        task_type = services.catalog.get(round_.task_type)
         peers = [r for r in uow.rounds.all() if r.id is not None and _comparable(round_, r)]
         counts = uow.dashboard.status_counts([r.id for r in peers if r.id is not None])
     parts: list[Cached[Any]] = []
@@ -151,8 +191,10 @@ def round_health(services: Services, cache: FiguresCache, round_id: int) -> Heal
         name=round_.name,
         task=round_.task_type,
         kind=round_.kind.value,
-        fields=list(services.catalog.get(round_.task_type).data_fields),
-        rule=round_.decision_policy.lexical_rule,
+        fields=list(task_type.data_fields),
+        rule=round_.decision_policy.image_rule
+        if task_type.reads_images
+        else round_.decision_policy.lexical_rule,
         health=own.value,
         trend=trend(points),
         as_of=min(p.computed_at for p in parts),
