@@ -1,6 +1,7 @@
 """A digits round through the whole loop against the real Label Studio, on SQLite and PostgreSQL,
 tried as a new user would: drawn digits submitted over the API are scored, pushed blind with a
-signed URL that loads without a token, validated by Label Studio users, decided, frozen, released
+signed URL that loads without a token (and is signed again before it expires), validated by Label
+Studio users, decided, frozen, released
 and loaded back with ``datasets`` as the same pixels; a shifted copy and a re-encoded copy are
 near-copies; a bad image gets 413 or 422 and changes nothing, in the service or in Label Studio.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import io
 import random
 import tarfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ import pytest
 import requests
 from PIL import Image
 
+from dynaval.service_layer.validation import task_images
 from tests.e2e.test_task_types import Loop
 from tests.fixtures.service import OTHER_WRITER_TOKEN, LiveService, running_service
 from tests.support.drawings import data_url, draw_digit, jpeg_bytes, png_bytes, shifted
@@ -109,6 +112,19 @@ def test_a_digits_round_goes_from_a_drawing_to_a_released_image(
             json={"inputs": {"image": image}, "writer_label": "7"},
         )
         assert refused.status_code == status and refused.json()["error"]["field"] == "inputs.image"
+
+    # Eleven months on, the reconcile pass signs the tasks' URLs again before they expire.
+    services = image_service.services
+    task_type = services.catalog.get("digits")
+    exported = list(services.label_studio.export_tasks(project_id=project, task_type=task_type))
+    before_urls = {t.task_id: t.data["image"] for t in exported}
+    later = time.time() + 340 * 86_400
+    assert task_images.renew_image_urls(services, task_type, exported) == 0  # nothing due yet
+    assert task_images.renew_image_urls(services, task_type, exported, now=later) == len(exported)
+    for task_id, old in before_urls.items():
+        new = loop.ls.tasks.get(id=task_id).data["image"]
+        assert new != old and urlsplit(new).path == urlsplit(old).path  # the same image, a new expiry
+        assert requests.get(new, timeout=10).status_code == 200
 
     loop.vote(task_ids["accept"], "A", "7")
     loop.vote(task_ids["accept"], "B", "7")

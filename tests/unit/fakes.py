@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -631,6 +631,7 @@ class FakeLabelStudio:
     """Label Studio users' ids by email."""
     user_lookups: int = 0
     exported: list[ExportedTask] = field(default_factory=list)
+    updated_data: dict[int, dict[str, Any]] = field(default_factory=dict)
     """What Label Studio holds of the project's tasks and their annotations (read back as is)."""
 
     def _check(self) -> None:
@@ -645,6 +646,10 @@ class FakeLabelStudio:
             self.tasks[task["candidate_id"]] = 1000 + len(self.tasks)
             ids.append(self.tasks[task["candidate_id"]])
         return ids
+
+    def update_task_data(self, *, task_id: int, data: Mapping[str, Any]) -> None:
+        self._check()
+        self.updated_data[task_id] = dict(data)
 
     def find_tasks(self, *, project_id: int, candidate_ids: list[str]) -> dict[str, int]:
         self._check()

@@ -213,6 +213,9 @@ class SdkLabelStudioGateway:
             raise LabelStudioUnavailable(f"Label Studio returned {len(ids)} task ids for {len(tasks)} tasks")
         return ids
 
+    def update_task_data(self, *, task_id: int, data: Mapping[str, Any]) -> None:
+        self._call("update a task's data", self._client.tasks.update, id=task_id, data=dict(data))
+
     def export_tasks(self, *, project_id: int, task_type: TaskType) -> Iterator[ExportedTask]:
         """Every task of the project, unannotated ones included, each with all its annotations
         (cancelled ones included: ``was_cancelled`` tells them apart).
@@ -275,6 +278,7 @@ class SdkLabelStudioGateway:
                         parse_annotation(a, task_type, task_id=int(task["id"]))
                         for a in task.get("annotations") or []
                     ],
+                    data=dict(task.get("data") or {}),
                 )
                 for task in tasks
             ]

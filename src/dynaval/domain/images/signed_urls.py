@@ -10,7 +10,7 @@ Expiry: a task's URL must still work when an annotator opens the task, however l
 signed for ``DYNAVAL_IMAGE_URL_DAYS`` (365 by default: longer than any round's validation we have
 seen), rounded up to the next whole day so that every push of a day gives the same URL; and the
 reconcile pass renews the URL of every task of a round not frozen yet once its expiry is less than
-``RENEW_BEFORE_DAYS`` away (docs/task_types.md).
+``RENEW_BEFORE_DAYS`` away (:func:`needs_renewal`; docs/task_types.md).
 
 >>> key = url_key("secret")
 >>> signature = sign(key, "ab" * 32, 1_900_000_000)
@@ -55,5 +55,12 @@ def expiry_for(*, now: float, days: int) -> int:
     return (int(now) // DAY_S + days + 1) * DAY_S
 
 
-def needs_renewal(expires: int, *, now: float) -> bool:
-    return expires - now < RENEW_BEFORE_DAYS * DAY_S
+def needs_renewal(expires: int, *, now: float, days: int) -> bool:
+    """Whether a URL signed for ``days`` should be signed again at ``now``: less than
+    ``RENEW_BEFORE_DAYS`` of it left (a third of it, for URLs signed for less than 90 days).
+
+    >>> expires = 100 * DAY_S
+    >>> needs_renewal(expires, now=80 * DAY_S, days=365), needs_renewal(expires, now=60 * DAY_S, days=365)
+    (True, False)
+    """
+    return expires - now < min(RENEW_BEFORE_DAYS, days / 3) * DAY_S

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from dynaval.domain.errors import NotFound, Unavailable
 from dynaval.domain.images import signed_urls
@@ -95,12 +95,17 @@ def image_url(settings: Settings, ref_or_sha: str, *, now: float | None = None) 
     return f"{settings.public_url.rstrip('/')}{IMAGE_PATH}{sha}.png?{query}"
 
 
-def url_expiry(url: str) -> int | None:
-    """The expiry a signed image URL carries; None for anything else."""
-    if IMAGE_PATH not in url or "expires=" not in url:
+def signed_url_parts(url: object) -> tuple[str, int] | None:
+    """The image hash and expiry a signed image URL of this service carries; None for anything else."""
+    if not isinstance(url, str):
         return None
-    value = url.split("expires=", 1)[1].split("&", 1)[0]
-    return int(value) if value.isdigit() else None
+    parts = urlsplit(url)
+    name = parts.path.rsplit(IMAGE_PATH, 1)[-1] if IMAGE_PATH in parts.path else ""
+    sha = name.removesuffix(".png")
+    expires = parse_qs(parts.query).get("expires", [""])[0]
+    if not (is_sha256(sha) and expires.isdigit()):
+        return None
+    return sha, int(expires)
 
 
 def signed_image(

@@ -4,8 +4,8 @@ them with label-studio-sdk; tests hand in a copy of Label Studio held in memory.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -35,6 +35,8 @@ class ExportedTask:
     task_id: int
     candidate_id: str | None
     annotations: list[ParsedAnnotation]
+    data: dict[str, Any] = field(default_factory=dict)
+    """The task's data as Label Studio holds it (an image task's signed URL among it)."""
 
 
 class LabelStudioGateway(Protocol):
@@ -46,6 +48,9 @@ class LabelStudioGateway(Protocol):
     def register_webhook(self, *, project_id: int, url: str, secret: str) -> int: ...
 
     def import_tasks(self, *, project_id: int, tasks: Sequence[dict[str, Any]]) -> list[int]: ...
+
+    def update_task_data(self, *, task_id: int, data: Mapping[str, Any]) -> None:
+        """Replace a task's data (an image's signed URL renewed before it expires)."""
 
     def export_tasks(self, *, project_id: int, task_type: TaskType) -> Iterator[ExportedTask]: ...
 

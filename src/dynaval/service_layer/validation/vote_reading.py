@@ -40,6 +40,7 @@ from dynaval.domain.validation.gold import GoldAnswer
 from dynaval.domain.validation.votes import AnnotationRecord
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.unit_of_work import UnitOfWork
+from dynaval.service_layer.validation import task_images
 from dynaval.service_layer.validation.annotator_exclusion import apply_gold_rule
 from dynaval.service_layer.validation.label_studio_port import READ_BATCH_SIZE, ExportedTask, ParsedAnnotation
 from dynaval.service_layer.validation.storage import ANNOTATION_FIELDS, VoteWrites
@@ -160,6 +161,8 @@ def reconcile_round(
     with services.uow() as uow:
         uow.task_checks.settle_round(round_id, read_at)
         uow.commit()
+    if not target.frozen:  # annotators may still open its tasks: their images must still load
+        task_images.renew_image_urls(services, target.task_type, exported)
     return report
 
 
