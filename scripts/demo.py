@@ -1,8 +1,9 @@
-"""Two simulated rounds, sentiment then NLI, against a real Label Studio and the real service
-(``scripts/demo``).
+"""Three simulated rounds, sentiment, NLI and drawn digits, against a real Label Studio and the
+real service (``scripts/demo``).
 
 Writers post candidates concurrently (each with their own token; a collector submits some for a
-writer of its own front end), four annotator users vote in Label Studio (most agree with
+writer of its own front end; the digits round's candidates are drawings, sent as the writers' page
+sends them), four annotator users vote in Label Studio (most agree with
 the writers, some do not, two flag a spam text), disagreements are escalated and settled, and the
 round dataset is exported. Each round is then frozen, released as version 1.0.0 (``dynaval release
 create``) and verified (``dynaval release verify``); ``release: <path>`` names each. Both servers then
@@ -37,6 +38,7 @@ MODELS_DIR = REPO_ROOT / ".dynaval" / "models"
 if str(REPO_ROOT) not in sys.path:  # for tests.support: the Label Studio harness is development tooling
     sys.path.insert(0, str(REPO_ROOT))
 
+from tests.support.drawings import data_url, draw_digit, png_bytes  # noqa: E402
 from tests.support.label_studio_server import (  # noqa: E402
     DEFAULT_ANNOTATOR_PASSWORD,
     LabelStudioServer,
@@ -104,6 +106,15 @@ NLI: list[tuple[str, str, str, str | None, str | None]] = [
     (PREMISES[2], "The storm happened at night.", "contradiction", "neutral", "Storms are at night."),
     (PREMISES[0], "The bakery sells cakes.", "entailment", "neutral", None),
 ]  # fmt: skip
+# Digits: (the digit drawn, the writer's label, the label careful annotators would give; None: a
+# scribble, not a digit). Drawn by tests/support/drawings.py, each with a seed of its own: some of
+# them fool the default digits model, trained on scanned digits and not on drawings.
+DIGITS: list[tuple[str, str, str | None]] = [
+    *((str(d % 10), str(d % 10), str(d % 10)) for d in range(20)),
+    # Writers who are wrong about their own drawing: validators should reject these.
+    ("1", "7", "1"),
+    ("3", "8", "3"),
+]
 WRITERS = ("writer-ana", "writer-bo", "writer-carmen", "writer-dev")
 """The demo's writers, each with a token of their own (the token says who submits)."""
 COLLECTOR = "collector-form"
@@ -236,6 +247,14 @@ def nli_items() -> list[Item]:
     ]
 
 
+def digit_items() -> list[Item]:
+    """The drawings as a writers' page sends them: a 28x28 grey PNG as a data URL."""
+    return [
+        Item({"image": data_url(png_bytes(draw_digit(drawn, random.Random(4000 + i))))}, label, truth)
+        for i, (drawn, label, truth) in enumerate(DIGITS)
+    ]
+
+
 def run_round(
     api: httpx.Client,
     *,
@@ -338,8 +357,8 @@ def run_round(
 def run_rounds(
     service_url: str, lead: str, writers: dict[str, str], collector: str, server: LabelStudioServer
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """A sentiment round, then a short NLI round, with the same four annotators: the summaries
-    and the annotators."""
+    """A sentiment round, a short NLI round and a round of drawn digits, with the same four
+    annotators: the summaries and the annotators."""
     annotators = server.create_annotators(4)
     rng = random.Random(7)
     # The pool drops a connection idle for 5 s, well before the service's keep-alive (120 s,
@@ -351,6 +370,7 @@ def run_rounds(
     for task, name, items in (
         ("sentiment", "demo round 1 (sentiment)", sentiment_items()),
         ("nli", "demo round 2 (NLI)", nli_items()),
+        ("digits", "demo round 3 (drawn digits)", digit_items()),
     ):
         print(f"running a simulated {task} round ...", flush=True)
         summaries.append(
@@ -367,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label-studio-port", type=int, default=8080)
     parser.add_argument(
         "--models", type=Path, default=MODELS_DIR,
-        help="the folder of the default models, sentiment-default and nli-default (built by scripts/demo)",
+        help="the folder of the default models, sentiment-default, nli-default and digits-default "
+        "(built by scripts/demo)",
     )  # fmt: skip
     parser.add_argument(
         "--work-dir", type=Path, default=REPO_ROOT / ".dynaval" / "demo",
@@ -626,6 +647,7 @@ def print_access(
     print(f"  dynaval service   {service_url}   (API: {service_url}/openapi.json)")
     print(f"    dashboard       {service_url}/dashboard   (sign in with the lead token)")
     print(f"    writer page     {service_url}/write   (sign in with a writer token)")
+    print("                    (pick the digits round to draw a digit and watch the model guess)")
     print(f"  Label Studio      {server.url}")
     print(f"    admin           {server.admin_email} / {server.admin_password}")
     for annotator in annotators:
