@@ -19,12 +19,11 @@ from urllib.parse import urlsplit
 
 import pytest
 import requests
-from PIL import Image
 
 from dynaval.service_layer.validation import task_images
 from tests.e2e.test_task_types import Loop
 from tests.fixtures.service import OTHER_WRITER_TOKEN, LiveService, running_service
-from tests.support.drawings import data_url, draw_digit, jpeg_bytes, png_bytes, shifted
+from tests.support.drawings import data_url, draw_digit, jpeg_bytes, png_bytes, same_pixels, shifted
 
 pytestmark = pytest.mark.labelstudio
 
@@ -91,9 +90,7 @@ def test_a_digits_round_goes_from_a_drawing_to_a_released_image(
         assert set(data) == {"candidate_id", "image"} and data["candidate_id"] == ids[kind]
         shown = requests.get(data["image"], timeout=10)  # no token: the signature is the credential
         assert shown.status_code == 200 and shown.headers["Content-Type"] == "image/png"
-        assert list(Image.open(io.BytesIO(shown.content)).getdata()) == list(
-            Image.open(io.BytesIO(drawings[kind][0])).getdata()
-        )
+        assert same_pixels(shown.content, drawings[kind][0])
     parts = urlsplit(loop.ls.tasks.get(id=task_ids["accept"]).data["image"])
     assert requests.get(f"{image_service.url}{parts.path}", timeout=10).status_code == 404  # unsigned
 
@@ -156,4 +153,4 @@ def test_a_digits_round_goes_from_a_drawing_to_a_released_image(
     by_id = {record["example_id"]: record for record in records}
     assert set(by_id) == {ids["accept"]}
     released = by_id[ids["accept"]]["image"]
-    assert list(released.getdata()) == list(Image.open(io.BytesIO(drawings["accept"][0])).getdata())
+    assert same_pixels(released, drawings["accept"][0])

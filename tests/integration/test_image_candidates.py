@@ -33,7 +33,7 @@ from tests.fixtures.service import (
     WRITER_NAME,
     WRITER_TOKEN,
 )
-from tests.support.drawings import data_url, draw_digit, jpeg_bytes, png_bytes, shifted
+from tests.support.drawings import data_url, draw_digit, jpeg_bytes, png_bytes, same_pixels, shifted
 
 DIGITS = [str(d) for d in range(10)]
 
@@ -96,7 +96,7 @@ def test_a_drawn_digit_is_scored_kept_once_and_shown_by_a_signed_url(
     (kept,) = stored_files(services)
     assert kept.name == f"{sha_of(ref)}.png"
     # The stored file holds the submitted pixels, without the file's own metadata.
-    assert list(Image.open(kept).getdata()) == list(Image.open(io.BytesIO(drawing)).getdata())
+    assert same_pixels(kept.read_bytes(), drawing)
 
     # Another writer sends the same drawing: one file still, and an identical near-duplicate.
     again = submit(client, round_id, data_url(drawing), token=OTHER_WRITER_TOKEN)

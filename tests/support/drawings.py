@@ -15,6 +15,7 @@ import math
 import random
 from collections.abc import Sequence
 
+import numpy
 from PIL import Image, ImageChops, ImageDraw
 
 CANVAS = 280
@@ -91,11 +92,17 @@ def data_url(data: bytes, media_type: str = "image/png") -> str:
     return f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
 
 
-def pixels(data: bytes) -> list[int]:
-    """The grey pixels of an image file, row by row: what two images are compared by."""
-    with Image.open(io.BytesIO(data)) as image:
-        return list(image.convert("L").getdata())
+def same_pixels(a: Image.Image | bytes, b: Image.Image | bytes) -> bool:
+    """Whether two images (or image files) hold the same pixels, in the same mode."""
+    first = Image.open(io.BytesIO(a)) if isinstance(a, bytes) else a
+    second = Image.open(io.BytesIO(b)) if isinstance(b, bytes) else b
+    return (
+        first.size == second.size
+        and first.mode == second.mode
+        and ImageChops.difference(first.convert("RGBA"), second.convert("RGBA")).getbbox() is None
+    )
 
 
-def same_pixels(a: Image.Image, b: Image.Image) -> bool:
-    return a.size == b.size and ImageChops.difference(a.convert("RGBA"), b.convert("RGBA")).getbbox() is None
+def ink(image: Image.Image) -> int:
+    """The sum of a grey drawing's pixels: what a shift off the field loses."""
+    return int(numpy.asarray(image.convert("L"), dtype=numpy.int64).sum())
