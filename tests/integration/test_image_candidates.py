@@ -214,6 +214,10 @@ def test_a_bad_image_is_refused_naming_its_field_and_nothing_is_kept(
         assert refused.status_code == status, (says, refused.text)
         assert refused.json["error"]["field"] == "inputs.image", refused.json
         assert says in refused.json["error"]["message"], refused.json
+    # An image further over its limit is over the body's too: the answer still names the image limit.
+    over_body = submit(client, round_id, data_url(b"\x89PNG" + b"\x00" * services.settings.max_body_bytes))
+    assert over_body.status_code == 413 and over_body.json["error"]["field"] == "body"
+    assert "DYNAVAL_MAX_IMAGE_BYTES" in over_body.json["error"]["message"]
     no_file = post(
         client,
         f"/api/rounds/{round_id}/candidates",

@@ -80,16 +80,19 @@ def create_app(
         return jsonify(build_openapi(app))
 
     max_body_bytes = services.settings.max_body_bytes
+    says = guards.body_limit_says(max_body_bytes, services.settings.max_image_bytes)
 
     def render(error: Exception) -> Any:
-        status, body, headers = render_error(error, max_body_bytes=max_body_bytes)
+        status, body, headers = render_error(error, max_body_bytes=max_body_bytes, body_limit_says=says)
         return jsonify(body), status, headers
 
     for kind in (DomainError, OperationalError, HTTPException, Exception):
         app.register_error_handler(kind, render)
     # Label Studio's webhook is an endpoint of its own in front of Flask (dynaval.entrypoints.webhook).
     app.wsgi_app = LabelStudioWebhookEndpoint(  # type: ignore[method-assign]
-        app.wsgi_app, services, functools.partial(render_error, max_body_bytes=max_body_bytes)
+        app.wsgi_app,
+        services,
+        functools.partial(render_error, max_body_bytes=max_body_bytes, body_limit_says=says),
     )
     if services.settings.trusted_proxies:
         # The client's address as the trusted proxies forwarded it (Werkzeug's ProxyFix reads that

@@ -51,7 +51,9 @@ def error_body(code: str, message: str, field: str | None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "field": field}}
 
 
-def render_error(error: Exception, *, max_body_bytes: int) -> tuple[int, dict[str, Any], dict[str, str]]:
+def render_error(
+    error: Exception, *, max_body_bytes: int, body_limit_says: str | None = None
+) -> tuple[int, dict[str, Any], dict[str, str]]:
     """Status, JSON body and extra headers of the answer to ``error``: the Flask routes' error
     handlers and the webhook's path in front of Flask both answer with this."""
     if isinstance(error, HTTPException):
@@ -61,7 +63,7 @@ def render_error(error: Exception, *, max_body_bytes: int) -> tuple[int, dict[st
             status, "http_error"
         )
         message = {
-            413: f"the body must be at most {max_body_bytes} bytes",
+            413: body_limit_says or f"the body must be at most {max_body_bytes} bytes",
         }.get(status, error.description or error.name)
         return status, error_body(code, message, field), {}
     if isinstance(error, DomainError):

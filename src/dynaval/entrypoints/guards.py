@@ -31,6 +31,8 @@ from dynaval.service_layer.services import Services
 log = logging.getLogger(__name__)
 
 LIMITER = "dynaval_limiter"
+BODY_LIMIT_SAYS = "DYNAVAL_BODY_LIMIT_SAYS"
+"""The app's config key of what a body over the limit is told."""
 SCORING_BUDGET = "dynaval_scoring_budget"
 # /health is for probes. (Label Studio's webhook is no Flask route: dynaval.entrypoints.webhook.)
 # A signed image is loaded by browsers that carry no token (an annotator's, a page's thumbnails), so
@@ -45,6 +47,7 @@ def init_app(app: Flask) -> None:
     services: Services = app.extensions["dynaval"]
     settings = services.settings
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.config[BODY_LIMIT_SAYS] = body_limit_says(settings.max_body_bytes, settings.max_image_bytes)
     app.url_value_preprocessor(_check_url_values)
     if settings.rate_limit or settings.anonymous_rate_limit:
         limits = RequestLimits(known=settings.rate_limit, anonymous=settings.anonymous_rate_limit)
@@ -243,13 +246,22 @@ def charge_scoring(token_counts: Sequence[int], field: str) -> None:
         )
 
 
+def body_limit_says(max_body_bytes: int, max_image_bytes: int) -> str:
+    """What a body over the limit is told: the limit, and an image's own (an image a little over
+    its limit, as base64, is over the body's before its own is looked at)."""
+    return (
+        f"the body must be at most {max_body_bytes} bytes (DYNAVAL_MAX_BODY_BYTES); an image in it, "
+        f"at most {max_image_bytes} bytes (DYNAVAL_MAX_IMAGE_BYTES)"
+    )
+
+
 def _refuse_large_body() -> None:
     # Werkzeug refuses an oversized body only when a route reads it; this refuses it on every
     # route, before anything else looks at the request. A chunked body (no Content-Length) is cut
     # by Werkzeug at the same limit while it is read.
     limit = current_app.config["MAX_CONTENT_LENGTH"]
     if request.content_length is not None and request.content_length > limit:
-        raise TooLarge(f"the body must be at most {limit} bytes", field="body")
+        raise TooLarge(current_app.config[BODY_LIMIT_SAYS], field="body")
 
 
 def read_body() -> bytes:
@@ -258,7 +270,7 @@ def read_body() -> bytes:
     data = request.get_data(cache=True)
     limit = current_app.config["MAX_CONTENT_LENGTH"]
     if request.content_length is None and len(data) >= limit and request.environ["wsgi.input"].read(1):
-        raise TooLarge(f"the body must be at most {limit} bytes", field="body")
+        raise TooLarge(current_app.config[BODY_LIMIT_SAYS], field="body")
     return data
 
 
