@@ -9,6 +9,7 @@ near-copies; a bad image gets 413 or 422 and changes nothing, in the service or 
 from __future__ import annotations
 
 import io
+import json
 import random
 import tarfile
 import time
@@ -131,6 +132,11 @@ def test_a_digits_round_goes_from_a_drawing_to_a_released_image(
     assert loop.candidate(ids["reject"])["status"] == "rejected"
     assert loop.candidate(ids["not_fooled"])["status"] == "not_fooled"
     assert (collected(image_service, loop.round_id), project_tasks(loop, project)) == before
+
+    # The round dataset names the accepted drawing by its hash, with a signed URL that fetches it.
+    (record,) = [json.loads(line) for line in loop.dataset("jsonl").decode().splitlines()]
+    assert record["example_id"] == ids["accept"] and record["inputs"]["image"].startswith("sha256:")
+    assert same_pixels(requests.get(record["image_urls"]["image"], timeout=10).content, drawings["accept"][0])
 
     # Frozen and released: the accepted drawing comes back from the files as the same pixels.
     assert image_service.call("POST", f"/api/rounds/{loop.round_id}/close").status_code == 200

@@ -13,7 +13,9 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from dynaval.domain.errors import NotFound
+from dynaval.domain.images.image import is_image_ref
 from dynaval.domain.provenance import pseudonym, writer_pseudonym
+from dynaval.service_layer.images.stored_images import image_url
 from dynaval.service_layer.releases.dataset_port import DatasetPage, DatasetReads, RoundHeader
 
 if TYPE_CHECKING:
@@ -55,7 +57,7 @@ def iter_round_dataset_pages(services: DatasetServices, round_id: int) -> Iterat
     before its first byte). The round's own fields are read once, now (as its state is now).
     """
     query = _query(services)
-    builder = _RecordBuilder(services.settings.pseudonym_secret, _round(query, round_id))
+    builder = _RecordBuilder(services.settings, _round(query, round_id))
     return (builder.page(page) for page in query.accepted_pages(round_id))
 
 
@@ -72,15 +74,16 @@ def provenance_record(services: DatasetServices, candidate_id: str) -> dict[str,
     if found is None:
         raise NotFound(f"candidate {candidate_id} does not exist", field="candidate_id")
     round_id, page = found
-    builder = _RecordBuilder(services.settings.pseudonym_secret, _round(query, round_id))
+    builder = _RecordBuilder(services.settings, _round(query, round_id))
     return builder.page(page)[0]
 
 
 class _RecordBuilder:
     """Builds the records of one round's candidates, remembering the pseudonyms it computed."""
 
-    def __init__(self, secret: str, header: RoundHeader) -> None:
-        self.secret = secret
+    def __init__(self, settings: Settings, header: RoundHeader) -> None:
+        self.settings = settings
+        self.secret = settings.pseudonym_secret
         self.header = header
         self.round_info = {"id": header.id, "name": header.name, "state": header.state}
         self.annotators: dict[str, str] = {}
@@ -226,5 +229,10 @@ class _RecordBuilder:
                     "model_version": capture_model_version,
                     "observed_at": observed_at,
                 }
+            images = {name: v for name, v in (inputs or {}).items() if is_image_ref(v)}
+            if images:
+                # An image task type's inputs name stored images; these signed URLs fetch them
+                # (valid for DYNAVAL_IMAGE_URL_DAYS; a release holds the images themselves).
+                record["image_urls"] = {n: image_url(self.settings, v) for n, v in images.items()}
             records.append(record)
         return records
