@@ -23,7 +23,7 @@ from sqlalchemy import text
 from dynaval.adapters.db.database import Database
 from dynaval.domain.images.image import sha_of
 from dynaval.domain.validation.policy import DecisionPolicy
-from dynaval.domain.validation.round import Round
+from dynaval.domain.validation.round import Round, RoundKind
 from dynaval.service_layer.images import stored_images
 from dynaval.service_layer.services import Services
 from tests.e2e.test_dashboard_pages import sign_in
@@ -290,3 +290,45 @@ def test_a_leads_pages_show_an_image_rounds_thumbnails_and_its_perceptual_health
     assert figures["diversity"]["distinct_images"] == pytest.approx(2 / 3)
     assert 0 < figures["diversity"]["perceptual_diversity"] < 0.6
     assert f'src="{thumbnail}"' in health  # the repeated drawing's example
+
+
+def test_a_production_failure_and_a_gold_item_may_be_images_too(
+    services: Services, client: FlaskClient, tiny_image_model_dir: Path
+) -> None:
+    with services.uow() as uow:
+        capture_round = uow.rounds.add(
+            Round(
+                name="digit captures", task_type="digits", model_dir="", model_name="", model_hash="",
+                labels=DIGITS, kind=RoundKind.CAPTURE, policy=DecisionPolicy().to_dict(),
+            )
+        )  # fmt: skip
+        uow.commit()
+    drawing = png_bytes(seven(30))
+    body = {
+        "inputs": {"image": data_url(drawing)}, "observed_output": "1", "reported_label": "7",
+        "source": "monitoring", "model_name": "prod-digits", "model_version": "1",
+        "observed_at": "2026-11-30T08:15:00+00:00",
+    }  # fmt: skip
+    reported = post(client, f"/api/rounds/{capture_round.id}/captures", token=LEAD_TOKEN, json=body)
+    assert reported.status_code == 201, reported.text
+    refused = post(
+        client,
+        f"/api/rounds/{capture_round.id}/captures",
+        token=LEAD_TOKEN,
+        json={**body, "inputs": {"image": data_url(b"not an image")}},
+    )
+    assert refused.status_code == 422 and refused.json["error"]["field"] == "inputs.image"
+    (kept,) = stored_files(services)
+    with services.uow(read_only=True) as uow:
+        stored = uow.candidates.get(reported.json["id"])
+    assert stored is not None and stored.inputs["image"] == f"sha256:{kept.stem}"
+
+    round_id = digits_round(services, tiny_image_model_dir)
+    gold = post(
+        client,
+        f"/api/rounds/{round_id}/gold",
+        token=LEAD_TOKEN,
+        json={"items": [{"inputs": {"image": data_url(png_bytes(seven(31)))}, "label": "7"}]},
+    )
+    assert gold.status_code == 201, gold.text
+    assert len(stored_files(services)) == 2
