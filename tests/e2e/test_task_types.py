@@ -375,11 +375,16 @@ def test_task_types_list_fields_labels_and_default_models_and_default_means_the_
     assert sorted(seen) == ["nli", "paraphrase", "sentiment"]
     assert seen["nli"]["labels"] == list(NLI)
     assert seen["nli"]["fields"] == [
-        {"name": "premise", "in": "inputs", "required": True},
-        {"name": "hypothesis", "in": "inputs", "required": True},
+        {"name": "premise", "in": "inputs", "required": True, "kind": "text"},
+        {"name": "hypothesis", "in": "inputs", "required": True, "kind": "text"},
         {"name": "rationale", "in": "body", "required": False},
     ]
-    assert seen["sentiment"]["fields"][0] == {"name": "text", "in": "inputs", "required": True}
+    assert seen["sentiment"]["fields"][0] == {
+        "name": "text",
+        "in": "inputs",
+        "required": True,
+        "kind": "text",
+    }
     assert seen["sentiment"]["default_model"]["built"] is True  # the service's default: the tiny model
     assert seen["nli"]["default_model"] == {
         "built": False, "name": "nli-default", "build": "dynaval model build-default --task nli",

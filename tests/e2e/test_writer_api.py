@@ -135,6 +135,7 @@ def test_a_rounds_model_tells_how_many_tokens_it_reads(
         "hash": listed[sentiment_round]["model"]["hash"],
         "max_tokens": 128,  # the tiny model's position embeddings, below the service's 256
         "counted_over": ["text"],
+        "image": None,  # a text model looks at no image
     }
     nli = model(nli_round, token=LEAD_TOKEN).json()
     assert (nli["max_tokens"], nli["counted_over"]) == (128, ["premise", "hypothesis"])
@@ -292,7 +293,12 @@ def test_the_writers_endpoints_are_documented(live_service: LiveService) -> None
     limit = live_service.services.settings.max_text_chars
     assert set(schema["properties"]) == {"inputs", "text"} and schema["additionalProperties"] is False
     assert schema["properties"]["text"]["anyOf"][0]["maxLength"] == limit
-    assert schema["properties"]["inputs"]["anyOf"][0]["additionalProperties"]["maxLength"] == limit
+    text_input, image_input = schema["properties"]["inputs"]["anyOf"][0]["additionalProperties"]["anyOf"]
+    assert text_input["maxLength"] == limit
+    # An image task type's input: a data URL whose decoded bytes are held to DYNAVAL_MAX_IMAGE_BYTES.
+    image_limit = live_service.services.settings.max_image_bytes
+    assert image_input["pattern"] == "^data:image/(png|jpeg);base64,"
+    assert image_input["maxLength"] == len("data:image/jpeg;base64,") + -(-image_limit // 3) * 4
     listing = document["paths"]["/api/rounds/{round_id}/my-candidates"]["get"]
     assert listing["description"] == "Roles: writer, lead"
     assert {p["name"]: p["schema"]["maximum"] for p in listing["parameters"] if p["in"] == "query"} == {
