@@ -19,8 +19,11 @@ from dynaval.adapters.predictor import ModelRegistry, PredictorFactory, load_mod
 from dynaval.adapters.task_queue import BackgroundJobs, QueuedWork, make_huey
 from dynaval.domain.health.band_keys import BandKeyIndex
 from dynaval.domain.images.image import ImageLimits
+from dynaval.domain.jobs.job import JobKind
+from dynaval.model_training.training_job import training_work
 from dynaval.service_layer.files import OfflineServices
 from dynaval.service_layer.images.ports import ImageServices
+from dynaval.service_layer.jobs import jobs
 from dynaval.service_layer.predictions import Predictor
 from dynaval.service_layer.regression import revalidation
 from dynaval.service_layer.services import Services
@@ -76,6 +79,7 @@ def bootstrap(
         offline=offline_services(),
         image_services=image_services(settings),
     )
+    services.job_work[JobKind.TRAIN] = training_work(services)
     services.after_freeze.append(lambda round_id: revalidation.settle_after_freeze(services, round_id))
     # The task queue's tasks call the use cases, which ask for work through services.work.
     services.task_queue = make_huey(settings.queue_url, settings.data_dir, settings.queue_name)
@@ -109,6 +113,7 @@ def background_jobs(services: Services) -> BackgroundJobs:
     """The use cases the task queue runs, bound to ``services``."""
 
     def sweep() -> None:
+        jobs.recover_jobs(services)  # first: a Label Studio that is down must not hold jobs up
         pushing.background_pass(services)
         verification.verify_pending_rounds(services)
         revalidation.settle_revalidations(services)  # the safety net: whatever decided a case
@@ -120,4 +125,5 @@ def background_jobs(services: Services) -> BackgroundJobs:
         verify=lambda round_id: verification.verify_round(services, round_id),
         sweep=sweep,
         reconcile=lambda: list(verification.reconcile_live_rounds(services)),
+        run_job=lambda job_id: jobs.run_job(services, job_id),
     )

@@ -230,6 +230,16 @@ class Settings(BaseSettings):
     reconcile_interval_s: float = Field(
         default=300.0, description="Scheduled reconcile with Label Studio (lost webhooks); 0 turns it off."
     )
+    job_heartbeat_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How often a running job's worker says it is alive (and notices a cancel).",
+    )
+    job_stale_after_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="A running job whose worker said nothing this long is run again (once), else failed.",
+    )
     push_batch_size: int = 500
     push_lease_s: float = Field(
         default=60.0,

@@ -106,6 +106,10 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("GET", "/api/releases"): READERS,
     ("GET", "/api/releases/<int:release_id>"): READERS,
     ("GET", "/api/releases/<int:release_id>/download"): READERS,
+    ("POST", "/api/models/train"): LEAD,
+    ("GET", "/api/jobs"): LEAD,
+    ("GET", "/api/jobs/<int:job_id>"): LEAD,
+    ("POST", "/api/jobs/<int:job_id>/cancel"): LEAD,
     ("GET", "/write"): PUBLIC,  # a static page: its script calls the API with the writer's token
     # A stored image by its signed URL: the signature is the credential (a wrong one: 404 for all).
     ("GET", "/images/<sha256>.png"): PUBLIC,
@@ -291,6 +295,7 @@ def path_of(rule: str, seeded: Seeded) -> str:
         "annotator": ANNOTATOR,
         "filename": "dashboard.css",
         "release_id": "1",  # no release exists: served means a 404 here
+        "job_id": "1",  # no job exists: served means a 404 here
         "sha256": "0" * 64,  # no image of that hash, no signature: served means a 404 here
     }
     return re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", lambda m: values[m.group(1)], rule)

@@ -451,7 +451,7 @@ NO_VALID_TOKEN = {
 def call(client: FlaskClient, method: str, path: str, authorization: str | None) -> tuple[int, Any]:
     """Status and the error's field (real ids are not needed: the role is checked first)."""
     headers = {} if authorization is None else {"Authorization": authorization}
-    path = re.sub(r"{round_id}|{release_id}", "1", path)
+    path = re.sub(r"{round_id}|{release_id}|{job_id}", "1", path)
     path = re.sub(r"{[^}]+}", "00000000-0000-0000-0000-000000000000", path)
     response = client.open(path, method=method, headers=headers, json={} if method == "POST" else None)
     body = response.get_json(silent=True)

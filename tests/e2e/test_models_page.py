@@ -82,6 +82,7 @@ def test_only_a_lead_sees_the_models_page_and_the_navigation_links_it(client: Fl
     ids, _ = page(client)
     assert ids.text("no-results") == "No model has been evaluated yet."
     assert ids.text("no-gate-runs") and ids.text("no-suspects") and ids.text("no-retired")
+    assert ids.text("no-jobs").startswith("No job yet")
     rounds, _ = page(client, "/dashboard/rounds")
     assert rounds.attr("nav-models", "href") == PATH
 

@@ -58,6 +58,9 @@ class RecordedWork:
     def verify_soon(self, round_id: int) -> None:
         self.verifications.append(round_id)
 
+    def run_job_soon(self, job_id: int) -> None:
+        pass
+
 
 @pytest.fixture
 def label_studio(services: Services) -> Iterator[LabelStudioCopy]:

@@ -34,6 +34,7 @@ def queued_work(
         verify=nothing,
         sweep=nothing,
         reconcile=run_reconcile,
+        run_job=nothing,
     )
     settings = Settings(development=True, reconcile_interval_s=0.01)
     work = QueuedWork(huey, settings, jobs)

@@ -3,10 +3,11 @@
 ``DYNAVAL_QUEUE_URL`` picks the storage: empty (the default) is a SQLite file in the data folder,
 shared by every process on the machine; ``redis://host:port/db`` is Redis, shared by every machine.
 
-Background work on it: pushes, verification of webhooks, escalations, the sweep and the scheduled
-reconcile. Work is asked for as it arises (:class:`QueuedWork`, the use cases' ``WorkQueue`` port):
-a stored candidate asks for a push of its round, a webhook asks for its task to be read back from
-Label Studio (verification), a read whose decision wants more votes asks for an escalation. A push
+Background work on it: pushes, verification of webhooks, escalations, jobs (training...), the
+sweep and the scheduled reconcile. Work is asked for as it arises (:class:`QueuedWork`, the use
+cases' ``WorkQueue`` port): a stored candidate asks for a push of its round, a webhook asks for its
+task to be read back from Label Studio (verification), a submitted job asks for a run, a read
+whose decision wants more votes asks for an escalation. A push
 Label Studio fails is tried again when the round's backoff runs out, a verification Label Studio
 failed a little later. Once a minute a periodic sweep scores candidates a crash left unscored,
 pushes, verifies and escalates every live round (the safety net for lost work), and reconciles them
@@ -107,6 +108,8 @@ class BackgroundJobs:
     """The minute's safety net: score leftovers, push, verify and escalate every live round."""
     reconcile: Callable[[], Iterable[int]]
     """Reconcile every live round with Label Studio; returns the rounds reconciled."""
+    run_job: Callable[[int], object]
+    """Run a queued job (training...) on this consumer; a job another consumer took is left alone."""
 
 
 class QueuedWork:
@@ -159,6 +162,11 @@ class QueuedWork:
                 if huey.put_if_empty(_flag("verify", round_id), "1"):
                     verify_round_task.schedule((round_id,), delay=max(1.0, self._settings.push_retry_base_s))
 
+        @huey.task(name="dynaval.run_job")
+        def run_job(job_id: int) -> None:
+            huey.get(_flag("job", job_id))
+            jobs.run_job(job_id)
+
         @huey.periodic_task(crontab(minute="*"), name="dynaval.sweep")
         def sweep() -> None:
             try:
@@ -170,6 +178,7 @@ class QueuedWork:
         self._push_round = push_round
         self._escalate_round = escalate_round
         self._verify_round = verify_round_task
+        self._run_job = run_job
         self.sweep = sweep
 
     def push_soon(self, round_id: int) -> None:
@@ -184,6 +193,9 @@ class QueuedWork:
         # hardly more (docs/trust.md).
         delay = self._settings.verify_delay_s
         self._enqueue("verify", round_id, self._verify_round, delay_s=delay)
+
+    def run_job_soon(self, job_id: int) -> None:
+        self._enqueue("job", job_id, self._run_job)
 
     def _enqueue(self, kind: str, round_id: int, task: Any, *, delay_s: float = 0.0) -> None:
         flag = _flag(kind, round_id)

@@ -61,6 +61,7 @@ def create_app(
 
     from dynaval.entrypoints import guards, headers
     from dynaval.entrypoints.api.image_routes import images
+    from dynaval.entrypoints.api.job_routes import jobs
     from dynaval.entrypoints.api.routes import api
     from dynaval.entrypoints.pages import dashboard as pages
     from dynaval.entrypoints.pages import writer as writer_page
@@ -70,6 +71,7 @@ def create_app(
     app.url_map.converters["int"] = guards.AsciiIntegerConverter
     app.register_blueprint(api)
     app.register_blueprint(images)
+    app.register_blueprint(jobs)
     pages.init_app(app)
     writer_page.init_app(app)
     guards.init_app(app)

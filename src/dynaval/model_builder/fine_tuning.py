@@ -114,13 +114,15 @@ def fine_tune(
     rng: random.Random,
     deadline: float | None = None,
     log: Callable[[str], None] = print,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> FineTuned:
     """Load the model in ``base`` with ``labels`` as its ``id2label`` (a head of another shape is
     initialised anew, from ``seed``), train it on ``train`` (shuffled each epoch by ``rng``) and save
     the model and its tokenizer into the new folder ``into``.
 
     Deterministic given ``seed``, ``rng``'s state and the data, on one machine and thread count.
-    Run it inside :func:`cpu_training`.
+    Run it inside :func:`cpu_training`. ``on_step(done, total)`` is told after each optimiser step
+    (what it raises stops the training, and nothing is written).
     """
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -157,6 +159,7 @@ def fine_tune(
         max_length=recipe.max_length,
         deadline=deadline,
         log=log,
+        on_step=on_step,
     )
     train_seconds = time.monotonic() - started
     model.eval()
@@ -184,6 +187,7 @@ def _train_loop(
     max_length: int,
     deadline: float | None,
     log: Callable[[str], None],
+    on_step: Callable[[int, int], None] | None = None,
 ) -> tuple[float, bool, float | None]:
     """A plain AdamW loop with linear warm-up and decay. Returns (epochs run, stopped early, last loss)."""
     import torch
@@ -219,6 +223,8 @@ def _train_loop(
             step += 1
             last_loss = float(loss.item())
             running += last_loss * len(batch)
+            if on_step is not None:
+                on_step(step, total_steps)
             if deadline is not None and time.monotonic() >= deadline:
                 log(f"time budget reached after {step} steps (epoch {epoch + 1}); stopping training")
                 return step / steps_per_epoch, True, last_loss

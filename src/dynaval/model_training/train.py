@@ -17,6 +17,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from dynaval.adapters.files.release_files import file_sha256
 from dynaval.adapters.predictor import hash_model_folder
@@ -77,11 +78,34 @@ class TrainedModel:
     record: TrainingRecord
 
 
+class TrainingProgress(Protocol):
+    """Told where training stands: each step (``verifying``, ``evaluating the base model``,
+    ``training``, ``evaluating the trained model``) and, for training, optimiser steps done. What
+    it raises stops the training; nothing is written then."""
+
+    def step(self, name: str, total: int | None = None) -> None: ...
+
+    def advance(self, done: int, total: int | None = None) -> None: ...
+
+
+class _Silent:
+    def step(self, name: str, total: int | None = None) -> None:
+        pass
+
+    def advance(self, done: int, total: int | None = None) -> None:
+        pass
+
+
 def train_next_model(
-    request: TrainingRequest, *, files: FileServices, log: Callable[[str], None]
+    request: TrainingRequest,
+    *,
+    files: FileServices,
+    log: Callable[[str], None],
+    progress: TrainingProgress | None = None,
 ) -> TrainedModel:
     """Fine-tune ``request.base`` on the releases' train splits into ``request.out`` (see the module);
     ``files`` reads and verifies the releases."""
+    progress = progress or _Silent()
     if request.epochs < 1:
         raise InvalidInput("must be at least 1", field="epochs")
     if request.batch_size < 1:
@@ -93,7 +117,11 @@ def train_next_model(
     out = Path(request.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InvalidInput(f"{out} exists and is not an empty folder; name a new folder", field="out")
-    releases = [open_verified_release(Path(root), files) for root in request.releases]
+    progress.step("verifying the releases", len(request.releases))
+    releases = []
+    for root in request.releases:
+        releases.append(open_verified_release(Path(root), files))
+        progress.advance(len(releases))
     check_one_lineage(releases)
     task_type, labels = releases[0].task_type, releases[0].labels
     base_labels = model_labels(request.base)
@@ -139,7 +167,9 @@ def train_next_model(
     scratch = scratch_folder(out, "training")
     try:
         with cpu_training(request.threads):
+            progress.step("evaluating the base model on dev", len(dev))
             before = _dev_accuracy(request.base, dev, labels, recipe.max_length)
+            progress.step("training", recipe.epochs * -(-len(train) // recipe.batch_size))
             tuned = fine_tune(
                 request.base,
                 train,
@@ -149,7 +179,9 @@ def train_next_model(
                 seed=request.seed,
                 rng=random.Random(request.seed),
                 log=log,
+                on_step=lambda done, total: progress.advance(done, total),
             )
+            progress.step("evaluating the trained model on dev", len(dev))
             after = _dev_accuracy(scratch, dev, labels, recipe.max_length)
         record = TrainingRecord(
             task_type=task_type,

@@ -9,10 +9,12 @@ from typing import Any, Protocol
 from dynaval import __version__
 from dynaval.domain.health.band_keys import BandKeyIndex
 from dynaval.domain.health.near_duplicates import NearDuplicateRule
+from dynaval.domain.jobs.job import JobKind
 from dynaval.domain.task_type import TaskType
 from dynaval.service_layer.files import OfflineServices, ReleaseFiles
 from dynaval.service_layer.health.ports import CorpusFiles, Encoder, ReleaseIndex, SemanticIndex
 from dynaval.service_layer.images.ports import ImageCodec, ImageServices
+from dynaval.service_layer.jobs.ports import JobWork
 from dynaval.service_layer.predictions import Models
 from dynaval.service_layer.releases.dataset_port import DatasetReads
 from dynaval.service_layer.unit_of_work import UnitOfWork
@@ -33,6 +35,9 @@ class WorkQueue(Protocol):
     def verify_soon(self, round_id: int) -> None:
         """Read back from Label Studio the round's tasks that webhooks named."""
 
+    def run_job_soon(self, job_id: int) -> None:
+        """Run the queued job (a worker takes it once, however often it is asked for)."""
+
 
 class NoWorkQueue:
     """Asks for nothing: for commands that do their Label Studio work themselves (``dynaval sync``)."""
@@ -45,6 +50,9 @@ class NoWorkQueue:
 
     def verify_soon(self, round_id: int) -> None:
         pass
+
+    def run_job_soon(self, job_id: int) -> None:
+        pass  # a job stays queued until a service's worker (or ``dynaval worker``) sweeps
 
 
 class TaskTypeCatalog(Protocol):
@@ -103,6 +111,8 @@ class Services:
     """What runs once a round is frozen, given its id (the composition root wires the regression
     room's: a revalidation round's decisions settle its cases). A hook, since the regression room
     makes rounds and so calls the validation room: the validation room must not call it back."""
+    job_work: dict[JobKind, JobWork] = field(default_factory=dict)
+    """What a job of each kind does (the composition root binds each kind's room's work)."""
     webhook_rounds: dict[int, int] = field(default_factory=dict)
     """Round ids by Label Studio project id, as the webhook path reads them (they never change)."""
 

@@ -16,6 +16,7 @@ from typing import Protocol, Self
 from dynaval.domain.audit import AuditEvent
 from dynaval.service_layer.dashboard.storage import DashboardQueries, DashboardSessions
 from dynaval.service_layer.health.storage import NearDuplicateIndex
+from dynaval.service_layer.jobs.storage import JobRepository
 from dynaval.service_layer.regression.storage import RegressionRepository, RevalidationRepository
 from dynaval.service_layer.releases.storage import ReleaseRepository
 from dynaval.service_layer.validation.storage import (
@@ -85,6 +86,9 @@ class UnitOfWork(Protocol):
 
     @property
     def near_duplicates(self) -> NearDuplicateIndex: ...
+
+    @property
+    def jobs(self) -> JobRepository: ...
 
     def __enter__(self) -> Self: ...
 

@@ -481,3 +481,36 @@ class NearDuplicateCheckRow(SQLModel, table=True):
     flagged: bool = False
     matches: list[dict[str, Any]] = Field(sa_column=Column(JSON, nullable=False))
     checked_at: datetime = Field(default_factory=utcnow)
+
+
+class JobRow(SQLModel, table=True):
+    """A job on the task queue (:mod:`dynaval.domain.jobs.job`): no two active ones share a key."""
+
+    __tablename__ = "job"
+    __table_args__ = (
+        Index(
+            "uq_job_active_key",
+            "key",
+            unique=True,
+            sqlite_where=text("state IN ('queued', 'running')"),
+            postgresql_where=text("state IN ('queued', 'running')"),
+        ),
+        Index("ix_job_state", "state"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    kind: str = Field(max_length=16)
+    key: str = Field(max_length=120)
+    state: str = Field(max_length=16)
+    params: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    attempts: int = 0
+    progress: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    result: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    cancel_requested: bool = False
+    log: list[str] = Field(sa_column=Column(JSON, nullable=False))
+    created_by: str = Field(max_length=64)
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    finished_at: datetime | None = None

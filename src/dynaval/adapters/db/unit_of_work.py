@@ -23,6 +23,7 @@ from dynaval.adapters.db.capture_repository import SqlCaptureRepository
 from dynaval.adapters.db.dashboard_sessions import SqlDashboardSessions
 from dynaval.adapters.db.database import READ_ONLY_OPTION, Database
 from dynaval.adapters.db.gold import SqlGoldRepository
+from dynaval.adapters.db.jobs import SqlJobRepository
 from dynaval.adapters.db.queries import SqlDashboardQueries, SqlRoundQueries
 from dynaval.adapters.db.rounds import SqlRoundRepository
 from dynaval.adapters.db.task_checks import SqlTaskChecks
@@ -53,6 +54,7 @@ class SqlUnitOfWork:
     regression: SqlRegressionRepository
     revalidations: SqlRevalidationRepository
     near_duplicates: SqlNearDuplicateIndex
+    jobs: SqlJobRepository
 
     def __init__(self, database: Database, *, read_only: bool = False) -> None:
         self._database = database
@@ -77,6 +79,7 @@ class SqlUnitOfWork:
         self.regression = SqlRegressionRepository(self.session)
         self.revalidations = SqlRevalidationRepository(self.session)
         self.near_duplicates = SqlNearDuplicateIndex(self.session)
+        self.jobs = SqlJobRepository(self.session)
         return self
 
     def __exit__(

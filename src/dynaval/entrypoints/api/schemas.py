@@ -509,3 +509,34 @@ class FreezeRequest(RequestModel):
         default=None,
         description="Why, required with force; recorded in the audit log (NFC-normalised, stripped).",
     )
+
+
+class TrainRequest(RequestModel):
+    """A lead asks for a model trained on releases' train splits (never dev or test), as a job."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    releases: list[Annotated[StrictInt, Field(ge=1, le=2**31 - 1)]] = Field(
+        min_length=1, max_length=20, description="Release ids: versions of one release (text task types)."
+    )
+    base: StrictStr = Field(
+        min_length=1,
+        max_length=4096,
+        description="The model to start from: a registered model's hash (sha256:...) or the absolute path "
+        "of a model folder; its labels must be the release's, in order.",
+    )
+    name: StrictStr = Field(
+        min_length=1,
+        max_length=80,
+        description="The new model's name (lower-case letters, digits, '.', '-', '_'); one active job each.",
+    )
+    splits: list[Annotated[StrictStr, Field(min_length=1, max_length=40)]] | None = Field(
+        default=None, max_length=100, description="Train splits to learn from (default: every train_* split)."
+    )
+    epochs: StrictInt = Field(default=3, ge=1, le=100, description="Passes over the data.")
+    seed: StrictInt = Field(default=13, ge=0, le=2**31 - 1, description="Seed of initialisation and order.")
+    learning_rate: StrictFloat | None = Field(
+        default=None, gt=0, le=1, description="AdamW learning rate (default: the task's recipe, else 5e-5)."
+    )
+    batch_size: StrictInt = Field(default=16, ge=1, le=512, description="Examples per step.")
+    with_seed_set: StrictBool = Field(default=False, description="Add the task's hand-written seed set.")

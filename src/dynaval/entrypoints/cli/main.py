@@ -16,6 +16,7 @@ from dynaval.domain.errors import DomainError
 from dynaval.entrypoints.cli.agreement import add_agreement_command
 from dynaval.entrypoints.cli.common import EXIT_USAGE, CommandError
 from dynaval.entrypoints.cli.health import add_health_commands
+from dynaval.entrypoints.cli.jobs import add_jobs_commands
 from dynaval.entrypoints.cli.models import add_model_commands
 from dynaval.entrypoints.cli.regression import add_regression_commands
 from dynaval.entrypoints.cli.releases import add_release_commands
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_release_commands(commands)
     add_regression_commands(commands)
     add_health_commands(commands)
+    add_jobs_commands(commands)
     return parser
 
 

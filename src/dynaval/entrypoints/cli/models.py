@@ -5,14 +5,40 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
-from dynaval.entrypoints.cli.common import CommandError, load_settings
+from dynaval.entrypoints.cli.common import CommandError, load_settings, progress_bar
 
 
 def _split_names(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+class _StepBars:
+    """A progress bar (on stderr, when it is a terminal) per step of training: the releases
+    verified, then optimiser steps."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+        self._shown = sys.stderr.isatty()
+
+    def step(self, name: str, total: int | None = None) -> None:
+        self.close()
+        if self._shown:
+            self._bar = progress_bar(total, "it", name)
+
+    def advance(self, done: int, total: int | None = None) -> None:
+        if self._bar is not None:
+            if total is not None:
+                self._bar.total = total
+            self._bar.update(done - self._bar.n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
 
 def cmd_model_train(args: argparse.Namespace) -> int:
@@ -20,21 +46,26 @@ def cmd_model_train(args: argparse.Namespace) -> int:
     from dynaval.bootstrap import offline_services
     from dynaval.model_training.train import TrainingRequest, train_next_model
 
-    trained = train_next_model(
-        TrainingRequest(
-            releases=[Path(root) for root in args.release],
-            base=Path(args.base),
-            out=Path(args.out),
-            splits=None if args.splits is None else _split_names(args.splits),
-            epochs=args.epochs,
-            seed=args.seed,
-            with_seed_set=args.with_seed_set,
-            learning_rate=args.learning_rate,
-            batch_size=args.batch_size,
-        ),
-        files=offline_services(),
-        log=print,
-    )
+    bars = _StepBars()
+    try:
+        trained = train_next_model(
+            TrainingRequest(
+                releases=[Path(root) for root in args.release],
+                base=Path(args.base),
+                out=Path(args.out),
+                splits=None if args.splits is None else _split_names(args.splits),
+                epochs=args.epochs,
+                seed=args.seed,
+                with_seed_set=args.with_seed_set,
+                learning_rate=args.learning_rate,
+                batch_size=args.batch_size,
+            ),
+            files=offline_services(),
+            log=print,
+            progress=bars,
+        )
+    finally:
+        bars.close()
     record = trained.record
     print("dev accuracy per round (base model -> trained model):")
     for dev in record.dev:

@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from dynaval.domain.errors import InvalidInput
+from dynaval.domain.jobs.job import Job
 from dynaval.domain.regression.revalidation import Revalidation
 from dynaval.domain.regression.suite import (
     CaseResult,
@@ -38,6 +39,8 @@ CASES_PER_PAGE = 50
 """Cases per page of the per-case view."""
 GATE_RUNS_SHOWN = 20
 """The newest gate runs shown (``GET /api/gate-runs`` lists more)."""
+JOBS_SHOWN = 10
+"""The newest jobs shown (``GET /api/jobs`` lists more)."""
 FLIPS_SHOWN = 50
 """Negative flips listed per gate run; the rest are counted."""
 CASES_SHOWN = 200
@@ -151,6 +154,8 @@ class ModelsPage:
     """False while a newer evaluation or retirement is being counted (the previous figures shown)."""
     cases: CasePage
     gate_runs: list[GateRunView]
+    jobs: list[Job]
+    """The newest jobs (training...), newest first, with their progress."""
     suspects: list[Suspect]
     more_suspects: int
     retired: list[RegressionCase]
@@ -209,6 +214,7 @@ def models_page(
         matrix_current=matrix.current,
         cases=read.case_page(),
         gate_runs=[_gate_run_view(run, by_hash) for run in read.runs],
+        jobs=read.jobs,
         suspects=read.suspects(),
         more_suspects=max(0, len(read.all_suspects) - CASES_SHOWN),
         retired=retired[:CASES_SHOWN],  # newest first
@@ -229,6 +235,7 @@ class _SuiteRead:
     models: list[RegisteredModel]
     retired: list[RegressionCase]
     runs: list[dict[str, Any]]
+    jobs: list[Job]
     fingerprint: Any
     revalidations: dict[str, Any]
 
@@ -275,6 +282,7 @@ def _read_suite(services: Services, split: str | None, page: int) -> _SuiteRead:
             models=uow.regression.models(),
             retired=uow.regression.cases(retired=True),
             runs=uow.regression.gate_runs(GATE_RUNS_SHOWN),
+            jobs=uow.jobs.latest(JOBS_SHOWN),
             fingerprint=uow.regression.results_fingerprint(),
             revalidations=uow.revalidations.of_cases([c.id for c in all_suspects[:CASES_SHOWN]]),
         )

@@ -1,0 +1,1 @@
+"""Jobs: long work on the task queue, watched and stopped by a lead."""
