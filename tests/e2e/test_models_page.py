@@ -20,7 +20,7 @@ from dynaval.service_layer.dashboard.figures_cache import FiguresCache
 from dynaval.service_layer.regression import evaluation, gate
 from dynaval.service_layer.regression import suite as regression_suite
 from dynaval.service_layer.services import Services
-from tests.e2e.test_dashboard_pages import PageIds, fmt3, lead
+from tests.e2e.test_dashboard_pages import DASH, PageIds, fmt3, lead
 from tests.fixtures.service import (
     EXPORTER_TOKEN,
     WRITER_TOKEN,
@@ -63,14 +63,24 @@ def page(client: FlaskClient, path: str = PATH) -> tuple[PageIds, str]:
 def expected_cell(scenario: ModelsScenario, model: str, split: str | None) -> str:
     """What the matrix shows for a model that always answers ``ANSWERS[model]``, computed from the
     cases' labels: accuracy, the evaluation's bootstrap interval, the number of cases."""
-    outcomes = [
-        label == ANSWERS[model]
-        for s, label, _text in scenario.current().values()
-        if split is None or s == split
-    ]
+    return figure_text(
+        [
+            label == ANSWERS[model]
+            for s, label, _text in scenario.current().values()
+            if split is None or s == split
+        ]
+    )
+
+
+def figure_text(outcomes: list[bool]) -> str:
+    """A cell as the page shows it: accuracy, the bootstrap interval (seed 0), the number of cases."""
+    if not outcomes:
+        return DASH
     figures = accuracy_with_ci(outcomes, seed=0)
-    low, high = figures["ci95"]
-    return f"{fmt3(figures['accuracy'])} [{fmt3(low)}, {fmt3(high)}] · n={len(outcomes)}"
+    interval = (
+        f"[{fmt3(figures['ci95'][0])}, {fmt3(figures['ci95'][1])}]" if figures["ci95"] else "no interval"
+    )
+    return f"{fmt3(figures['accuracy'])} {interval} · n={len(outcomes)}"
 
 
 def test_only_a_lead_sees_the_models_page_and_the_navigation_links_it(client: FlaskClient) -> None:
@@ -83,6 +93,7 @@ def test_only_a_lead_sees_the_models_page_and_the_navigation_links_it(client: Fl
     assert ids.text("no-results") == "No model has been evaluated yet."
     assert ids.text("no-gate-runs") and ids.text("no-suspects") and ids.text("no-retired")
     assert ids.text("no-jobs").startswith("No job yet")
+    assert ids.text("no-per-label") == "No model has been evaluated yet."
     rounds, _ = page(client, "/dashboard/rounds")
     assert rounds.attr("nav-models", "href") == PATH
 
@@ -107,6 +118,19 @@ def test_the_matrix_gate_runs_suspects_and_retired_cases_show_the_use_cases_resu
                 split,
             )
         assert ids.text(f"cell-{hashes[key]}-all") == expected_cell(scenario, key, None)
+
+    # Per label, one table per task type, one row per model version: a model that always answers X
+    # gets every X case right and every other case wrong.
+    assert ids.all("per-label-task") == ["sentiment"]
+    for key in ("A", "B", "A2"):
+        for label in ("positive", "negative", "neutral"):
+            outcomes = [
+                label == ANSWERS[key]
+                for _s, case_label, _t in scenario.current().values()
+                if case_label == label
+            ]
+            expected = figure_text(outcomes)
+            assert ids.text(f"label-cell-{hashes[key]}-{label}") == expected, (key, label)
 
     # Per case underneath: the first split's cases by id, each model's latest answer.
     assert ids.text("cases-split") == "dev_r1"

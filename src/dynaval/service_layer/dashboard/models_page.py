@@ -140,6 +140,20 @@ class Matrix:
     splits: list[str]
     cells: dict[str, dict[str, dict[str, Any]]]
     overall: dict[str, dict[str, Any]]
+    labels: dict[str, list[str]]
+    """Per task type of the suite, its labels (the labelling config's order)."""
+    label_cells: dict[str, dict[str, dict[str, dict[str, Any]]]]
+    """Per task type, per model hash with results on it, per label: ``accuracy_with_ci``'s figures."""
+
+
+@dataclass(frozen=True)
+class LabelTable:
+    """One task type's accuracy per label, one row per model evaluated on it (oldest model first:
+    model versions in the order they came), as the walkthrough's per-digit dashboard shows it."""
+
+    task_type: str
+    labels: list[str]
+    rows: list[tuple[RegisteredModel, dict[str, dict[str, Any]]]]
 
 
 @dataclass(frozen=True)
@@ -153,6 +167,7 @@ class ModelsPage:
     matrix_current: bool
     """False while a newer evaluation or retirement is being counted (the previous figures shown)."""
     cases: CasePage
+    per_label: list[LabelTable]
     gate_runs: list[GateRunView]
     jobs: list[Job]
     """The newest jobs (training...), newest first, with their progress."""
@@ -180,7 +195,28 @@ def compute_matrix(services: Services) -> Matrix:
         groups = accuracy_groups(cases, correct)["split"]
         cells[model.hash] = {split: accuracy_with_ci(groups.get(split, []), seed=SEED) for split in splits}
         overall[model.hash] = accuracy_with_ci([correct[c.id] for c in cases if c.id in correct], seed=SEED)
-    return Matrix(splits, cells, overall)
+    labels = {task: _labels_of(services, task, cases) for task in sorted({c.task_type for c in cases})}
+    label_cells: dict[str, dict[str, dict[str, dict[str, Any]]]] = {task: {} for task in labels}
+    for model_hash in cells:
+        for task, task_labels in labels.items():
+            of_task = [c for c in cases if c.task_type == task and model_hash in outcomes.get(c.id, {})]
+            if not of_task:
+                continue  # not evaluated on this task type
+            by_label = accuracy_groups(of_task, {c.id: outcomes[c.id][model_hash] for c in of_task})["label"]
+            label_cells[task][model_hash] = {
+                label: accuracy_with_ci(by_label.get(label, []), seed=SEED) for label in task_labels
+            }
+    return Matrix(splits, cells, overall, labels, label_cells)
+
+
+def _labels_of(services: Services, task: str, cases: Sequence[RegressionCase]) -> list[str]:
+    """The task type's labels in its config's order, then any label its cases hold beyond them."""
+    try:
+        known = list(services.catalog.get(task).labels)
+    except InvalidInput:  # a task type whose config was removed: its cases' labels, sorted
+        known = []
+    extra = sorted({c.label for c in cases if c.task_type == task} - set(known))
+    return known + extra
 
 
 def _latest(results: Sequence[CaseResult]) -> dict[str, dict[str, CaseResult]]:
@@ -213,6 +249,19 @@ def models_page(
         matrix_as_of=matrix.computed_at,
         matrix_current=matrix.current,
         cases=read.case_page(),
+        per_label=[
+            LabelTable(
+                task,
+                task_labels,
+                [
+                    (m, matrix.value.label_cells[task][m.hash])
+                    for m in read.models
+                    if m.hash in matrix.value.label_cells[task]
+                ],
+            )
+            for task, task_labels in matrix.value.labels.items()
+            if matrix.value.label_cells[task]
+        ],
         gate_runs=[_gate_run_view(run, by_hash) for run in read.runs],
         jobs=read.jobs,
         suspects=read.suspects(),
