@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 from dynaval.bootstrap import bootstrap
+from dynaval.domain.images.image import ImageUpload
 from dynaval.entrypoints.cli.main import main
+from dynaval.service_layer.images import stored_images
 from tests.e2e.test_dashboard_pages import PageIds
 from tests.fixtures.service import (
     WRITER_TOKEN,
@@ -27,7 +29,9 @@ from tests.fixtures.service import (
     listening,
     make_settings,
 )
+from tests.support.drawings import draw_digit, png_bytes
 from tests.support.release_seed import seed_frozen_round
+from tests.support.tiny_image_model import build_tiny_image_model
 
 SENTIMENT = ("positive", "negative", "neutral")
 WAIT_S = 240.0
@@ -212,3 +216,37 @@ def test_a_training_request_is_checked_before_anything_is_queued(
     assert failed.status_code == 202, failed.text
     ended = wait_for(live, failed.json()["id"], until=("done", "failed"))
     assert ended["state"] == "failed" and "labels" in ended["error"] and "(base)" in ended["error"], ended
+
+
+def test_a_digits_model_is_retrained_as_a_job_on_drawn_digits(
+    training_service: LiveService, tmp_path: Path
+) -> None:
+    """The MNIST example's retraining, as a job: drawings released from a digits round train the
+    image classifier further, and the new model is registered for the gate."""
+    live = training_service
+    services = live.services
+    assert services.database is not None
+    digits = [str(d) for d in range(10)]
+
+    def drawing(i: int, label: str) -> dict[str, str]:
+        png = png_bytes(draw_digit(label, random.Random(500 + i)))
+        stored = stored_images.checked_image(services.images, ImageUpload(png), field="image")
+        stored_images.keep(services.images, [stored])
+        return {"image": stored.ref}
+
+    seeded = seed_frozen_round(
+        services.database, task_type="digits", labels=digits, fields=["image"], accepted=40, writers=15,
+        rng=random.Random(8), name="digits one", make_inputs=drawing,
+    )  # fmt: skip
+    made = live.call("POST", "/api/releases", json={"rounds": [seeded.round_id], "version": "1.0.0"})
+    assert made.status_code == 201, made.text
+    base = build_tiny_image_model(tmp_path / "digits-base", digits, seed=4)
+    order = {"releases": [made.json()["id"]], "base": str(base), "name": "digits-b", "epochs": 2}
+    answer = live.call("POST", "/api/models/train", json=order)
+    assert answer.status_code == 202, answer.text
+    done = wait_for(live, answer.json()["id"], until=("done", "failed"))
+    assert done["state"] == "done", done
+    assert done["result"]["trained_on"]["train_r1"] > 0 and done["result"]["dev"][0]["split"] == "dev_r1"
+    registered = {m["hash"]: m["name"] for m in live.call("GET", "/api/models").json()["models"]}
+    assert registered[done["result"]["model"]["hash"]] == "digits-b"
+    assert (Path(done["result"]["model"]["folder"]) / "preprocessor_config.json").is_file()

@@ -19,10 +19,13 @@ from flask import Flask
 from PIL import Image
 
 from dynaval.adapters.files.release_files import iter_jsonl
+from dynaval.adapters.predictor import load_model_folder
 from dynaval.bootstrap import offline_services
 from dynaval.domain.errors import InvalidInput
-from dynaval.domain.images.image import ImageUpload, sha_of_release_path
+from dynaval.domain.images.image import ImageInput, ImageUpload, sha_of_release_path
 from dynaval.domain.releases.release import split_kind_of
+from dynaval.domain.task_type import InputKind
+from dynaval.model_training.train import TrainingRequest, train_next_model
 from dynaval.service_layer.images import stored_images
 from dynaval.service_layer.regression import evaluation, gate, suite
 from dynaval.service_layer.releases.releases import ReleaseRequest, create_release
@@ -216,3 +219,56 @@ def test_the_suite_evaluates_and_gates_image_models_and_text_models_pass_them_by
     page = client.get("/dashboard/models?split=dev_r1").get_data(as_text=True)
     shown = [c for c in cases if c.split == "dev_r1"]
     assert shown and all(f'src="/dashboard/images/{c.inputs["image"][7:]}.png"' in page for c in shown)
+
+
+def test_an_image_model_is_trained_on_the_release_train_split_and_loads_as_the_service_loads_it(
+    services: Services, digits_round: tuple[int, dict[str, bytes]], tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """The MNIST example's retraining: a digits release's train split (its drawings, read from the
+    release's own image files) fine-tunes an image classifier, measured on the dev split before and
+    after, and the folder serves as a round's model does."""
+    round_id, _pngs = digits_round
+    release = build(services, round_id)
+    base = build_tiny_image_model(tmp_path / "base", DIGITS, seed=3)
+    lines: list[str] = []
+    steps: list[tuple[int, int]] = []
+
+    class Progress:
+        def step(self, name: str, total: int | None = None) -> None:
+            lines.append(f"step {name}")
+
+        def advance(self, done: int, total: int | None = None) -> None:
+            steps.append((done, total or 0))
+
+    out = tmp_path / "trained"
+    trained = train_next_model(
+        TrainingRequest(releases=[release], base=base, out=out, epochs=3, batch_size=8, seed=5),
+        files=offline_services(),
+        log=lines.append,
+        progress=Progress(),
+    )
+    record = trained.record
+    train_rows = sum(1 for _ in iter_jsonl(release / "jsonl" / "train_r1.jsonl"))
+    assert record.split_rows == {"train_r1": train_rows} and train_rows > 0
+    assert record.learning_rate == 1e-3  # the image default
+    assert [dev.split for dev in record.dev] == ["dev_r1"] and record.dev[0].after is not None
+    assert "step training" in lines and any(line.startswith("epoch 3/3") for line in lines)
+    assert steps[-1] == (3 * -(-train_rows // 8), 3 * -(-train_rows // 8))
+    assert (out / "README.md").is_file() and (out / "preprocessor_config.json").is_file()
+    assert (out / "model.safetensors").read_bytes() != (base / "model.safetensors").read_bytes()
+    # The folder serves as an image round's model: it reads a drawing and answers a digit.
+    served = load_model_folder(out)
+    assert served.input_kind is InputKind.IMAGE and served.labels == tuple(DIGITS)
+    drawing = png_bytes(draw_digit("4", random.Random(9)))
+    stored = stored_images.checked_image(services.images, ImageUpload(drawing), field="image")
+    [prediction] = served.predict([ImageInput(sha256=stored.sha256, png=stored.png)])
+    assert prediction.label in DIGITS and abs(sum(prediction.probabilities.values()) - 1) < 1e-4
+
+    # A text classifier cannot learn drawings: refused by name, nothing written.
+    with pytest.raises(InvalidInput, match="holds a text classifier") as refused:
+        train_next_model(
+            TrainingRequest(releases=[release], base=tiny_model_dir, out=tmp_path / "wrong"),
+            files=offline_services(),
+            log=lines.append,
+        )
+    assert refused.value.field == "base" and not (tmp_path / "wrong").exists()

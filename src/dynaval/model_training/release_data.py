@@ -16,8 +16,12 @@ from typing import Any
 from dynaval.adapters.files.release_files import ReleaseUnreadable, iter_jsonl, read_manifest
 from dynaval.domain.errors import InvalidInput
 from dynaval.model_builder.fine_tuning import Example, LabelledPair, LabelledText
+from dynaval.model_builder.image_fine_tuning import LabelledImage
 from dynaval.service_layer.files import FileServices
 from dynaval.service_layer.releases.verification import verify_release
+
+TrainingExample = Example | LabelledImage
+"""A row to learn from or to measure on: a text, a text pair, or an image."""
 
 _SPLIT = re.compile(r"(train|dev|test)_r([1-9][0-9]*)")  # matched whole
 
@@ -38,6 +42,12 @@ class ReleaseFolder:
     split_rows: dict[str, int]
     round_ids: dict[int, int]
     """Round index (the ``rN`` of a split's name) -> round id."""
+    image_fields: tuple[str, ...] = ()
+    """An image task type's fields: each row gives its image's path in the folder."""
+
+    @property
+    def reads_images(self) -> bool:
+        return bool(self.image_fields)
 
     def describe(self) -> str:
         return f"{self.name} {self.version} ({self.content_hash})"
@@ -66,6 +76,7 @@ def open_verified_release(root: Path, files: FileServices) -> ReleaseFolder:
             split_kinds={name: str(split["kind"]) for name, split in manifest["splits"].items()},
             split_rows={name: int(split["rows"]) for name, split in manifest["splits"].items()},
             round_ids={int(r["index"]): int(r["id"]) for r in manifest["rounds"]},
+            image_fields=tuple(manifest.get("image_fields") or ()),
         )
     except (ReleaseUnreadable, KeyError, TypeError, ValueError) as exc:  # verify passed: unlikely
         raise InvalidInput(f"{root}: unreadable manifest ({exc})", field="release") from None
@@ -140,20 +151,28 @@ def dev_splits(releases: Sequence[ReleaseFolder]) -> list[str]:
     return sorted(names, key=lambda name: (split_index(name), name))
 
 
-def split_examples(releases: Sequence[ReleaseFolder], split: str) -> list[tuple[str, Example]]:
+def split_examples(releases: Sequence[ReleaseFolder], split: str) -> list[tuple[str, TrainingExample]]:
     """The rows of ``split`` in every release holding it, once each (by example id, in id order),
-    as (example id, example): one sentence, or a (premise, hypothesis) pair for a two-field task."""
-    rows: dict[str, Example] = {}
+    as (example id, example): one sentence, a (premise, hypothesis) pair for a two-field task, or
+    an image (its file in the release) for an image task."""
+    rows: dict[str, TrainingExample] = {}
     for release in releases:
         if split not in release.split_kinds:
             continue
         for _line, row in iter_jsonl(release.root / "jsonl" / f"{split}.jsonl"):
-            rows[str(row["example_id"])] = _example(row, release.fields)
+            rows[str(row["example_id"])] = _example(row, release)
     return sorted(rows.items())
 
 
-def _example(row: dict[str, Any], fields: tuple[str, ...]) -> Example:
-    label = str(row["label"])
+def _example(row: dict[str, Any], release: ReleaseFolder) -> TrainingExample:
+    label, fields = str(row["label"]), release.fields
+    if release.reads_images:
+        if len(release.image_fields) != 1:
+            raise InvalidInput(
+                f"an image task with fields {list(fields)} cannot be trained on here (one image only)",
+                field="release",
+            )
+        return LabelledImage(release.root / str(row[release.image_fields[0]]), label)
     if len(fields) == 2:
         return LabelledPair(str(row[fields[0]]), str(row[fields[1]]), label)
     if len(fields) == 1:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from dynaval.adapters.files.release_files import file_sha256
+from dynaval.adapters.image_classifier import is_image_model
 from dynaval.adapters.predictor import hash_model_folder
 from dynaval.domain.errors import InvalidInput
 from dynaval.model_builder.default_model import TASKS, load_task_seed
@@ -32,6 +33,7 @@ from dynaval.model_builder.fine_tuning import (
     move_into_place,
     scratch_folder,
 )
+from dynaval.model_builder.image_fine_tuning import LabelledImage, evaluate_image_folder, fine_tune_images
 from dynaval.model_training.card import (
     DevAccuracy,
     ReleaseUsed,
@@ -40,6 +42,7 @@ from dynaval.model_training.card import (
 )
 from dynaval.model_training.release_data import (
     ReleaseFolder,
+    TrainingExample,
     check_one_lineage,
     dev_splits,
     open_verified_release,
@@ -51,6 +54,8 @@ from dynaval.service_layer.files import FileServices
 DEFAULT_EPOCHS = 3
 DEFAULT_LEARNING_RATE = 5e-5
 DEFAULT_MAX_LENGTH = 128
+IMAGE_LEARNING_RATE = 1e-3
+"""An image classifier's default learning rate (a small network fine-tuned on few drawings)."""
 WEIGHTS_FILE = "model.safetensors"
 
 
@@ -124,6 +129,8 @@ def train_next_model(
         progress.advance(len(releases))
     check_one_lineage(releases)
     task_type, labels = releases[0].task_type, releases[0].labels
+    reads_images = releases[0].reads_images
+    _check_base_reads(request.base, images=reads_images)
     base_labels = model_labels(request.base)
     if base_labels != labels:
         raise InvalidInput(
@@ -134,7 +141,7 @@ def train_next_model(
     chosen = train_splits(releases, request.splits)
     seed_rows = _seed_set(task_type, labels) if request.with_seed_set else None
 
-    train: list[Example] = []
+    train: list[TrainingExample] = []
     split_rows: dict[str, int] = {}
     trained_ids: set[str] = set()
     for split in chosen:
@@ -153,7 +160,13 @@ def train_next_model(
     recipe = Recipe(
         epochs=request.epochs,
         learning_rate=request.learning_rate
-        or (recipe_of_task.learning_rate if recipe_of_task else DEFAULT_LEARNING_RATE),
+        or (
+            IMAGE_LEARNING_RATE
+            if reads_images
+            else recipe_of_task.learning_rate
+            if recipe_of_task
+            else DEFAULT_LEARNING_RATE
+        ),
         batch_size=request.batch_size,
         max_length=recipe_of_task.max_length if recipe_of_task else DEFAULT_MAX_LENGTH,
     )
@@ -170,9 +183,10 @@ def train_next_model(
             progress.step("evaluating the base model on dev", len(dev))
             before = _dev_accuracy(request.base, dev, labels, recipe.max_length)
             progress.step("training", recipe.epochs * -(-len(train) // recipe.batch_size))
-            tuned = fine_tune(
+            tune = fine_tune_images if reads_images else fine_tune
+            tuned = tune(
                 request.base,
-                train,
+                train,  # type: ignore[arg-type]  # all images, or all texts: one release's rows
                 labels,
                 scratch,
                 recipe=recipe,
@@ -255,10 +269,29 @@ def _check_no_leak(releases: Sequence[ReleaseFolder], trained_ids: set[str]) -> 
 
 
 def _dev_accuracy(
-    folder: Path, dev: dict[str, list[tuple[str, Example]]], labels: tuple[str, ...], max_length: int
+    folder: Path, dev: dict[str, list[tuple[str, TrainingExample]]], labels: tuple[str, ...], max_length: int
 ) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for split, rows in dev.items():
-        examples = [example for _, example in rows]
-        out[split] = evaluate_folder(folder, examples, labels, max_length=max_length)[0] if examples else None
+        images = [example for _, example in rows if isinstance(example, LabelledImage)]
+        texts = [example for _, example in rows if not isinstance(example, LabelledImage)]
+        if images:
+            out[split] = evaluate_image_folder(folder, images, labels)[0]
+        else:
+            out[split] = evaluate_folder(folder, texts, labels, max_length=max_length)[0] if texts else None
     return out
+
+
+def _check_base_reads(base: Path, *, images: bool) -> None:
+    """An image release trains an image classifier, a text release a text one."""
+    try:
+        config = json.loads((base / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise InvalidInput(
+            f"no transformers model in {base} (no readable config.json)", field="base"
+        ) from None
+    if is_image_model(config, base) != images:
+        kind, other = ("an image", "a text") if images else ("a text", "an image")
+        raise InvalidInput(
+            f"the release is of {kind} task type, and {base} holds {other} classifier", field="base"
+        )

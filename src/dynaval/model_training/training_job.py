@@ -35,7 +35,7 @@ class TrainingOrder:
     """What a lead asks to train (the API's body, checked for shape)."""
 
     releases: list[int]
-    """Release ids: versions of one release (rows repeated across them count once)."""
+    """Release ids: versions of one release (rows repeated across them count once); text or images."""
     base: str
     """A registered model's hash (``sha256:...``) or the absolute path of a model folder."""
     name: str
@@ -57,15 +57,9 @@ def submit_training(services: Services, order: TrainingOrder, *, by: str) -> Job
         )
     for release_id in order.releases:
         try:
-            release = catalog.get_release(services, release_id)
+            catalog.get_release(services, release_id)
         except NotFound:
             raise InvalidInput(f"no release {release_id}", field="releases") from None
-        if services.catalog.get(release.task_type).reads_images:
-            raise InvalidInput(
-                f"release {release_id} is of the image task type {release.task_type}: training an image "
-                "model is not offered yet (train it outside dynaval, then register and gate it)",
-                field="releases",
-            )
     try:
         base = find_model(services, order.base, field="base")
     except NotFound as exc:

@@ -517,7 +517,7 @@ class TrainRequest(RequestModel):
     model_config = ConfigDict(extra="forbid")
 
     releases: list[Annotated[StrictInt, Field(ge=1, le=2**31 - 1)]] = Field(
-        min_length=1, max_length=20, description="Release ids: versions of one release (text task types)."
+        min_length=1, max_length=20, description="Release ids: versions of one release."
     )
     base: StrictStr = Field(
         min_length=1,
