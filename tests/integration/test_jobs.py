@@ -191,3 +191,34 @@ def test_the_heartbeat_keeps_a_long_job_alive(services: Services) -> None:
         assert jobs.get_job(services, job_id).state is JobState.RUNNING
     worker.join(timeout=10)
     assert outcome[0] is not None and outcome[0].state is JobState.DONE and outcome[0].attempts == 1
+
+
+def test_a_worker_whose_job_was_taken_from_it_stops_and_the_next_one_runs_it(services: Services) -> None:
+    """Never twice at once: if the sweep took a job for stopped (its worker stalled past the limit),
+    the stalled worker's work stops at its next report and its outcome is dropped."""
+    started = threading.Event()
+
+    def work(job: Job, reporter: JobReporter) -> dict[str, Any]:
+        reporter.step("training", total=1_000)
+        started.set()
+        for done in range(1_000 if job.attempts == 1 else 3):
+            reporter.advance(done)
+            time.sleep(0.05)
+        return {"attempt": job.attempts}
+
+    services.job_work[KIND] = work
+    job_id = submit(services)
+    outcome: list[Job | None] = []
+    first = threading.Thread(target=lambda: outcome.append(jobs.run_job(services, job_id)))
+    first.start()
+    assert started.wait(10)
+    with services.uow() as uow:  # what the sweep does to a job whose heartbeat is too old
+        taken = uow.jobs.get(job_id, for_update=True).worker_lost(utcnow(), stale_after=timedelta(0))
+        assert taken is not None and taken.state is JobState.QUEUED
+        uow.jobs.save(taken)
+        uow.commit()
+    first.join(timeout=30)
+    assert not first.is_alive() and outcome == [None]
+    assert jobs.get_job(services, job_id).state is JobState.QUEUED  # left for the next worker
+    second = jobs.run_job(services, job_id)
+    assert second is not None and second.state is JobState.DONE and second.result == {"attempt": 2}

@@ -71,7 +71,8 @@ def submit_training(services: Services, order: TrainingOrder, *, by: str) -> Job
 
 
 def trained_folder(services: Services, job: Job) -> Path:
-    return services.settings.data_dir / "models" / TRAINED_FOLDER / f"{job.params['name']}-{job.id}"
+    root = services.settings.data_dir.resolve()  # a model folder is registered by its absolute path
+    return root / "models" / TRAINED_FOLDER / f"{job.params['name']}-{job.id}"
 
 
 def training_work(services: Services) -> JobWork:

@@ -79,9 +79,10 @@ class DatabaseReporter:
         self._written_at = now
         with self._services.uow() as uow:
             job = uow.jobs.get(self._id, for_update=True)
-            if job.cancel_requested:
+            # Asked to stop, or no longer this worker's (the sweep took it for stopped): stop.
+            if job.cancel_requested or job.state is not JobState.RUNNING:
                 self._cancelled.set()
-            if job.state is JobState.RUNNING:
+            else:
                 uow.jobs.save(job.report(self._progress, utcnow()))
                 uow.commit()
         self._check_cancelled()
@@ -219,7 +220,8 @@ class _Heartbeat:
             try:
                 with self._services.uow() as uow:
                     job = uow.jobs.get(self._job_id, for_update=True)
-                    if job.state is not JobState.RUNNING:
+                    if job.state is not JobState.RUNNING:  # no longer this worker's: its work stops
+                        self._cancelled.set()
                         return
                     if job.cancel_requested:
                         self._cancelled.set()
