@@ -25,6 +25,7 @@ from dynaval.service_layer.validation import task_images
 from tests.e2e.test_task_types import Loop
 from tests.fixtures.service import OTHER_WRITER_TOKEN, LiveService, running_service
 from tests.support.drawings import data_url, draw_digit, jpeg_bytes, png_bytes, same_pixels, shifted
+from tests.support.jobs import built_release
 
 pytestmark = pytest.mark.labelstudio
 
@@ -144,10 +145,12 @@ def test_a_digits_round_goes_from_a_drawing_to_a_released_image(
         "POST", f"/api/rounds/{loop.round_id}/freeze", json={"force": True, "reason": "done"}
     )
     assert frozen.status_code == 200, frozen.text
-    made = image_service.call("POST", "/api/releases", json={"rounds": [loop.round_id], "version": "1.0.0"})
-    assert made.status_code == 201, made.text
+    made = built_release(
+        image_service,
+        image_service.call("POST", "/api/releases", json={"rounds": [loop.round_id], "version": "1.0.0"}),
+    )
     # As a researcher gets it: the release's tar, unpacked, loaded with no other argument.
-    download = image_service.call("GET", f"/api/releases/{made.json()['id']}/download")
+    download = image_service.call("GET", f"/api/releases/{made['id']}/download")
     assert download.status_code == 200
     with tarfile.open(fileobj=io.BytesIO(download.content)) as tar:
         tar.extractall(tmp_path / "unpacked", filter="data")

@@ -30,6 +30,7 @@ from tests.fixtures.service import (
     make_settings,
 )
 from tests.support.drawings import draw_digit, png_bytes
+from tests.support.jobs import built_release
 from tests.support.release_seed import seed_frozen_round
 from tests.support.tiny_image_model import build_tiny_image_model
 
@@ -62,9 +63,10 @@ def released(live: LiveService) -> int:
         database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=60, writers=20,
         rng=random.Random(5), name="round one",
     )  # fmt: skip
-    made = live.call("POST", "/api/releases", json={"rounds": [seeded.round_id], "version": "1.0.0"})
-    assert made.status_code == 201, made.text
-    release_id: int = made.json()["id"]
+    made = built_release(
+        live, live.call("POST", "/api/releases", json={"rounds": [seeded.round_id], "version": "1.0.0"})
+    )
+    release_id: int = made["id"]
     return release_id
 
 
@@ -131,15 +133,16 @@ def test_a_lead_trains_a_model_as_a_job_and_watches_it(
     ids = PageIds(shown.text)
     assert ids.text(f"job-{job['id']}").startswith(f"#{job['id']} train model-b done")
     assert f"model model-b {model['hash'][:19]}" in ids.text(f"job-{job['id']}")
+    assert "done - release dynaval-sentiment 1.0.0" in ids.text(f"job-{job['id'] - 1}")  # the release's build
 
-    listed = live.call("GET", "/api/jobs").json()["jobs"]
-    assert [j["id"] for j in listed] == [job["id"]] and listed[0]["kind"] == "train"
+    listed = live.call("GET", "/api/jobs").json()["jobs"]  # newest first: the training, then the release
+    assert [(j["id"], j["kind"]) for j in listed] == [(job["id"], "train"), (job["id"] - 1, "release")]
     assert_refused(live.call("POST", f"/api/jobs/{job['id']}/cancel"), 409, "job_id")  # finished
 
     # The same from the command line: list, show, and wait (done: exit 0).
     cli_environment(live.services, monkeypatch)
     assert main(["jobs", "list", "--json"]) == 0
-    assert [j["id"] for j in json.loads(capsys.readouterr().out)["jobs"]] == [job["id"]]
+    assert [j["id"] for j in json.loads(capsys.readouterr().out)["jobs"]] == [job["id"], job["id"] - 1]
     assert main(["jobs", "wait", str(job["id"]), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["result"]["model"]["hash"] == model["hash"]
     assert main(["jobs", "show", "999999"]) == 2
@@ -210,7 +213,8 @@ def test_a_training_request_is_checked_before_anything_is_queued(
     assert_refused(live.call("GET", "/api/jobs", token=WRITER_TOKEN), 403, "Authorization")
     assert_refused(live.call("GET", "/api/jobs/999999"), 404, "job_id")
     assert_refused(live.call("GET", "/api/jobs?limit=0"), 422, "limit")
-    assert live.call("GET", "/api/jobs").json()["jobs"] == []  # nothing was queued
+    listed = live.call("GET", "/api/jobs").json()["jobs"]
+    assert [j["kind"] for j in listed] == ["release"]  # no training was queued
     # What only training can find fails the job, saying so: a base model with the wrong labels.
     failed = train(base=str(tiny_nli_model_dir), name="nli-base")
     assert failed.status_code == 202, failed.text
@@ -238,10 +242,11 @@ def test_a_digits_model_is_retrained_as_a_job_on_drawn_digits(
         services.database, task_type="digits", labels=digits, fields=["image"], accepted=40, writers=15,
         rng=random.Random(8), name="digits one", make_inputs=drawing,
     )  # fmt: skip
-    made = live.call("POST", "/api/releases", json={"rounds": [seeded.round_id], "version": "1.0.0"})
-    assert made.status_code == 201, made.text
+    made = built_release(
+        live, live.call("POST", "/api/releases", json={"rounds": [seeded.round_id], "version": "1.0.0"})
+    )
     base = build_tiny_image_model(tmp_path / "digits-base", digits, seed=4)
-    order = {"releases": [made.json()["id"]], "base": str(base), "name": "digits-b", "epochs": 2}
+    order = {"releases": [made["id"]], "base": str(base), "name": "digits-b", "epochs": 2}
     answer = live.call("POST", "/api/models/train", json=order)
     assert answer.status_code == 202, answer.text
     done = wait_for(live, answer.json()["id"], until=("done", "failed"))

@@ -40,6 +40,8 @@ FINISHED_STATES = (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
 class JobKind(StrEnum):
     TRAIN = "train"
     """Fine-tune a model on releases' train splits and register it (``POST /api/models/train``)."""
+    RELEASE = "release"
+    """Build a release of frozen rounds (``POST /api/releases``)."""
 
 
 MAX_ATTEMPTS = 2

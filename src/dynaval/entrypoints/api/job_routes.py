@@ -26,7 +26,8 @@ def _services() -> Services:
     return services
 
 
-def _accepted(job: Job) -> Any:
+def accepted_job(job: Job) -> Any:
+    """``202 Accepted`` with the queued job, its URL in ``Location``."""
     response = jsonify(job.to_dict())
     response.status_code = 202
     response.headers["Location"] = url_for("jobs.get_job", job_id=job.id)
@@ -49,7 +50,7 @@ def train_model() -> Any:
     payload = parse_json(read_body(), strict=True) if request.is_json else None
     body = request_models(_services().settings).validate(TrainRequest, payload)
     order = TrainingOrder(**body.model_dump())
-    return _accepted(submit_training(_services(), order, by=g.caller.name))
+    return accepted_job(submit_training(_services(), order, by=g.caller.name))
 
 
 @jobs.get("/api/jobs")

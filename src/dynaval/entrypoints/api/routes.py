@@ -12,6 +12,7 @@ from dynaval.domain.errors import InvalidInput
 from dynaval.domain.releases.release import SplitRule
 from dynaval.entrypoints.api import form_bodies
 from dynaval.entrypoints.api.fields import RequestModel
+from dynaval.entrypoints.api.job_routes import accepted_job
 from dynaval.entrypoints.api.limited_models import request_models
 from dynaval.entrypoints.api.openapi import documented
 from dynaval.entrypoints.api.schemas import (
@@ -34,7 +35,7 @@ from dynaval.service_layer.agreement import reports as agreement
 from dynaval.service_layer.dashboard.figures_cache import FiguresCache
 from dynaval.service_layer.health import near_duplicates, round_health
 from dynaval.service_layer.regression import gate, model_catalog, revalidation
-from dynaval.service_layer.releases import catalog, releases
+from dynaval.service_layer.releases import catalog, release_jobs, releases
 from dynaval.service_layer.releases import round_dataset as dataset
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.validation import (
@@ -546,12 +547,12 @@ def round_health_figures(round_id: int) -> Any:
 
 @api.post("/api/releases")
 @documented(
-    summary="A lead builds a release of frozen rounds of one task type (files kept by the service)",
+    summary="A lead builds a release of frozen rounds of one task type, as a job (202, its URL in Location)",
     body=ReleaseCreate,
     responses={
-        201: "The release: id, version, manifest, content_hash",
+        202: "The queued job (watch it at Location: GET /api/jobs/<id>; its result names the release)",
         404: "No such round",
-        409: "A round is not frozen, or the version exists",
+        409: "A round is not frozen, the version exists, or this release name is being built",
         422: "Invalid field",
     },
 )
@@ -565,7 +566,7 @@ def create_release() -> Any:
         balance_dev_test=body.balance_dev_test,
         seed=body.seed,
     )
-    made = releases.create_release(
+    job = release_jobs.submit_release(
         _services(),
         releases.ReleaseRequest(
             round_ids=body.rounds,
@@ -576,7 +577,7 @@ def create_release() -> Any:
             rule=rule,
         ),
     )
-    return jsonify(made.to_dict()), 201
+    return accepted_job(job)
 
 
 @api.post("/api/gate")

@@ -72,6 +72,31 @@ def progress_bar(total: int | None, unit: str, description: str) -> Any:
     return tqdm(total=total, unit=unit, desc=description, file=sys.stderr, dynamic_ncols=True)
 
 
+class StepBars:
+    """A progress bar (on stderr, when it is a terminal) per step of long work: a training's epochs,
+    a release's rows. Told as a job's reporter is (``step``, ``advance``); ``close`` at the end."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+        self._shown = sys.stderr.isatty()
+
+    def step(self, name: str, total: int | None = None) -> None:
+        self.close()
+        if self._shown:
+            self._bar = progress_bar(total, "it", name)
+
+    def advance(self, done: int, total: int | None = None) -> None:
+        if self._bar is not None:
+            if total is not None:
+                self._bar.total = total
+            self._bar.update(done - self._bar.n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
 def operator_name() -> str:
     """Who runs a command, for the audit log: the system user behind the shell."""
     import getpass

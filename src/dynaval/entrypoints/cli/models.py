@@ -5,40 +5,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
-from dynaval.entrypoints.cli.common import CommandError, load_settings, progress_bar
+from dynaval.entrypoints.cli.common import CommandError, StepBars, load_settings
 
 
 def _split_names(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
-
-
-class _StepBars:
-    """A progress bar (on stderr, when it is a terminal) per step of training: the releases
-    verified, then optimiser steps."""
-
-    def __init__(self) -> None:
-        self._bar: Any = None
-        self._shown = sys.stderr.isatty()
-
-    def step(self, name: str, total: int | None = None) -> None:
-        self.close()
-        if self._shown:
-            self._bar = progress_bar(total, "it", name)
-
-    def advance(self, done: int, total: int | None = None) -> None:
-        if self._bar is not None:
-            if total is not None:
-                self._bar.total = total
-            self._bar.update(done - self._bar.n)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
 
 
 def cmd_model_train(args: argparse.Namespace) -> int:
@@ -46,7 +20,7 @@ def cmd_model_train(args: argparse.Namespace) -> int:
     from dynaval.bootstrap import offline_services
     from dynaval.model_training.train import TrainingRequest, train_next_model
 
-    bars = _StepBars()
+    bars = StepBars()
     try:
         trained = train_next_model(
             TrainingRequest(

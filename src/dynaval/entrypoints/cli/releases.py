@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dynaval.domain.wording import counted
-from dynaval.entrypoints.cli.common import CommandError, open_services, open_storage, progress_bar
+from dynaval.entrypoints.cli.common import CommandError, StepBars, open_services, open_storage, progress_bar
 
 SHARES_HELP = "target shares of new writers, train,dev,test (default 0.8,0.1,0.1)"
 
@@ -57,6 +57,7 @@ def cmd_release_create(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     out = Path(args.out)
     services = open_services()
+    bars = StepBars()
     try:
         services.release_files.check_copy_target(out)  # before the build, not after it
         release = create_release(
@@ -69,9 +70,11 @@ def cmd_release_create(args: argparse.Namespace) -> int:
                 license=args.license,
                 rule=rule,
             ),
+            progress=bars,
         )
         copy_release(services.release_files, release, out)
     finally:
+        bars.close()
         services.close()
     manifest: dict[str, Any] = release.manifest
     print(f"release {release.name} {release.version} (id {release.id}), content {release.content_hash}")

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from dynaval import __version__
 from dynaval.domain.agreement.report import round_alpha
@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 
 MAX_ROUNDS = 100
 DEFAULT_LICENSE = "unknown"
+PROGRESS_EVERY_ROWS = 1000
+"""A build reports how many rows it has read or written every this many (a job writes its progress at
+most once a second anyway)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,29 @@ class _Plan:
 
 def releases_folder(services: Services) -> Path:
     return services.settings.data_dir / "releases"
+
+
+class ReleaseProgress(Protocol):
+    """Told where a build stands (a job's reporter, a command's progress bar); what it raises stops
+    the build, and nothing is kept."""
+
+    def step(self, name: str, total: int | None = None) -> None: ...
+
+    def advance(self, done: int, total: int | None = None) -> None: ...
+
+
+class _Quiet:
+    def step(self, name: str, total: int | None = None) -> None:
+        pass
+
+    def advance(self, done: int, total: int | None = None) -> None:
+        pass
+
+
+def check_request(services: Services, request: ReleaseRequest) -> str:
+    """Every check a build makes before it reads a row (the rounds, their state and task type, the
+    name, the version): the release's name. A refused request is refused before it is queued."""
+    return _check_request(services, request).name
 
 
 def _check_request(services: Services, request: ReleaseRequest) -> _Plan:
@@ -191,12 +217,15 @@ def _rows(services: Services, plan: _Plan) -> Iterator[dict[str, Any]]:
                 )
 
 
-def create_release(services: Services, request: ReleaseRequest) -> Release:
+def create_release(
+    services: Services, request: ReleaseRequest, progress: ReleaseProgress | None = None
+) -> Release:
     """Build the release the request asks for into its folder, then store it (see the module)."""
+    progress = progress or _Quiet()
     plan = _check_request(services, request)
     staging = services.release_files.stage(releases_folder(services), f"{plan.name}-{request.version}")
     try:
-        manifest, placed = _build(services, request, plan, staging)
+        manifest, placed = _build(services, request, plan, staging, progress)
         folder = staging.publish()
     finally:
         staging.clean_up()
@@ -208,20 +237,33 @@ def create_release(services: Services, request: ReleaseRequest) -> Release:
 
 
 def _build(
-    services: Services, request: ReleaseRequest, plan: _Plan, staging: ReleaseStaging
+    services: Services,
+    request: ReleaseRequest,
+    plan: _Plan,
+    staging: ReleaseStaging,
+    progress: ReleaseProgress,
 ) -> tuple[dict[str, Any], SplitPlan]:
     """The release's files, written into ``staging.out``: its manifest as stored, and where each
     example went."""
     task_type = services.catalog.get(plan.task_type)
     # The service's figures first: their read of every vote is done and freed before the rows'.
-    service_figures = {r.id: _round_figures(services, r, request.rule.seed) for r in plan.rounds}
+    progress.step("counting each round's figures", len(plan.rounds))
+    service_figures = {}
+    for done, r in enumerate(plan.rounds, start=1):
+        service_figures[r.id] = _round_figures(services, r, request.rule.seed)
+        progress.advance(done)
     rows_file = staging.scratch / "rows.jsonl"
     leaks = _leak_scan(services, request, task_type)
     try:
-        placed, near_duplicates = _place(services, request, plan, rows_file, leaks)
+        progress.step("reading and placing the examples")
+        placed, near_duplicates = _place(services, request, plan, rows_file, leaks, progress)
     finally:
         leaks.close()  # the index's process ends, the pairs found or not
-    files, images, tally = _write_splits(services, request.rule, task_type, staging.out, rows_file, placed)
+    progress.step("writing the splits", len(placed.splits))
+    files, images, tally = _write_splits(
+        services, request.rule, task_type, staging.out, rows_file, placed, progress
+    )
+    progress.step("writing the manifest and the card")
     identity = ReleaseIdentity(
         name=plan.name,
         version=request.version,
@@ -255,7 +297,12 @@ def _build(
 
 
 def _place(
-    services: Services, request: ReleaseRequest, plan: _Plan, rows_file: Path, leaks: LeakScan
+    services: Services,
+    request: ReleaseRequest,
+    plan: _Plan,
+    rows_file: Path,
+    leaks: LeakScan,
+    progress: ReleaseProgress,
 ) -> tuple[SplitPlan, dict[str, Any]]:
     """Read every row once into ``rows_file`` and the leak scan, then place every example: the plan,
     and the manifest's ``near_duplicates``."""
@@ -263,10 +310,12 @@ def _place(
     inputs: list[SplitInput] = []
     scratch_rows = services.release_files.scratch_rows(rows_file)  # written on a thread beside the reading
     try:
-        for row in _rows(services, plan):
+        for read, row in enumerate(_rows(services, plan), start=1):
             scratch_rows.add(canonical_line(row))
             inputs.append(_split_input(row, fields))
             leaks.add(row["example_id"], row)
+            if read % PROGRESS_EVERY_ROWS == 0:
+                progress.advance(read)
         scratch_rows.close()
     except BaseException:
         scratch_rows.abort()
@@ -292,7 +341,13 @@ def _place(
 
 
 def _write_splits(
-    services: Services, rule: SplitRule, task_type: TaskType, out: Path, rows_file: Path, placed: SplitPlan
+    services: Services,
+    rule: SplitRule,
+    task_type: TaskType,
+    out: Path,
+    rows_file: Path,
+    placed: SplitPlan,
+    progress: ReleaseProgress,
 ) -> tuple[list[WrittenFile], list[WrittenFile], ReleaseTally]:
     """The placed rows into the release's split files, in the order they were read: the files
     written, the images (an image task type's), and the figures of what they hold."""
@@ -309,11 +364,15 @@ def _write_splits(
         image_bytes=(lambda sha: stored_images.png_of(services.images, sha)) if image_fields else None,
     )
     try:
+        written = 0
         for line, row in services.release_files.iter_rows(rows_file):
             split = placed.splits.get(row["example_id"])
             if split is not None:
                 writer.add(split, line)
                 tally.add(split, line, row)
+                written += 1
+                if written % PROGRESS_EVERY_ROWS == 0:
+                    progress.advance(written)
         files = writer.close()
     except BaseException:
         writer.abort()
