@@ -25,7 +25,7 @@ from dynaval.service_layer.files import OfflineServices
 from dynaval.service_layer.images.ports import ImageServices
 from dynaval.service_layer.jobs import jobs
 from dynaval.service_layer.predictions import Predictor
-from dynaval.service_layer.regression import revalidation
+from dynaval.service_layer.regression import revalidation, suite_jobs
 from dynaval.service_layer.releases import release_jobs
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.validation import pushing
@@ -82,6 +82,8 @@ def bootstrap(
     )
     services.job_work[JobKind.TRAIN] = training_work(services)
     services.job_work[JobKind.RELEASE] = release_jobs.release_work(services)
+    services.job_work[JobKind.EVALUATE] = suite_jobs.evaluation_work(services)
+    services.job_work[JobKind.GATE] = suite_jobs.gate_work(services)
     services.after_freeze.append(lambda round_id: revalidation.settle_after_freeze(services, round_id))
     # The task queue's tasks call the use cases, which ask for work through services.work.
     services.task_queue = make_huey(settings.queue_url, settings.data_dir, settings.queue_name)

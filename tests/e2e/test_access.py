@@ -107,6 +107,7 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("GET", "/api/releases/<int:release_id>"): READERS,
     ("GET", "/api/releases/<int:release_id>/download"): READERS,
     ("POST", "/api/models/train"): LEAD,
+    ("POST", "/api/models/evaluate"): LEAD,
     ("GET", "/api/jobs"): LEAD,
     ("GET", "/api/jobs/<int:job_id>"): LEAD,
     ("POST", "/api/jobs/<int:job_id>/cancel"): LEAD,

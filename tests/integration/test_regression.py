@@ -21,8 +21,10 @@ from sqlalchemy import select
 
 from dynaval.adapters.predictor import hash_model_folder
 from dynaval.domain.errors import InvalidInput
+from dynaval.domain.jobs.job import JobState
 from dynaval.domain.releases.release import SplitRule
 from dynaval.entrypoints.cli import main as cli
+from dynaval.service_layer.jobs import jobs
 from dynaval.service_layer.regression import evaluation, gate, model_catalog
 from dynaval.service_layer.regression import suite as regression_suite
 from dynaval.service_layer.releases.releases import ReleaseRequest, create_release
@@ -347,6 +349,15 @@ def test_a_round_registers_its_pinned_model(services: Services, models: dict[str
     assert model.hash == hash_model_folder(models["A"]) and model.folder == str(models["A"])
 
 
+def ran(services: Services, answer: Any) -> dict[str, Any]:
+    """The result of the job a route queued (``202``), run here: this app has no worker."""
+    assert answer.status_code == 202, answer.json
+    assert answer.headers["Location"] == f"/api/jobs/{answer.json['id']}"
+    job = jobs.run_job(services, answer.json["id"])
+    assert job is not None and job.state is JobState.DONE and job.result is not None, job
+    return job.result
+
+
 def test_post_gate(app: Flask, services: Services, release_dir: Path, models: dict[str, Path]) -> None:
     client = app.test_client()
     lead = {"Authorization": f"Bearer {LEAD_TOKEN}"}
@@ -364,15 +375,29 @@ def test_post_gate(app: Flask, services: Services, release_dir: Path, models: di
     answer = client.post(
         "/api/gate", json={"candidate": str(models["B"]), "baseline": str(models["A"])}, headers=lead
     )
-    assert answer.status_code == 200, answer.json
-    body = answer.json
+    body = ran(services, answer)
     positive = {r["example_id"] for r in suite_rows(release_dir) if r["label"] == "positive"}
     assert body["passed"] is False and {f["case_id"] for f in body["negative_flips"]} == positive
     assert body["positive_flips"] > 0 and set(body["per_round"]) == {"dev_r1", "test_r1"}
     assert body["mcnemar"]["p_value"] is not None and isinstance(body["gate_run_id"], int)
     hash_a = hash_model_folder(models["A"])
     answer = client.post("/api/gate", json={"candidate": str(models["A2"]), "baseline": hash_a}, headers=lead)
-    assert answer.status_code == 200 and answer.json["passed"] is True
+    assert ran(services, answer)["passed"] is True
+    # Checked before anything is queued: an unknown baseline hash, a baseline folder that is no model.
+    for baseline in ("sha256:" + "0" * 64, "/no/such/model"):
+        refused = client.post(
+            "/api/gate", json={"candidate": str(models["A2"]), "baseline": baseline}, headers=lead
+        )
+        assert refused.status_code == 422 and refused.json["error"]["field"] == "baseline"
+    # The same model's evaluation, as a job of its own.
+    evaluated = ran(
+        services, client.post("/api/models/evaluate", json={"model": str(models["A2"])}, headers=lead)
+    )
+    assert evaluated["model"]["hash"] == hash_model_folder(models["A2"]) and set(evaluated["by_split"]) == {
+        "dev_r1", "test_r1",
+    }  # fmt: skip
+    refused = client.post("/api/models/evaluate", json={"model": "relative/folder"}, headers=lead)
+    assert refused.status_code == 422 and refused.json["error"]["field"] == "model"
 
     runs = client.get("/api/gate-runs", headers=lead).json["gate_runs"]
     assert [r["passed"] for r in runs] == [True, False]

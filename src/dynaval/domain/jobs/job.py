@@ -42,6 +42,10 @@ class JobKind(StrEnum):
     """Fine-tune a model on releases' train splits and register it (``POST /api/models/train``)."""
     RELEASE = "release"
     """Build a release of frozen rounds (``POST /api/releases``)."""
+    EVALUATE = "evaluate"
+    """Run a model over the regression suite and record its results (``POST /api/models/evaluate``)."""
+    GATE = "gate"
+    """Evaluate what is missing and gate a candidate model against a baseline (``POST /api/gate``)."""
 
 
 MAX_ATTEMPTS = 2

@@ -3,27 +3,36 @@ in ``Location``, and lists, reads and cancels jobs."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from flask import Blueprint, current_app, g, jsonify, request, url_for
 
 from dynaval.domain.jobs.job import Job
+from dynaval.entrypoints.api.fields import RequestModel
 from dynaval.entrypoints.api.limited_models import request_models
 from dynaval.entrypoints.api.openapi import documented
-from dynaval.entrypoints.api.schemas import TrainRequest
+from dynaval.entrypoints.api.schemas import EvaluateRequest, TrainRequest
 from dynaval.entrypoints.auth import Role, requires
 from dynaval.entrypoints.guards import parse_json, query_int, read_body
 from dynaval.model_training.training_job import TrainingOrder, submit_training
 from dynaval.service_layer.jobs import jobs as job_cases
+from dynaval.service_layer.regression import suite_jobs
 from dynaval.service_layer.services import Services
 
 jobs = Blueprint("jobs", __name__)
+M = TypeVar("M", bound=RequestModel)
 JOBS_LIMIT = 200
 
 
 def _services() -> Services:
     services: Services = current_app.extensions["dynaval"]
     return services
+
+
+def _checked(declared: type[M]) -> M:
+    """The request's JSON body, checked by ``declared`` as every route's body is."""
+    payload = parse_json(read_body(), strict=True) if request.is_json else None
+    return request_models(_services().settings).validate(declared, payload)
 
 
 def accepted_job(job: Job) -> Any:
@@ -47,10 +56,25 @@ def accepted_job(job: Job) -> Any:
 )
 @requires(Role.LEAD)
 def train_model() -> Any:
-    payload = parse_json(read_body(), strict=True) if request.is_json else None
-    body = request_models(_services().settings).validate(TrainRequest, payload)
-    order = TrainingOrder(**body.model_dump())
+    order = TrainingOrder(**_checked(TrainRequest).model_dump())
     return accepted_job(submit_training(_services(), order, by=g.caller.name))
+
+
+@jobs.post("/api/models/evaluate")
+@documented(
+    summary="A lead runs a model over the regression suite, as a job (202, its URL in Location)",
+    body=EvaluateRequest,
+    responses={
+        202: "The queued job; its result: accuracy overall, per split and per label",
+        403: "Not a lead",
+        409: "An evaluation of this model folder is queued or running",
+        422: "Invalid field (no model folder)",
+    },
+)
+@requires(Role.LEAD)
+def evaluate_model() -> Any:
+    body = _checked(EvaluateRequest)
+    return accepted_job(suite_jobs.submit_evaluation(_services(), body.model, by=g.caller.name))
 
 
 @jobs.get("/api/jobs")

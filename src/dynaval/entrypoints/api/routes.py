@@ -34,7 +34,7 @@ from dynaval.entrypoints.guards import charge_scoring, parse_json, query_int, re
 from dynaval.service_layer.agreement import reports as agreement
 from dynaval.service_layer.dashboard.figures_cache import FiguresCache
 from dynaval.service_layer.health import near_duplicates, round_health
-from dynaval.service_layer.regression import gate, model_catalog, revalidation
+from dynaval.service_layer.regression import gate, model_catalog, revalidation, suite_jobs
 from dynaval.service_layer.releases import catalog, release_jobs, releases
 from dynaval.service_layer.releases import round_dataset as dataset
 from dynaval.service_layer.services import Services
@@ -582,21 +582,23 @@ def create_release() -> Any:
 
 @api.post("/api/gate")
 @documented(
-    summary="A lead gates a candidate model against the baseline on the regression suite (recorded)",
+    summary="A lead gates a candidate model against the baseline on the regression suite, as a job "
+    "(202, its URL in Location; the run is recorded)",
     body=GateRequest,
     responses={
-        200: "The gate run: passed, negative_flips, positive_flips, per_round, mcnemar, gate_run_id",
+        202: "The queued job; its result: passed, negative_flips, positive_flips, per_round, mcnemar",
         403: "Not a lead",
+        409: "A gate job for this candidate folder is queued or running",
         422: "Invalid field (a candidate that is no model folder, no shipped model and no baseline)",
     },
 )
 @requires(Role.LEAD)
 def run_gate() -> Any:
     body = _body(GateRequest)
-    outcome = gate.run_gate(
+    job = suite_jobs.submit_gate(
         _services(), body.candidate, baseline=body.baseline, max_flips=body.max_flips, by=g.caller.name
     )
-    return jsonify(outcome.to_dict())
+    return accepted_job(job)
 
 
 @api.post("/api/suite/revalidate")

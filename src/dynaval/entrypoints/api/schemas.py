@@ -540,3 +540,13 @@ class TrainRequest(RequestModel):
     )
     batch_size: StrictInt = Field(default=16, ge=1, le=512, description="Examples per step.")
     with_seed_set: StrictBool = Field(default=False, description="Add the task's hand-written seed set.")
+
+
+class EvaluateRequest(RequestModel):
+    """A lead asks for a model to be run over the regression suite, as a job."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: StrictStr = Field(
+        min_length=1, max_length=4096, description="The absolute path of a local model folder."
+    )
