@@ -398,6 +398,13 @@ def test_post_gate(app: Flask, services: Services, release_dir: Path, models: di
     }  # fmt: skip
     refused = client.post("/api/models/evaluate", json={"model": "relative/folder"}, headers=lead)
     assert refused.status_code == 422 and refused.json["error"]["field"] == "model"
+    # One gate of a candidate folder at a time: a second, while the first waits, is refused.
+    waiting = client.post("/api/gate", json={"candidate": str(models["B"]), "baseline": hash_a}, headers=lead)
+    assert waiting.status_code == 202
+    twice = client.post("/api/gate", json={"candidate": str(models["B"]), "baseline": hash_a}, headers=lead)
+    assert twice.status_code == 409 and twice.json["error"]["field"] == "candidate"
+    cancelled = client.post(f"/api/jobs/{waiting.json['id']}/cancel", headers=lead)
+    assert cancelled.status_code == 200 and cancelled.json["state"] == "cancelled"
 
     runs = client.get("/api/gate-runs", headers=lead).json["gate_runs"]
     assert [r["passed"] for r in runs] == [True, False]

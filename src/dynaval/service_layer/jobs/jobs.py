@@ -88,18 +88,21 @@ class DatabaseReporter:
         self._check_cancelled()
 
 
-def submit_job(services: Services, *, kind: JobKind, key: str, params: dict[str, Any], by: str) -> Job:
-    """Store a queued job and ask a worker for it; 409 while another active job has its key."""
+def submit_job(
+    services: Services, *, kind: JobKind, key: str, params: dict[str, Any], by: str, field: str = "name"
+) -> Job:
+    """Store a queued job and ask a worker for it; 409 naming ``field`` (what the key is made of)
+    while another active job has its key."""
     with services.uow() as uow:
         busy = uow.jobs.active_with_key(key)
         if busy is not None:
-            raise _busy(busy)
+            raise _busy(busy, field)
         try:
             job = uow.jobs.add(Job(kind=kind, key=key, params=params, created_by=by, created_at=utcnow()))
             uow.commit()
         except StorageConflict:  # another request took the key meanwhile
             raise Conflict(
-                f"another {kind} job for {key.partition(':')[2]!r} was just submitted", field="name"
+                f"another {kind} job for {key.partition(':')[2]!r} was just submitted", field=field
             ) from None
     assert job.id is not None
     log.info("job %s (%s, %s) submitted by %s", job.id, kind, key, by)
@@ -107,10 +110,10 @@ def submit_job(services: Services, *, kind: JobKind, key: str, params: dict[str,
     return job
 
 
-def _busy(job: Job) -> Conflict:
+def _busy(job: Job, field: str) -> Conflict:
     return Conflict(
         f"job {job.id} ({job.kind} {job.key.partition(':')[2]!r}) is {job.state}: wait for it or cancel it",
-        field="name",
+        field=field,
     )
 
 

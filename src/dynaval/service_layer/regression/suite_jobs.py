@@ -56,7 +56,9 @@ def submit_gate(services: Services, candidate: str, *, baseline: str | None, max
     else:
         baseline = str(model_folder(services, baseline, field="baseline"))
     params = {"candidate": str(folder), "baseline": baseline, "max_flips": max_flips}
-    return jobs.submit_job(services, kind=JobKind.GATE, key=_key(JobKind.GATE, folder), params=params, by=by)
+    return jobs.submit_job(
+        services, kind=JobKind.GATE, key=_key(JobKind.GATE, folder), params=params, by=by, field="candidate"
+    )
 
 
 def evaluation_work(services: Services) -> JobWork:
