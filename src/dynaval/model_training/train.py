@@ -17,7 +17,6 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from dynaval.adapters.files.release_files import file_sha256
 from dynaval.adapters.image_classifier import is_image_model
@@ -50,6 +49,7 @@ from dynaval.model_training.release_data import (
     train_splits,
 )
 from dynaval.service_layer.files import FileServices
+from dynaval.service_layer.progress import Progress, Unwatched
 
 DEFAULT_EPOCHS = 3
 DEFAULT_LEARNING_RATE = 5e-5
@@ -83,34 +83,16 @@ class TrainedModel:
     record: TrainingRecord
 
 
-class TrainingProgress(Protocol):
-    """Told where training stands: each step (``verifying``, ``evaluating the base model``,
-    ``training``, ``evaluating the trained model``) and, for training, optimiser steps done. What
-    it raises stops the training; nothing is written then."""
-
-    def step(self, name: str, total: int | None = None) -> None: ...
-
-    def advance(self, done: int, total: int | None = None) -> None: ...
-
-
-class _Silent:
-    def step(self, name: str, total: int | None = None) -> None:
-        pass
-
-    def advance(self, done: int, total: int | None = None) -> None:
-        pass
-
-
 def train_next_model(
     request: TrainingRequest,
     *,
     files: FileServices,
     log: Callable[[str], None],
-    progress: TrainingProgress | None = None,
+    progress: Progress | None = None,
 ) -> TrainedModel:
     """Fine-tune ``request.base`` on the releases' train splits into ``request.out`` (see the module);
     ``files`` reads and verifies the releases."""
-    progress = progress or _Silent()
+    progress = progress or Unwatched()
     if request.epochs < 1:
         raise InvalidInput("must be at least 1", field="epochs")
     if request.batch_size < 1:

@@ -9,7 +9,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from dynaval.entrypoints.cli.common import CommandError, open_services, operator_name
+from dynaval.entrypoints.cli.common import CommandError, StepBars, open_services, operator_name
 
 EXIT_GATE_FAILED = 1
 
@@ -160,10 +160,14 @@ def cmd_suite_settle(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from dynaval.service_layer.regression.evaluation import evaluate
 
+    bars = StepBars()
     with closing(open_services()) as services:
-        report = evaluate(
-            services, _absolute(args.model), releases=[Path(r) for r in args.release or []]
-        ).report()
+        try:
+            report = evaluate(
+                services, _absolute(args.model), releases=[Path(r) for r in args.release or []], progress=bars
+            ).report()
+        finally:
+            bars.close()
     if args.json:
         _print_json(report)
         return 0

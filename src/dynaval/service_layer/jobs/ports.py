@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from dynaval.domain.jobs.job import Job
+from dynaval.service_layer.progress import Progress
 
 
 class JobCancelled(Exception):
@@ -13,15 +14,9 @@ class JobCancelled(Exception):
     cleanup (``finally``) runs on the way out."""
 
 
-class JobReporter(Protocol):
-    """What a job's work tells the world: its steps, how far each has come, and lines of its log.
-    Each call may raise :class:`JobCancelled`."""
-
-    def step(self, name: str, total: int | None = None) -> None:
-        """A new step begins (``total``: how many units it counts, when known)."""
-
-    def advance(self, done: int, total: int | None = None) -> None:
-        """``done`` units of the current step are done (out of ``total``, when it changed)."""
+class JobReporter(Progress, Protocol):
+    """What a job's work tells the world: its steps, how far each has come (a :class:`Progress`),
+    and lines of its log. Each call may raise :class:`JobCancelled`."""
 
     def say(self, line: str) -> None:
         """A line of the job's log."""

@@ -29,6 +29,7 @@ from dynaval.domain.regression.suite import (
 )
 from dynaval.service_layer.files import FileServices, ReleaseUnreadable
 from dynaval.service_layer.predictions import Predictor
+from dynaval.service_layer.progress import Progress, Unwatched
 from dynaval.service_layer.regression.model_catalog import model_folder, register_in
 from dynaval.service_layer.regression.suite import sync_suite
 from dynaval.service_layer.releases.verification import verify_release
@@ -118,10 +119,13 @@ def predict_cases(
     predictor: Predictor,
     cases: Sequence[RegressionCase],
     mappings: dict[str, LabelMapping],
+    progress: Progress | None = None,
 ) -> list[CaseResult]:
     """The model's result on each case, predicted in chunks of the service's batch size."""
     chunk = max(1, services.settings.batch_max_size)
     results: list[CaseResult] = []
+    progress = progress or Unwatched()
+    progress.step("predicting the suite's cases", len(cases))
     for start in range(0, len(cases), chunk):
         part = cases[start : start + chunk]
         inputs = [
@@ -142,6 +146,7 @@ def predict_cases(
                     correct=label == case.label,
                 )
             )
+        progress.advance(len(results))
     return results
 
 
@@ -152,6 +157,7 @@ def evaluate(
     releases: Sequence[Path] = (),
     name: str | None = None,
     predictor: Predictor | None = None,
+    progress: Progress | None = None,
 ) -> Evaluation:
     """Run the model in ``folder`` over the suite (or the dev and test cases of ``releases``) and
     record every case's result. ``predictor``: the model already loaded from ``folder`` (a caller
@@ -169,7 +175,7 @@ def evaluate(
     sync_suite(services)
     cases, mappings, skipped = _answerable_cases(services, predictor, wanted, from_releases=bool(releases))
     started, clock = utcnow(), time.perf_counter()
-    results = predict_cases(services, predictor, cases, mappings)
+    results = predict_cases(services, predictor, cases, mappings, progress)
     seconds = time.perf_counter() - clock
     with services.uow() as uow:
         run_id = uow.regression.start_run(model.hash, at=started)

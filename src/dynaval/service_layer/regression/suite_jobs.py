@@ -63,8 +63,9 @@ def submit_gate(services: Services, candidate: str, *, baseline: str | None, max
 
 def evaluation_work(services: Services) -> JobWork:
     def work(job: Job, reporter: JobReporter) -> dict[str, Any]:
-        reporter.step("evaluating the model on the suite")
-        return evaluation.evaluate(services, job.params["model"]).report()  # suspects marked too
+        reporter.step("loading the model")
+        # Suspects are marked too, as after every evaluation.
+        return evaluation.evaluate(services, job.params["model"], progress=reporter).report()
 
     return work
 

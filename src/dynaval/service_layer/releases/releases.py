@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from dynaval import __version__
 from dynaval.domain.agreement.report import round_alpha
@@ -41,6 +41,7 @@ from dynaval.domain.validation.round import Round
 from dynaval.service_layer.files import ReleaseStaging, WrittenFile
 from dynaval.service_layer.health.release_leaks import LeakScan
 from dynaval.service_layer.images import stored_images
+from dynaval.service_layer.progress import Progress, Unwatched
 from dynaval.service_layer.regression.suite import take_cases
 from dynaval.service_layer.releases.round_dataset import iter_round_dataset_pages
 from dynaval.service_layer.services import Services
@@ -87,23 +88,6 @@ class _Plan:
 
 def releases_folder(services: Services) -> Path:
     return services.settings.data_dir / "releases"
-
-
-class ReleaseProgress(Protocol):
-    """Told where a build stands (a job's reporter, a command's progress bar); what it raises stops
-    the build, and nothing is kept."""
-
-    def step(self, name: str, total: int | None = None) -> None: ...
-
-    def advance(self, done: int, total: int | None = None) -> None: ...
-
-
-class _Quiet:
-    def step(self, name: str, total: int | None = None) -> None:
-        pass
-
-    def advance(self, done: int, total: int | None = None) -> None:
-        pass
 
 
 def check_request(services: Services, request: ReleaseRequest) -> str:
@@ -217,11 +201,9 @@ def _rows(services: Services, plan: _Plan) -> Iterator[dict[str, Any]]:
                 )
 
 
-def create_release(
-    services: Services, request: ReleaseRequest, progress: ReleaseProgress | None = None
-) -> Release:
+def create_release(services: Services, request: ReleaseRequest, progress: Progress | None = None) -> Release:
     """Build the release the request asks for into its folder, then store it (see the module)."""
-    progress = progress or _Quiet()
+    progress = progress or Unwatched()
     plan = _check_request(services, request)
     staging = services.release_files.stage(releases_folder(services), f"{plan.name}-{request.version}")
     try:
@@ -241,7 +223,7 @@ def _build(
     request: ReleaseRequest,
     plan: _Plan,
     staging: ReleaseStaging,
-    progress: ReleaseProgress,
+    progress: Progress,
 ) -> tuple[dict[str, Any], SplitPlan]:
     """The release's files, written into ``staging.out``: its manifest as stored, and where each
     example went."""
@@ -302,7 +284,7 @@ def _place(
     plan: _Plan,
     rows_file: Path,
     leaks: LeakScan,
-    progress: ReleaseProgress,
+    progress: Progress,
 ) -> tuple[SplitPlan, dict[str, Any]]:
     """Read every row once into ``rows_file`` and the leak scan, then place every example: the plan,
     and the manifest's ``near_duplicates``."""
@@ -347,7 +329,7 @@ def _write_splits(
     out: Path,
     rows_file: Path,
     placed: SplitPlan,
-    progress: ReleaseProgress,
+    progress: Progress,
 ) -> tuple[list[WrittenFile], list[WrittenFile], ReleaseTally]:
     """The placed rows into the release's split files, in the order they were read: the files
     written, the images (an image task type's), and the figures of what they hold."""
