@@ -98,3 +98,16 @@ def test_the_log_keeps_its_last_lines_and_a_key_names_kind_and_name() -> None:
     for key in ("train", "train:", "train:Model", "train:a b", "train:x\n"):
         with pytest.raises(InvalidInput, match="key"):
             Job(kind=JobKind.TRAIN, key=key, params={}, created_by="lead", created_at=T0)
+
+
+def test_a_job_names_what_it_works_on() -> None:
+    def subject(kind: JobKind, key: str, params: dict[str, object]) -> str:
+        return Job(kind=kind, key=key, params=params, created_by="lead", created_at=T0).subject
+
+    assert subject(JobKind.RELEASE, "release:dynaval-nli", {"name": "dynaval-nli", "version": "1.1.0"}) == (
+        "dynaval-nli 1.1.0"
+    )
+    assert subject(JobKind.TRAIN, "train:model-b", {"name": "model-b", "base_folder": "/m/a"}) == "model-b"
+    assert subject(JobKind.EVALUATE, "evaluate:0a1b", {"model": "/srv/models/b"}) == "b"
+    assert subject(JobKind.GATE, "gate:0a1b", {"candidate": "/srv/models/c/"}) == "c"
+    assert subject(JobKind.GATE, "gate:0a1b", {}) == "0a1b"

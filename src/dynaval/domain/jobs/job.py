@@ -148,6 +148,23 @@ class Job:
     def active(self) -> bool:
         return self.state in ACTIVE_STATES
 
+    @property
+    def subject(self) -> str:
+        """What the job works on, as a person names it: a release's name and version, a new
+        model's name, the folder name of the model evaluated or gated.
+
+        >>> Job(JobKind.GATE, "gate:ab", {"candidate": "/srv/b/"}, "lead", datetime(2026, 1, 1)).subject
+        'b'
+        """
+        params = self.params
+        if self.kind is JobKind.RELEASE:
+            return f"{params.get('name', '')} {params.get('version', '')}".strip()
+        for name in ("name", "model", "candidate"):
+            value = params.get(name)
+            if isinstance(value, str) and value.strip("/"):
+                return value.rstrip("/").rsplit("/", 1)[-1]
+        return self.key.partition(":")[2]
+
     def start(self, at: datetime) -> Job:
         """A worker takes the queued job (a second worker finds it running and leaves it)."""
         if self.state is not JobState.QUEUED:
@@ -232,6 +249,7 @@ class Job:
             "id": self.id,
             "kind": str(self.kind),
             "key": self.key,
+            "subject": self.subject,
             "state": str(self.state),
             "params": self.params,
             "progress": None if self.progress is None else self.progress.to_dict(),

@@ -23,7 +23,11 @@ def _describe(job: Any) -> str:
     outcome = f"  {job.error}" if job.error else ""
     if job.result and "model" in job.result:
         outcome = f"  model {job.result['model']['hash']} ({job.result['model']['name']})"
-    return f"{job.id}  {job.kind}  {job.key.partition(':')[2]}  {job.state}{where}{outcome}"
+    if job.result and "release" in job.result:
+        outcome = f"  release id {job.result['release']['id']}"
+    if job.result and "passed" in job.result:
+        outcome = f"  gate {'passed' if job.result['passed'] else 'failed'}"
+    return f"{job.id}  {job.kind}  {job.subject}  {job.state}{where}{outcome}"
 
 
 def _print_job(job: Any, as_json: bool) -> None:

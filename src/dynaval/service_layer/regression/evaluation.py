@@ -203,9 +203,9 @@ def _answerable_cases(
     mappings, skipped = _mappings(services, predictor, {c.task_type for c in cases})
     cases = [c for c in cases if c.task_type in mappings]
     if not cases:
-        where = "the named releases" if from_releases else "the suite"
+        where = "the named releases hold" if from_releases else "the suite holds"
         raise InvalidInput(
-            f"{where} hold no case this model can answer (its labels: {', '.join(predictor.labels)}; "
+            f"{where} no case this model can answer (its labels: {', '.join(predictor.labels)}; "
             f"task types of the cases: {', '.join(skipped) or 'none'})",
             field="release" if from_releases else "model",
         )
