@@ -181,3 +181,52 @@ def test_a_drawn_digit_is_guessed_live_submitted_and_shown_to_an_annotator_in_la
     )
     ls_page.screenshot(path=str(screenshot_dir / "label-studio-digit.png"), full_page=True)
     ls.close()
+
+
+def test_a_live_guess_answered_after_the_writer_submitted_does_not_replace_the_verdict(
+    digits_service: LiveService, digits_model_dir: Path, browser: Browser
+) -> None:
+    """The live guess asked for a stroke the writer then took back, answered only once the drawing was
+    submitted (a slow answer: held here until then), is dropped: the page keeps saying the writer
+    fooled the model, and asks nothing more for the cleared pad."""
+    made = digits_service.call(
+        "POST", "/api/rounds", json={"name": "slow answers", "task": "digits", "model": str(digits_model_dir)}
+    )
+    assert made.status_code == 201, made.text
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    seen = watch(context, page)
+    page.goto(f"{digits_service.url}/write")
+    sign_in(page, WRITER_TOKEN)
+    pick_round(page, made.json()["id"])
+    expect(page.get_by_test_id("round-facts")).to_contain_text("Reads 28\u00d728 grey images")
+    draw(page, ZERO)
+    assert guess(page) == "0"
+
+    held: list[Any] = []
+    asked: list[str] = []
+
+    def note(request: Any) -> None:
+        if request.url.endswith("/predict"):
+            asked.append(request.url)
+
+    page.on("request", note)
+    page.route("**/predict", lambda route: held.append(route))
+    draw(page, ONE)  # asked about, and its answer held back...
+    wait_for("the question to be asked", lambda: page.wait_for_timeout(50) or len(held) == 1, timeout_s=5)
+    page.get_by_test_id("undo").click()  # ...the stroke taken back while it is on its way
+    assert guess(page) == "0"
+    page.get_by_test_id("label-6").check()
+    page.get_by_test_id("submit").click()
+    verdict = page.get_by_test_id("verdict")
+    expect(verdict).to_contain_text("you fooled the model")
+
+    with page.expect_response("**/predict"):
+        held[0].continue_()
+    page.unroute("**/predict")
+    page.wait_for_timeout(2 * 400 + 200)  # past the next live turn
+    expect(verdict).to_contain_text("you fooled the model")
+    expect(page.get_by_test_id("answer")).to_be_visible()
+    assert len(held) == 1 and len(asked) == 1  # nothing asked for the cleared pad
+    assert seen["errors"] == [] and seen["csp"] == []
+    context.close()

@@ -30,7 +30,9 @@
     busy: false,
     roundFacts: "", // the round's line of facts, before what its model reads
     pads: {}, // an image round's drawing pads, by input name (drawing.js)
-    live: { wanted: false, timer: null, inFlight: false, last: 0 }
+    // epoch: bumped by a submission and a change of round, so that a live answer asked before it
+    // (still in flight, or waiting for its turn) never replaces what the writer sees now.
+    live: { wanted: false, timer: null, inFlight: false, last: 0, epoch: 0 }
   };
   // The live guess while drawing: at most one request at a time, and one per LIVE_GAP_MS.
   var LIVE_GAP_MS = 400;
@@ -306,6 +308,7 @@
   }
 
   function selectRound(round) {
+    stopLiveAsks();
     state.round = round;
     state.answer = null;
     show($("answer"), false);
@@ -405,16 +408,29 @@
     live.timer = window.setTimeout(runLiveAsk, Math.max(0, live.last + LIVE_GAP_MS - Date.now()));
   }
 
+  // Forget the live questions not yet answered: their answers, when they come, are dropped.
+  function stopLiveAsks() {
+    var live = state.live;
+    live.epoch += 1;
+    live.wanted = false;
+    if (live.timer) window.clearTimeout(live.timer);
+    live.timer = null;
+  }
+
   function runLiveAsk() {
     var live = state.live;
     live.timer = null;
-    if (!live.wanted || !state.round) return;
+    if (!live.wanted || !state.round || state.busy) return;
     live.wanted = false;
     var round = state.round;
+    var epoch = live.epoch;
     var inputs = currentInputs();
     if (Object.keys(inputs).length === 0) {
-      state.answer = null;
-      renderAnswer();
+      // A cleared pad: nothing to answer. A submission's verdict stays until the next drawing.
+      if (state.answer && state.answer.source === "ask") {
+        state.answer = null;
+        renderAnswer();
+      }
       return;
     }
     live.inFlight = true;
@@ -422,7 +438,10 @@
     api("POST", "/api/rounds/" + round.id + "/predict", { inputs: inputs })
       .then(
         function (answer) {
-          if (state.round !== round || state.busy) return;
+          // Dropped when the writer has since submitted or changed round, or drawn on: the next
+          // answer is on its way.
+          if (live.epoch !== epoch || state.round !== round || state.busy) return;
+          if (!sameInputs(inputs, currentInputs())) return;
           state.answer = {
             prediction: answer.prediction,
             probabilities: answer.probabilities,
@@ -433,7 +452,7 @@
           renderAnswer();
         },
         function (error) {
-          if (state.round === round) formError(error);
+          if (live.epoch === epoch && state.round === round) formError(error);
         }
       )
       .then(function () {
@@ -590,6 +609,7 @@
     if (rationale.trim()) body.rationale = rationale;
     clearFieldErrors();
     show($("form-error"), false);
+    stopLiveAsks();
     setBusy(true);
     api("POST", "/api/rounds/" + round.id + "/candidates", body)
       .then(
