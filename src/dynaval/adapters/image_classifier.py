@@ -33,6 +33,11 @@ def is_image_model(config: dict[str, Any], folder: Path) -> bool:
     return named and (folder / PROCESSOR_CONFIG).is_file()
 
 
+def image_mode(model_config: Any) -> str:
+    """The Pillow mode a model reads its images in: ``L`` (grey) for one channel, else ``RGB``."""
+    return "L" if getattr(model_config, "num_channels", 3) == 1 else "RGB"
+
+
 class TransformersImagePredictor:
     """An image classification model and its image processor, loaded from ``folder``."""
 
@@ -52,7 +57,7 @@ class TransformersImagePredictor:
         self._model.eval()
         id2label = self._model.config.id2label
         self._labels = tuple(str(id2label[i]) for i in range(len(id2label)))
-        self._mode = "L" if getattr(self._model.config, "num_channels", 3) == 1 else "RGB"
+        self._mode = image_mode(self._model.config)
         self._lock = threading.Lock()
 
     @property

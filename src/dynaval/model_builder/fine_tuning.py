@@ -14,11 +14,11 @@ import random
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 
 @dataclass(frozen=True)
@@ -147,16 +147,13 @@ def fine_tune(
         local_files_only=True,
     )
     started = time.monotonic()
-    epochs_completed, stopped_early, final_loss = _train_loop(
+    epochs_completed, stopped_early, final_loss = train_loop(
         model,
-        tokenizer,
         train,
+        lambda batch: tokenize_batch(tokenizer, batch, max_length=recipe.max_length),
         label2id,
-        epochs=recipe.epochs,
+        recipe=recipe,
         rng=rng,
-        learning_rate=recipe.learning_rate,
-        batch_size=recipe.batch_size,
-        max_length=recipe.max_length,
         deadline=deadline,
         log=log,
         on_step=on_step,
@@ -174,28 +171,39 @@ def scratch_folder(out_dir: Path, purpose: str = "building") -> Path:
     return out_dir.parent / f".{out_dir.name}.{purpose}-{uuid.uuid4().hex[:8]}"
 
 
-def _train_loop(
+class Labelled(Protocol):
+    """A training example of any kind: what the loop needs of it is its label."""
+
+    @property
+    def label(self) -> str: ...
+
+
+ExampleT = TypeVar("ExampleT", bound=Labelled)
+
+
+def train_loop(
     model: Any,
-    tokenizer: Any,
-    train: list[Example],
-    label2id: dict[str, int],
+    train: Sequence[ExampleT],
+    batch_inputs: Callable[[list[ExampleT]], Mapping[str, Any]],
+    label2id: Mapping[str, int],
     *,
-    epochs: int,
+    recipe: Recipe,
     rng: random.Random,
-    learning_rate: float,
-    batch_size: int,
-    max_length: int,
     deadline: float | None,
     log: Callable[[str], None],
     on_step: Callable[[int, int], None] | None = None,
 ) -> tuple[float, bool, float | None]:
-    """A plain AdamW loop with linear warm-up and decay. Returns (epochs run, stopped early, last loss)."""
+    """A plain AdamW loop with linear warm-up and decay and clipped gradients, over ``train``
+    shuffled each epoch by ``rng``; ``batch_inputs`` turns a batch into the model's keyword inputs
+    (tokens for a text model, pixels for an image model). Returns (epochs run, stopped early at the
+    ``deadline``, last loss)."""
     import torch
 
+    epochs, batch_size = recipe.epochs, recipe.batch_size
     steps_per_epoch = (len(train) + batch_size - 1) // batch_size
     total_steps = steps_per_epoch * epochs
     warmup = max(1, total_steps // 10)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.01)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, weight_decay=0.01)
 
     def schedule(step: int) -> float:
         if step < warmup:
@@ -212,9 +220,8 @@ def _train_loop(
         running = 0.0
         for start in range(0, len(order), batch_size):
             batch = order[start : start + batch_size]
-            inputs = tokenize_batch(tokenizer, batch, max_length=max_length)
             targets = torch.tensor([label2id[example.label] for example in batch])
-            loss = model(**inputs, labels=targets).loss
+            loss = model(**batch_inputs(batch), labels=targets).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()

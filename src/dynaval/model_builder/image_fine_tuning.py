@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dynaval.model_builder.fine_tuning import FineTuned, Recipe
+from dynaval.adapters.image_classifier import image_mode
+from dynaval.model_builder.fine_tuning import FineTuned, Recipe, train_loop
 
 BATCH_FOR_EVALUATION = 64
 
@@ -59,46 +60,21 @@ def fine_tune_images(
     log(f"loading the base image model from {base}")
     processor = AutoImageProcessor.from_pretrained(str(base), local_files_only=True)
     model = AutoModelForImageClassification.from_pretrained(str(base), local_files_only=True)
-    mode = _mode(model)
-    steps_per_epoch = -(-len(train) // recipe.batch_size)
-    total = steps_per_epoch * recipe.epochs
-    warmup = max(1, total // 10)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, weight_decay=0.01)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda step: (
-            (step + 1) / warmup if step < warmup else max(0.0, (total - step) / max(1, total - warmup))
-        ),
-    )
+    mode = image_mode(model.config)
     started = time.monotonic()
-    step = 0
-    last_loss: float | None = None
-    model.train()
-    for epoch in range(recipe.epochs):
-        order = list(train)
-        rng.shuffle(order)
-        running = 0.0
-        for start in range(0, len(order), recipe.batch_size):
-            batch = order[start : start + recipe.batch_size]
-            pixels = processor(images=[_read(example.path, mode) for example in batch], return_tensors="pt")
-            targets = torch.tensor([label2id[example.label] for example in batch])
-            loss = model(pixel_values=pixels["pixel_values"], labels=targets).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad()
-            step += 1
-            last_loss = float(loss.item())
-            running += last_loss * len(batch)
-            if on_step is not None:
-                on_step(step, total)
-        log(f"epoch {epoch + 1}/{recipe.epochs}: mean training loss {running / len(order):.4f}")
+
+    def pixels(batch: list[LabelledImage]) -> dict[str, Any]:
+        read = processor(images=[_read(example.path, mode) for example in batch], return_tensors="pt")
+        return {"pixel_values": read["pixel_values"]}
+
+    epochs_run, _stopped, last_loss = train_loop(
+        model, train, pixels, label2id, recipe=recipe, rng=rng, deadline=None, log=log, on_step=on_step
+    )
     model.eval()
     into.mkdir()
     model.save_pretrained(str(into))
     processor.save_pretrained(str(into))
-    return FineTuned(float(recipe.epochs), False, last_loss, time.monotonic() - started)
+    return FineTuned(epochs_run, False, last_loss, time.monotonic() - started)
 
 
 def evaluate_image_folder(
@@ -123,10 +99,6 @@ def evaluate_image_folder(
     total = sum(seen.values())
     per_label = {label: (correct[label] / seen[label] if seen[label] else 0.0) for label in labels}
     return (sum(correct.values()) / total if total else 0.0), per_label
-
-
-def _mode(model: Any) -> str:
-    return "L" if getattr(model.config, "num_channels", 3) == 1 else "RGB"
 
 
 def _read(path: Path, mode: str) -> Any:

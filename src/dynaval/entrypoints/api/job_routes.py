@@ -3,36 +3,22 @@ in ``Location``, and lists, reads and cancels jobs."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
-from flask import Blueprint, current_app, g, jsonify, request, url_for
+from flask import Blueprint, g, jsonify, url_for
 
 from dynaval.domain.jobs.job import Job
-from dynaval.entrypoints.api.fields import RequestModel
-from dynaval.entrypoints.api.limited_models import request_models
 from dynaval.entrypoints.api.openapi import documented
+from dynaval.entrypoints.api.request_bodies import app_services, checked_body
 from dynaval.entrypoints.api.schemas import EvaluateRequest, TrainRequest
 from dynaval.entrypoints.auth import Role, requires
-from dynaval.entrypoints.guards import parse_json, query_int, read_body
+from dynaval.entrypoints.guards import query_int
 from dynaval.model_training.training_job import TrainingOrder, submit_training
 from dynaval.service_layer.jobs import jobs as job_cases
 from dynaval.service_layer.regression import suite_jobs
-from dynaval.service_layer.services import Services
 
 jobs = Blueprint("jobs", __name__)
-M = TypeVar("M", bound=RequestModel)
 JOBS_LIMIT = 200
-
-
-def _services() -> Services:
-    services: Services = current_app.extensions["dynaval"]
-    return services
-
-
-def _checked(declared: type[M]) -> M:
-    """The request's JSON body, checked by ``declared`` as every route's body is."""
-    payload = parse_json(read_body(), strict=True) if request.is_json else None
-    return request_models(_services().settings).validate(declared, payload)
 
 
 def accepted_job(job: Job) -> Any:
@@ -56,8 +42,8 @@ def accepted_job(job: Job) -> Any:
 )
 @requires(Role.LEAD)
 def train_model() -> Any:
-    order = TrainingOrder(**_checked(TrainRequest).model_dump())
-    return accepted_job(submit_training(_services(), order, by=g.caller.name))
+    order = TrainingOrder(**checked_body(TrainRequest).model_dump())
+    return accepted_job(submit_training(app_services(), order, by=g.caller.name))
 
 
 @jobs.post("/api/models/evaluate")
@@ -73,8 +59,8 @@ def train_model() -> Any:
 )
 @requires(Role.LEAD)
 def evaluate_model() -> Any:
-    body = _checked(EvaluateRequest)
-    return accepted_job(suite_jobs.submit_evaluation(_services(), body.model, by=g.caller.name))
+    body = checked_body(EvaluateRequest)
+    return accepted_job(suite_jobs.submit_evaluation(app_services(), body.model, by=g.caller.name))
 
 
 @jobs.get("/api/jobs")
@@ -86,7 +72,7 @@ def evaluate_model() -> Any:
 @requires(Role.LEAD)
 def list_jobs() -> Any:
     limit = query_int("limit", 50, minimum=1, maximum=JOBS_LIMIT)
-    return jsonify({"jobs": [job.to_dict() for job in job_cases.list_jobs(_services(), limit)]})
+    return jsonify({"jobs": [job.to_dict() for job in job_cases.list_jobs(app_services(), limit)]})
 
 
 @jobs.get("/api/jobs/<int:job_id>")
@@ -96,7 +82,7 @@ def list_jobs() -> Any:
 )
 @requires(Role.LEAD)
 def get_job(job_id: int) -> Any:
-    return jsonify(job_cases.get_job(_services(), job_id).to_dict())
+    return jsonify(job_cases.get_job(app_services(), job_id).to_dict())
 
 
 @jobs.post("/api/jobs/<int:job_id>/cancel")
@@ -111,4 +97,4 @@ def get_job(job_id: int) -> Any:
 )
 @requires(Role.LEAD)
 def cancel_job(job_id: int) -> Any:
-    return jsonify(job_cases.cancel_job(_services(), job_id, by=g.caller.name).to_dict())
+    return jsonify(job_cases.cancel_job(app_services(), job_id, by=g.caller.name).to_dict())

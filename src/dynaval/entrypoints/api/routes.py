@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 from flask import Blueprint, Response, current_app, g, jsonify, request
 
 from dynaval.adapters.files.dataset_files import FORMATS, MEDIA_TYPES, encode_dataset
 from dynaval.domain.errors import InvalidInput
 from dynaval.domain.releases.release import SplitRule
-from dynaval.entrypoints.api import form_bodies
-from dynaval.entrypoints.api.fields import RequestModel
 from dynaval.entrypoints.api.job_routes import accepted_job
-from dynaval.entrypoints.api.limited_models import request_models
 from dynaval.entrypoints.api.openapi import documented
+from dynaval.entrypoints.api.request_bodies import app_services as _services
+from dynaval.entrypoints.api.request_bodies import checked_body as _body
 from dynaval.entrypoints.api.schemas import (
     CandidateBatch,
     CandidateCreate,
@@ -30,7 +29,7 @@ from dynaval.entrypoints.api.schemas import (
     RoundCreate,
 )
 from dynaval.entrypoints.auth import Role, requires
-from dynaval.entrypoints.guards import charge_scoring, parse_json, query_int, read_body
+from dynaval.entrypoints.guards import charge_scoring, query_int
 from dynaval.service_layer.agreement import reports as agreement
 from dynaval.service_layer.dashboard.figures_cache import FiguresCache
 from dynaval.service_layer.health import near_duplicates, round_health
@@ -52,7 +51,6 @@ from dynaval.service_layer.validation import (
 from dynaval.service_layer.validation import vote_reading as verification
 
 api = Blueprint("api", __name__)
-M = TypeVar("M", bound=RequestModel)
 
 # Who may call what: a writer submits and reads their own candidates, a collector submits for the
 # writers it names and reads what it submitted, an exporter reads datasets and agreement reports, a
@@ -73,30 +71,9 @@ FIGURES_CACHE = "dynaval_dashboard_figures"
 pages and the API."""
 
 
-def _services() -> Services:
-    services: Services = current_app.extensions["dynaval"]
-    return services
-
-
 def _figures_cache() -> FiguresCache:
     cache: FiguresCache = current_app.extensions[FIGURES_CACHE]
     return cache
-
-
-def _json_payload(*, strict: bool = True) -> object:
-    """The request's JSON body, or None when it is not JSON (see :func:`guards.parse_json`)."""
-    if not request.is_json:
-        return None
-    return parse_json(read_body(), strict=strict)
-
-
-def _body(declared: type[M], *, form: bool = False) -> M:
-    """The request's JSON body, checked by the app's model of ``declared`` (with the configured
-    limits); a refusal names the field (see :mod:`dynaval.entrypoints.api.schemas`). ``form``: a
-    ``multipart/form-data`` body is taken too, read into the same shape
-    (:mod:`dynaval.entrypoints.api.form_bodies`)."""
-    payload = form_bodies.form_payload() if form and form_bodies.is_form() else _json_payload()
-    return request_models(_services().settings).validate(declared, payload)
 
 
 def _submitter() -> candidates.Submitter:

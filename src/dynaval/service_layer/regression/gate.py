@@ -79,26 +79,38 @@ def _evaluated_folder(
         return uow.regression.model(model_hash), results
 
 
-def _baseline_models(
-    services: Services, baseline: str | None, cases: list[RegressionCase]
-) -> list[RegisteredModel]:
+def check_baseline(services: Services, baseline: str | None) -> str | None:
+    """The baseline as the gate takes it, checked before anything is evaluated (422 naming
+    ``baseline``): None (the shipped models; one must be shipped), a registered model's hash, or
+    a model folder's absolute path."""
     if baseline is None:
-        shipped = shipped_models(services)
-        if not shipped:
+        if not shipped_models(services):
             raise InvalidInput(
                 "no model is shipped yet: name a baseline (a registered model's hash or a model folder), "
                 "or ship one with `dynaval models ship`",
                 field="baseline",
             )
-        return shipped
+        return None
     if baseline.startswith(HASH_PREFIX):
         try:
             with services.uow(read_only=True) as uow:
-                return [uow.regression.model(baseline)]
+                uow.regression.model(baseline)
         except NotFound as exc:
             raise InvalidInput(exc.message, field="baseline") from None
-    folder = model_folder(services, baseline, field="baseline")
-    return [_evaluated_folder(services, folder, cases, field="baseline")[0]]
+        return baseline
+    return str(model_folder(services, baseline, field="baseline"))
+
+
+def _baseline_models(
+    services: Services, baseline: str | None, cases: list[RegressionCase]
+) -> list[RegisteredModel]:
+    checked = check_baseline(services, baseline)
+    if checked is None:
+        return shipped_models(services)
+    if checked.startswith(HASH_PREFIX):
+        with services.uow(read_only=True) as uow:
+            return [uow.regression.model(checked)]
+    return [_evaluated_folder(services, Path(checked), cases, field="baseline")[0]]
 
 
 def _check_compared(

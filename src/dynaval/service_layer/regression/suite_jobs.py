@@ -10,13 +10,12 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from dynaval.domain.errors import InvalidInput, NotFound
 from dynaval.domain.jobs.job import Job, JobKind
 from dynaval.domain.regression.gate import check_max_flips
 from dynaval.service_layer.jobs import jobs
 from dynaval.service_layer.jobs.ports import JobReporter, JobWork
 from dynaval.service_layer.regression import evaluation, gate
-from dynaval.service_layer.regression.model_catalog import HASH_PREFIX, model_folder, shipped_models
+from dynaval.service_layer.regression.model_catalog import model_folder
 from dynaval.service_layer.services import Services
 
 
@@ -40,21 +39,7 @@ def submit_gate(services: Services, candidate: str, *, baseline: str | None, max
     """Queue a gate run once its inputs are known to be there (422 naming the one that is not)."""
     check_max_flips(max_flips)
     folder = model_folder(services, candidate, field="candidate")
-    if baseline is None:
-        if not shipped_models(services):
-            raise InvalidInput(
-                "no model is shipped yet: name a baseline (a registered model's hash or a model folder), "
-                "or ship one with `dynaval models ship`",
-                field="baseline",
-            )
-    elif baseline.startswith(HASH_PREFIX):
-        try:
-            with services.uow(read_only=True) as uow:
-                uow.regression.model(baseline)
-        except NotFound as exc:
-            raise InvalidInput(exc.message, field="baseline") from None
-    else:
-        baseline = str(model_folder(services, baseline, field="baseline"))
+    baseline = gate.check_baseline(services, baseline)
     params = {"candidate": str(folder), "baseline": baseline, "max_flips": max_flips}
     return jobs.submit_job(
         services, kind=JobKind.GATE, key=_key(JobKind.GATE, folder), params=params, by=by, field="candidate"
