@@ -204,6 +204,27 @@ def test_refuses_a_base_model_whose_labels_are_not_the_releases(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        ("{not json", "no readable config.json"),
+        ("[1, 2]", "is not a JSON object"),
+        ('{"model_type": "bert"}', "has no id2label with ids 0 to n-1"),
+        ('{"model_type": "bert", "id2label": {"0": "positive", "2": "neutral"}}', "has no id2label"),
+    ],
+)
+def test_refuses_a_base_whose_config_cannot_say_its_labels(
+    releases: Releases, tmp_path: Path, config: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = tmp_path / "broken"
+    base.mkdir()
+    (base / "config.json").write_text(config, encoding="utf-8")
+    code = train("--release", str(releases.first), "--base", str(base), "--out", str(tmp_path / "out"))
+    err = capsys.readouterr().err
+    assert code == 2 and said in err and "base" in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
 def test_refuses_an_out_folder_that_holds_files(
     releases: Releases, tiny_model_dir_mixed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -17,6 +17,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dynaval.adapters.files.release_files import file_sha256
 from dynaval.adapters.image_classifier import is_image_model
@@ -112,8 +113,9 @@ def train_next_model(
     check_one_lineage(releases)
     task_type, labels = releases[0].task_type, releases[0].labels
     reads_images = releases[0].reads_images
-    _check_base_reads(request.base, images=reads_images)
-    base_labels = model_labels(request.base)
+    base_config = _read_config(request.base)
+    _check_base_reads(request.base, base_config, images=reads_images)
+    base_labels = _labels_of(request.base, base_config)
     if base_labels != labels:
         raise InvalidInput(
             f"the base model's labels {list(base_labels)} are not the release's labels {list(labels)} "
@@ -205,18 +207,28 @@ def train_next_model(
     return TrainedModel(out, hash_model_folder(out), record)
 
 
-def model_labels(folder: Path) -> tuple[str, ...]:
-    """The ``id2label`` of the transformers model in ``folder``, in id order (read from its config)."""
-    config = folder / "config.json"
+def _read_config(folder: Path) -> dict[str, Any]:
+    """The model's ``config.json``; 422 naming ``base`` when it cannot be read."""
     try:
-        id2label = json.loads(config.read_text(encoding="utf-8"))["id2label"]
-        return tuple(str(id2label[str(i)]) for i in range(len(id2label)))
-    except OSError:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         raise InvalidInput(
             f"no transformers model in {folder} (no readable config.json)", field="base"
         ) from None
-    except (ValueError, KeyError, TypeError):
-        raise InvalidInput(f"{config} has no id2label with ids 0 to n-1", field="base") from None
+    if not isinstance(config, dict):
+        raise InvalidInput(f"{folder / 'config.json'} is not a JSON object", field="base")
+    return config
+
+
+def _labels_of(folder: Path, config: dict[str, Any]) -> tuple[str, ...]:
+    """The model's ``id2label``, in id order."""
+    try:
+        id2label = config["id2label"]
+        return tuple(str(id2label[str(i)]) for i in range(len(id2label)))
+    except (KeyError, TypeError):
+        raise InvalidInput(
+            f"{folder / 'config.json'} has no id2label with ids 0 to n-1", field="base"
+        ) from None
 
 
 def _seed_set(task_type: str, labels: tuple[str, ...]) -> list[Example]:
@@ -264,14 +276,8 @@ def _dev_accuracy(
     return out
 
 
-def _check_base_reads(base: Path, *, images: bool) -> None:
+def _check_base_reads(base: Path, config: dict[str, Any], *, images: bool) -> None:
     """An image release trains an image classifier, a text release a text one."""
-    try:
-        config = json.loads((base / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise InvalidInput(
-            f"no transformers model in {base} (no readable config.json)", field="base"
-        ) from None
     if is_image_model(config, base) != images:
         kind, other = ("an image", "a text") if images else ("a text", "an image")
         raise InvalidInput(
