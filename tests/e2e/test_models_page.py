@@ -191,6 +191,32 @@ def test_the_matrix_gate_runs_suspects_and_retired_cases_show_the_use_cases_resu
     assert PageIds(candidate.get_data(as_text=True)).text("prov-example-id") == positive[0]
 
 
+def test_the_history_says_which_model_served_when_and_why_each_was_or_was_not_shipped(
+    client: FlaskClient, services: Services, scenario: ModelsScenario
+) -> None:
+    ids, html = page(client)
+    hashes = scenario.hashes
+    seeded = "sha256:" + "cd" * 32  # the frozen round's model, which the catalog never registered
+    # The round's model first (it served first), then the models in the order they were registered.
+    assert ids.all("history-name") == ["sentiment-seeded", "model A shipped", "model-b", "model-a2"]
+    assert ids.ids("history-") == [seeded, "name", "served", "why", *(
+        part for key in ("A", "B", "A2") for part in (hashes[key], "name", "served", "why")
+    )]  # fmt: skip
+    served = ids.all("history-served")
+    assert served[0].startswith("#") and "round one (sentiment): " in served[0] and "UTC" in served[0]
+    assert served[1:] == ["no round"] * 3
+    positive = sum(1 for _s, label, _t in scenario.cases.values() if label == "positive")
+    why = ids.all("history-why")
+    assert why[0] == "not shipped: never gated"
+    assert why[1].endswith(" UTC: shipped by grace: the first model")
+    failed = f"failed gate run #{scenario.failed_run}, {positive} negative flips (at most 0 allowed)"
+    assert why[2] == f"not shipped: {failed}"
+    assert (
+        why[3] == f"not shipped: passed gate run #{scenario.passed_run} (0 negative flips, at most 0 allowed)"
+    )
+    assert "<b>bold</b>" not in html
+
+
 def test_the_per_case_view_pages_and_long_lists_say_how_many_more(
     client: FlaskClient, scenario: ModelsScenario, monkeypatch: pytest.MonkeyPatch
 ) -> None:

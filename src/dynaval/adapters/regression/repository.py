@@ -407,19 +407,25 @@ class SqlRegressionRepository:
     def gate_runs(self, limit: int = 100) -> list[dict[str, Any]]:
         """The latest gate runs, newest first."""
         rows = self._session.exec(select(GateRunRow).order_by(col(GateRunRow.id).desc()).limit(limit)).all()
-        return [
-            {
-                "id": row.id,
-                "candidate": row.candidate_hash,
-                "baseline": row.baseline,
-                "max_flips": row.max_flips,
-                "passed": row.passed,
-                "negative_flips": row.negative_flips,
-                "positive_flips": row.positive_flips,
-                "per_round": row.per_round,
-                "mcnemar": row.mcnemar,
-                "created_at": as_utc(row.created_at).isoformat(),
-                "created_by": row.created_by,
-            }
-            for row in rows
-        ]
+        return [_gate_run(row) for row in rows]
+
+    def latest_gate_run_of_each(self) -> dict[str, dict[str, Any]]:
+        newest = sa_select(func.max(GateRunRow.id)).group_by(GateRunRow.candidate_hash)
+        rows = self._session.exec(select(GateRunRow).where(col(GateRunRow.id).in_(newest))).all()
+        return {row.candidate_hash: _gate_run(row) for row in rows}
+
+
+def _gate_run(row: GateRunRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "candidate": row.candidate_hash,
+        "baseline": row.baseline,
+        "max_flips": row.max_flips,
+        "passed": row.passed,
+        "negative_flips": row.negative_flips,
+        "positive_flips": row.positive_flips,
+        "per_round": row.per_round,
+        "mcnemar": row.mcnemar,
+        "created_at": as_utc(row.created_at).isoformat(),
+        "created_by": row.created_by,
+    }

@@ -1,6 +1,7 @@
 """What the lead's models page shows: the accuracy of every model on every round split (a Dynabench-style
-leaderboard) with each case's answers underneath, the recorded gate runs with their flips, the
-suspect queue and the retired cases.
+leaderboard) with each case's answers underneath, accuracy per label, which model served when and
+why each was or was not shipped, the recorded gate runs with their flips, the suspect queue and the
+retired cases.
 
 Read-only. The matrix is made of each model's latest result on each case still in the suite (a
 retired case leaves it, as it leaves evaluation and the gate), with the evaluation's own accuracy
@@ -33,6 +34,7 @@ from dynaval.domain.regression.suite import (
     accuracy_with_ci,
 )
 from dynaval.service_layer.dashboard.figures_cache import FiguresCache
+from dynaval.service_layer.dashboard.model_history import HistoryLine, model_history
 from dynaval.service_layer.services import Services
 
 CASES_PER_PAGE = 50
@@ -168,6 +170,8 @@ class ModelsPage:
     """False while a newer evaluation or retirement is being counted (the previous figures shown)."""
     cases: CasePage
     per_label: list[LabelTable]
+    history: list[HistoryLine]
+    """Which model served when, and why each was or was not shipped (oldest first)."""
     gate_runs: list[GateRunView]
     jobs: list[Job]
     """The newest jobs (training...), newest first, with their progress."""
@@ -262,6 +266,7 @@ def models_page(
             for task, task_labels in matrix.value.labels.items()
             if matrix.value.label_cells[task]
         ],
+        history=model_history(services),
         gate_runs=[_gate_run_view(run, by_hash) for run in read.runs],
         jobs=read.jobs,
         suspects=read.suspects(),

@@ -82,6 +82,10 @@ class RegressionRepository(Protocol):
 
     def gate_runs(self, limit: int = 100) -> list[dict[str, Any]]: ...
 
+    def latest_gate_run_of_each(self) -> dict[str, dict[str, Any]]:
+        """Per candidate hash, its latest gate run (as :meth:`gate_runs` gives it)."""
+        ...
+
 
 class RevalidationRepository(Protocol):
     """Which suite case each revalidation candidate stands for, until its outcome settles it."""
