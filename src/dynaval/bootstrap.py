@@ -16,7 +16,7 @@ from dynaval.adapters.images.pillow_images import PillowImages
 from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.label_studio import LabelStudioGateway, SdkLabelStudioGateway
 from dynaval.adapters.predictor import ModelRegistry, PredictorFactory, load_model_folder
-from dynaval.adapters.task_queue import BackgroundJobs, QueuedWork, make_huey
+from dynaval.adapters.task_queue import BackgroundJobs, QueuedWork, job_lane, make_huey
 from dynaval.domain.health.band_keys import BandKeyIndex
 from dynaval.domain.images.image import ImageLimits
 from dynaval.domain.jobs.job import JobKind
@@ -87,7 +87,10 @@ def bootstrap(
     services.after_freeze.append(lambda round_id: revalidation.settle_after_freeze(services, round_id))
     # The task queue's tasks call the use cases, which ask for work through services.work.
     services.task_queue = make_huey(settings.queue_url, settings.data_dir, settings.queue_name)
-    services.work = QueuedWork(services.task_queue, settings, background_jobs(services))
+    services.job_queue = job_lane(services.task_queue, settings.queue_url, settings.data_dir)
+    services.work = QueuedWork(
+        services.task_queue, settings, background_jobs(services), job_lane=services.job_queue
+    )
     return services
 
 

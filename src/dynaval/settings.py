@@ -227,6 +227,12 @@ class Settings(BaseSettings):
         description="Run a task-queue consumer in each service process; false when `dynaval worker` runs.",
     )
     queue_workers: int = Field(default=2, description="Threads of each task-queue consumer.")
+    job_workers: int = Field(
+        default=1,
+        ge=0,
+        description="Threads of each consumer's job lane (training, releases, evaluation, the gate): long "
+        "jobs run there, never on the threads pushes and webhooks' reads use; 0: this process runs no job.",
+    )
     reconcile_interval_s: float = Field(
         default=300.0, description="Scheduled reconcile with Label Studio (lost webhooks); 0 turns it off."
     )

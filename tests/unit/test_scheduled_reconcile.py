@@ -37,7 +37,7 @@ def queued_work(
         run_job=nothing,
     )
     settings = Settings(development=True, reconcile_interval_s=0.01)
-    work = QueuedWork(huey, settings, jobs)
+    work = QueuedWork(huey, settings, jobs, job_lane=MemoryHuey(immediate=False))
     nested.append(work)
     return work, jobs
 

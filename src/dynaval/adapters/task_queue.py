@@ -15,9 +15,14 @@ every ``DYNAVAL_RECONCILE_INTERVAL_S``. Every task is idempotent: the push lease
 Label Studio lookups keep several consumers, on one machine or several, from doing the same work
 twice. What each task runs is a use case, handed in by the composition root (:class:`BackgroundJobs`).
 
-Consumers: one runs in threads inside each service process by default (``DYNAVAL_EMBEDDED_WORKER``);
-``dynaval worker`` runs one on its own, for example on another machine with ``DYNAVAL_QUEUE_URL``
-pointing at a shared Redis.
+Jobs (training, a release's build, an evaluation, the gate) run for minutes: they go to a lane of
+their own, a second queue on the same storage (``<name>-jobs``) with its own threads
+(``DYNAVAL_JOB_WORKERS``), so that a long job never holds a thread that pushes and webhooks' reads
+wait for.
+
+Consumers: one runs in threads inside each service process by default (``DYNAVAL_EMBEDDED_WORKER``),
+with its job lane beside it; ``dynaval worker`` runs them on their own, for example on another
+machine with ``DYNAVAL_QUEUE_URL`` pointing at a shared Redis.
 """
 
 from __future__ import annotations
@@ -52,6 +57,11 @@ def make_huey(queue_url: str, data_dir: Path, name: str = "dynaval") -> Huey:
     if queue_url.startswith(("redis://", "rediss://", "unix://")):
         return RedisHuey(name=name, url=queue_url, results=False)
     raise ValueError(f"DYNAVAL_QUEUE_URL must be empty (SQLite) or a redis:// URL, not {queue_url!r}")
+
+
+def job_lane(huey: Huey, queue_url: str, data_dir: Path) -> Huey:
+    """The queue jobs go to: beside ``huey``, on the same storage, named ``<its name>-jobs``."""
+    return make_huey(queue_url, data_dir, f"{huey.name}-jobs")
 
 
 def describe(huey: Huey) -> str:
@@ -121,7 +131,7 @@ class QueuedWork:
     minute's sweep does the work.
     """
 
-    def __init__(self, huey: Huey, settings: Settings, jobs: BackgroundJobs) -> None:
+    def __init__(self, huey: Huey, settings: Settings, jobs: BackgroundJobs, *, job_lane: Huey) -> None:
         self._huey = huey
         self._settings = settings
 
@@ -162,9 +172,9 @@ class QueuedWork:
                 if huey.put_if_empty(_flag("verify", round_id), "1"):
                     verify_round_task.schedule((round_id,), delay=max(1.0, self._settings.push_retry_base_s))
 
-        @huey.task(name="dynaval.run_job")
+        @job_lane.task(name="dynaval.run_job")
         def run_job(job_id: int) -> None:
-            huey.get(_flag("job", job_id))
+            huey.get(_flag("job", job_id))  # the flags live in the main queue's store
             jobs.run_job(job_id)
 
         @huey.periodic_task(crontab(minute="*"), name="dynaval.sweep")

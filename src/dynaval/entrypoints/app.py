@@ -107,6 +107,10 @@ def create_app(
         app.extensions["dynaval_worker"] = start_embedded_consumer(
             services.task_queue, workers=services.settings.queue_workers
         )
+        if services.settings.job_workers > 0:
+            app.extensions["dynaval_job_worker"] = start_embedded_consumer(
+                services.job_queue, workers=services.settings.job_workers, periodic=False
+            )
     return app
 
 
@@ -122,8 +126,9 @@ def served_routes(app: Flask) -> list[tuple[str, str]]:
 
 def shutdown(app: Flask) -> None:
     """Stop the task-queue consumer (running tasks finish) and release the app's services."""
-    consumer: EmbeddedConsumer | None = app.extensions.get("dynaval_worker")
-    if consumer is not None:
-        consumer.stop(graceful=True)
+    for name in ("dynaval_worker", "dynaval_job_worker"):
+        consumer: EmbeddedConsumer | None = app.extensions.get(name)
+        if consumer is not None:
+            consumer.stop(graceful=True)
     services: Services = app.extensions["dynaval"]
     services.close()

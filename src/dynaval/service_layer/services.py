@@ -94,6 +94,8 @@ class Services:
     work: WorkQueue = field(default_factory=NoWorkQueue)
     task_queue: Any = None
     """The huey instance behind ``work`` (the composition root sets both), or None."""
+    job_queue: Any = None
+    """The queue of ``work``'s jobs, beside ``task_queue`` (the job lane), or None."""
     writer_links: WriterAnnotatorLinks | None = None
     """Writers' Label Studio users (the composition root sets it): their own votes never count."""
     band_keys: BandKeyIndex = field(default_factory=BandKeyIndex)

@@ -23,16 +23,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    """Run a task-queue consumer in the foreground until Ctrl-C or SIGTERM (then tasks finish)."""
+    """Run a task-queue consumer in the foreground until Ctrl-C or SIGTERM (then tasks finish), with
+    the job lane's consumer beside it in threads (``--job-workers``; 0: no job here)."""
+    from dynaval.adapters.task_queue import start_embedded_consumer
+
     if args.workers < 1:
         raise CommandError("--workers must be at least 1")
+    if args.job_workers < 0:
+        raise CommandError("--job-workers must be 0 (this worker runs no job) or more")
     services = open_services()
+    job_consumer = None
     try:
+        if args.job_workers > 0:
+            job_consumer = start_embedded_consumer(
+                services.job_queue, workers=args.job_workers, periodic=False
+            )
         consumer = services.task_queue.create_consumer(
             workers=args.workers, worker_type="thread", periodic=not args.no_periodic
         )
         consumer.run()
     finally:
+        if job_consumer is not None:
+            job_consumer.stop(graceful=True)
         services.close()
     return 0
 
@@ -54,9 +66,16 @@ def add_service_commands(commands: Any) -> None:
 
     worker = commands.add_parser(
         "worker",
-        help="run a task-queue consumer (pushes, escalations, sweep, reconcile) apart from the service",
+        help="run a task-queue consumer (pushes, escalations, sweep, reconcile, jobs) apart from the service",
     )
     worker.add_argument("--workers", type=int, default=2, help="threads running tasks (default 2)")
+    worker.add_argument(
+        "--job-workers",
+        type=int,
+        default=1,
+        help="threads running jobs (training, releases, evaluation, the gate) apart from the tasks "
+        "(default 1; 0: leave jobs to other workers)",
+    )
     worker.add_argument(
         "--no-periodic", action="store_true", help="leave the minute's sweep to other consumers"
     )
