@@ -418,3 +418,37 @@ def test_after_0019_an_indexed_examples_number_is_never_handed_out_twice(databas
             ]
     finally:
         db.dispose()
+
+
+def test_after_0021_a_writer_may_be_placed_before_any_release_and_a_downgrade_forgets_those(
+    database_url: str,
+) -> None:
+    """0021 lets a writer's kind come with no release (placed at their first accepted example) and
+    says who placed each writer; a downgrade drops the placements no release made (its column may
+    not be empty)."""
+    from sqlalchemy import text
+
+    db = Database(database_url)
+    try:
+        migrate_to(db, "0020")
+        db.migrate()
+        insert_placement = text(
+            "INSERT INTO writer_split (task_type, writer, kind, release_id, placed_by, assigned_at) "
+            "VALUES ('nli', 'w-early', 'train', NULL, 'acceptance', '2026-12-06 12:00:00')"
+        )
+        with db.engine.begin() as connection:
+            connection.execute(insert_placement)
+            rows = connection.execute(text("SELECT writer, release_id, placed_by FROM writer_split")).all()
+        assert [tuple(r) for r in rows] == [("w-early", None, "acceptance")]
+        migrate_to(db, "0020", down=True)
+        with db.engine.connect() as connection:
+            assert connection.execute(text("SELECT count(*) FROM writer_split")).scalar_one() == 0
+        with pytest.raises(IntegrityError), db.engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO writer_split (task_type, writer, kind, release_id, assigned_at) "
+                    "VALUES ('nli', 'w', 'train', NULL, '2026-12-06 12:00:00')"
+                )
+            )
+    finally:
+        db.dispose()

@@ -329,14 +329,16 @@ class ReleaseExampleRow(SQLModel, table=True):
 
 class WriterSplitRow(SQLModel, table=True):
     """A writer's split kind for a task type (train, dev or test): decided once, by the release that
-    first placed them, and kept by every later one. The writer is their pseudonym."""
+    first placed them or at their first accepted example (``placed_by`` ``acceptance``, no release),
+    and kept by every later release. The writer is their pseudonym."""
 
     __tablename__ = "writer_split"
 
     task_type: str = Field(primary_key=True, max_length=40)
     writer: str = Field(primary_key=True, max_length=80)
     kind: str = Field(max_length=8)
-    release_id: int = Field(foreign_key="release.id")
+    release_id: int | None = Field(default=None, foreign_key="release.id")
+    placed_by: str = Field(default="release", max_length=16, sa_column_kwargs={"server_default": "release"})
     assigned_at: datetime = Field(default_factory=utcnow)
 
 

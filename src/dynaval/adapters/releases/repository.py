@@ -110,12 +110,21 @@ class SqlReleaseRepository:
     def assign_writers(
         self, task_type: str, kinds: Mapping[str, SplitKind], *, release_id: int, at: datetime
     ) -> None:
+        self._add_writers(task_type, kinds, release_id=release_id, at=at)
+
+    def place_writers(self, task_type: str, kinds: Mapping[str, SplitKind], *, at: datetime) -> None:
+        self._add_writers(task_type, kinds, release_id=None, at=at)
+
+    def _add_writers(
+        self, task_type: str, kinds: Mapping[str, SplitKind], *, release_id: int | None, at: datetime
+    ) -> None:
         rows = [
             {
                 "task_type": task_type,
                 "writer": w,
                 "kind": k.value,
                 "release_id": release_id,
+                "placed_by": "release" if release_id is not None else "acceptance",
                 "assigned_at": at,
             }
             for w, k in sorted(kinds.items())
