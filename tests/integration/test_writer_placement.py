@@ -9,7 +9,6 @@ database as released rounds are (``tests/support/release_seed.py``)."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
@@ -113,6 +112,6 @@ def test_writers_are_placed_before_a_release_and_the_release_keeps_them(
     assert not set(placed.trainable) & in_held_out
 
 
-def test_a_task_type_with_no_accepted_example_places_nobody(services: Services, tmp_path: Path) -> None:
+def test_a_task_type_with_no_accepted_example_places_nobody(services: Services) -> None:
     placed = place_accepted_writers(services, "sentiment")
     assert (placed.placed_now, placed.trainable, placed.held_out, placed.withheld) == ({}, [], [], {})

@@ -16,7 +16,6 @@ from typing import Any
 
 from dynaval.domain.regression.suite import RegisteredModel
 from dynaval.domain.validation.round import Round, RoundState
-from dynaval.service_layer.services import Services
 
 
 @dataclass(frozen=True)
@@ -46,10 +45,6 @@ class HistoryLine:
     def first_seen(self) -> datetime | None:
         starts = [s.since for s in self.served if s.since is not None]
         return min(starts) if starts else self.registered_at
-
-    @property
-    def task_types(self) -> list[str]:
-        return sorted({s.task_type for s in self.served})
 
     @property
     def shipped(self) -> bool:
@@ -107,10 +102,3 @@ def history_lines(
             )
         )
     return sorted(lines, key=lambda line: (line.first_seen is None, line.first_seen or datetime.min))
-
-
-def model_history(services: Services) -> list[HistoryLine]:
-    with services.uow(read_only=True) as uow:
-        return history_lines(
-            uow.regression.models(), uow.rounds.all(), uow.regression.latest_gate_run_of_each()
-        )

@@ -33,8 +33,9 @@ from dynaval.domain.regression.suite import (
     accuracy_groups,
     accuracy_with_ci,
 )
+from dynaval.domain.validation.round import Round
 from dynaval.service_layer.dashboard.figures_cache import FiguresCache
-from dynaval.service_layer.dashboard.model_history import HistoryLine, model_history
+from dynaval.service_layer.dashboard.model_history import HistoryLine, history_lines
 from dynaval.service_layer.services import Services
 
 CASES_PER_PAGE = 50
@@ -266,7 +267,7 @@ def models_page(
             for task, task_labels in matrix.value.labels.items()
             if matrix.value.label_cells[task]
         ],
-        history=model_history(services),
+        history=history_lines(read.models, read.rounds, read.latest_gates),
         gate_runs=[_gate_run_view(run, by_hash) for run in read.runs],
         jobs=read.jobs,
         suspects=read.suspects(),
@@ -289,6 +290,9 @@ class _SuiteRead:
     models: list[RegisteredModel]
     retired: list[RegressionCase]
     runs: list[dict[str, Any]]
+    rounds: list[Round]
+    latest_gates: dict[str, dict[str, Any]]
+    """Per candidate hash, its latest gate run (the history's reason a model was not shipped)."""
     jobs: list[Job]
     fingerprint: Any
     revalidations: dict[str, Any]
@@ -336,6 +340,8 @@ def _read_suite(services: Services, split: str | None, page: int) -> _SuiteRead:
             models=uow.regression.models(),
             retired=uow.regression.cases(retired=True),
             runs=uow.regression.gate_runs(GATE_RUNS_SHOWN),
+            rounds=uow.rounds.all(),
+            latest_gates=uow.regression.latest_gate_run_of_each(),
             jobs=uow.jobs.latest(JOBS_SHOWN),
             fingerprint=uow.regression.results_fingerprint(),
             revalidations=uow.revalidations.of_cases([c.id for c in all_suspects[:CASES_SHOWN]]),
