@@ -20,6 +20,7 @@ from dynaval.adapters.task_queue import BackgroundJobs, QueuedWork, job_lane, ma
 from dynaval.domain.health.band_keys import BandKeyIndex
 from dynaval.domain.images.image import ImageLimits
 from dynaval.domain.jobs.job import JobKind
+from dynaval.model_training.retraining_run import retraining_work
 from dynaval.model_training.training_job import training_work
 from dynaval.service_layer.files import OfflineServices
 from dynaval.service_layer.images.ports import ImageServices
@@ -27,6 +28,7 @@ from dynaval.service_layer.jobs import jobs
 from dynaval.service_layer.predictions import Predictor
 from dynaval.service_layer.regression import revalidation, suite_jobs
 from dynaval.service_layer.releases import release_jobs
+from dynaval.service_layer.retraining import policies as retraining
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.validation import pushing
 from dynaval.service_layer.validation import vote_reading as verification
@@ -84,6 +86,7 @@ def bootstrap(
     services.job_work[JobKind.RELEASE] = release_jobs.release_work(services)
     services.job_work[JobKind.EVALUATE] = suite_jobs.evaluation_work(services)
     services.job_work[JobKind.GATE] = suite_jobs.gate_work(services)
+    services.job_work[JobKind.RETRAIN] = retraining_work(services)
     services.after_freeze.append(lambda round_id: revalidation.settle_after_freeze(services, round_id))
     # The task queue's tasks call the use cases, which ask for work through services.work.
     services.task_queue = make_huey(settings.queue_url, settings.data_dir, settings.queue_name)
@@ -124,12 +127,18 @@ def background_jobs(services: Services) -> BackgroundJobs:
         pushing.background_pass(services)
         verification.verify_pending_rounds(services)
         revalidation.settle_revalidations(services)  # the safety net: whatever decided a case
+        retraining.start_due_runs(services)
+
+    def verify(round_id: int) -> object:
+        read = verification.verify_round(services, round_id)
+        retraining.start_due_runs(services)  # votes read back may have made a policy due
+        return read
 
     return BackgroundJobs(
         push=lambda round_id: pushing.push_pending(services, round_id),
         push_retry_at=lambda round_id: pushing.push_retry_at(services, round_id),
         escalate=lambda round_id: pushing.apply_escalations(services, round_id),
-        verify=lambda round_id: verification.verify_round(services, round_id),
+        verify=verify,
         sweep=sweep,
         reconcile=lambda: list(verification.reconcile_live_rounds(services)),
         run_job=lambda job_id: jobs.run_job(services, job_id),

@@ -111,6 +111,8 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("GET", "/api/jobs"): LEAD,
     ("GET", "/api/jobs/<int:job_id>"): LEAD,
     ("POST", "/api/jobs/<int:job_id>/cancel"): LEAD,
+    ("GET", "/api/task-types/<task_type>/retraining"): LEAD,
+    ("PUT", "/api/task-types/<task_type>/retraining"): LEAD,
     ("GET", "/write"): PUBLIC,  # a static page: its script calls the API with the writer's token
     # A stored image by its signed URL: the signature is the credential (a wrong one: 404 for all).
     ("GET", "/images/<sha256>.png"): PUBLIC,
@@ -297,6 +299,7 @@ def path_of(rule: str, seeded: Seeded) -> str:
         "filename": "dashboard.css",
         "release_id": "1",  # no release exists: served means a 404 here
         "job_id": "1",  # no job exists: served means a 404 here
+        "task_type": "sentiment",
         "sha256": "0" * 64,  # no image of that hash, no signature: served means a 404 here
     }
     return re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", lambda m: values[m.group(1)], rule)
@@ -315,7 +318,7 @@ def call(client: FlaskClient, method: str, path: str, caller: Caller) -> TestRes
     if path.startswith("/dashboard/"):  # forms, posted with the bearer header (no CSRF token needed)
         return client.open(path, method=method, data={}, headers=caller.headers)
     body: dict[str, Any] | None = None
-    if method == "POST":
+    if method in ("POST", "PUT"):
         body = {"action": "PING"} if path == "/webhooks/label-studio" else {}
     return client.open(path, method=method, json=body, headers=caller.headers)
 

@@ -27,13 +27,14 @@ def policy(accepted: int = 0, **given_settings: Any) -> RetrainingPolicy:
 
 
 def test_a_policy_takes_the_walkthroughs_settings_and_shows_them_as_they_were_set() -> None:
-    made = policy(ship="swap", min_interval_s=600, base="shipped", epochs=2, learning_rate=0.001)
+    made = policy(ship="swap", min_interval_s=600, base="shipped", max_flips=2, epochs=2, learning_rate=0.001)
     assert made.on and made.ship is ShipMode.SWAP and made.base is TrainFrom.SHIPPED
     assert made.settings() == {
         "every": 10,
         "ship": "swap",
         "min_interval_s": 600,
         "base": "shipped",
+        "max_flips": 2,
         "epochs": 2,
         "seed": 13,
         "learning_rate": 0.001,
@@ -68,6 +69,8 @@ def test_the_defaults_are_the_dynabench_way_and_every_null_is_off() -> None:
         ({"every": 10, "learning_rate": 0}, "learning_rate"),
         ({"every": 10, "learning_rate": 2.0}, "learning_rate"),
         ({"every": 10, "seed": -1}, "seed"),
+        ({"every": 10, "max_flips": -1}, "max_flips"),
+        ({"every": 10, "max_flips": 1.5}, "max_flips"),
         ({"every": 10, "with_seed_set": "yes"}, "with_seed_set"),
         ({"every": 10, "epoch": 3}, "epoch"),
         ({"ship": "swap"}, "every"),

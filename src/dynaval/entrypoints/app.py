@@ -62,6 +62,7 @@ def create_app(
     from dynaval.entrypoints import guards, headers
     from dynaval.entrypoints.api.image_routes import images
     from dynaval.entrypoints.api.job_routes import jobs
+    from dynaval.entrypoints.api.retraining_routes import retraining
     from dynaval.entrypoints.api.routes import api
     from dynaval.entrypoints.pages import dashboard as pages
     from dynaval.entrypoints.pages import writer as writer_page
@@ -72,6 +73,7 @@ def create_app(
     app.register_blueprint(api)
     app.register_blueprint(images)
     app.register_blueprint(jobs)
+    app.register_blueprint(retraining)
     pages.init_app(app)
     writer_page.init_app(app)
     guards.init_app(app)

@@ -8,7 +8,7 @@ are ever read for training; dev splits are read to measure, test splits never.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,16 +165,20 @@ def split_examples(releases: Sequence[ReleaseFolder], split: str) -> list[tuple[
 
 
 def _example(row: dict[str, Any], release: ReleaseFolder) -> TrainingExample:
-    label, fields = str(row["label"]), release.fields
     if release.reads_images:
         if len(release.image_fields) != 1:
             raise InvalidInput(
-                f"an image task with fields {list(fields)} cannot be trained on here (one image only)",
+                f"an image task with fields {list(release.fields)} is not trainable here (one image only)",
                 field="release",
             )
-        return LabelledImage(release.root / str(row[release.image_fields[0]]), label)
+        return LabelledImage(release.root / str(row[release.image_fields[0]]), str(row["label"]))
+    return labelled_text(row, str(row["label"]), release.fields, field="release")
+
+
+def labelled_text(row: Mapping[str, Any], label: str, fields: Sequence[str], *, field: str) -> Example:
+    """One sentence, or a (premise, hypothesis) pair for a two-field task; else 422 naming ``field``."""
     if len(fields) == 2:
         return LabelledPair(str(row[fields[0]]), str(row[fields[1]]), label)
     if len(fields) == 1:
         return LabelledText(str(row[fields[0]]), label)
-    raise InvalidInput(f"a task with fields {list(fields)} cannot be trained on here", field="release")
+    raise InvalidInput(f"a task with fields {list(fields)} cannot be trained on here", field=field)

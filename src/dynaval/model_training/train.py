@@ -113,17 +113,9 @@ def train_next_model(
     check_one_lineage(releases)
     task_type, labels = releases[0].task_type, releases[0].labels
     reads_images = releases[0].reads_images
-    base_config = _read_config(request.base)
-    _check_base_reads(request.base, base_config, images=reads_images)
-    base_labels = _labels_of(request.base, base_config)
-    if base_labels != labels:
-        raise InvalidInput(
-            f"the base model's labels {list(base_labels)} are not the release's labels {list(labels)} "
-            "(same names, same order)",
-            field="base",
-        )
+    _check_base(request.base, labels, images=reads_images)
     chosen = train_splits(releases, request.splits)
-    seed_rows = _seed_set(task_type, labels) if request.with_seed_set else None
+    seed_rows = _seed_set(task_type, labels) if request.with_seed_set else None  # refused before training
 
     train: list[TrainingExample] = []
     split_rows: dict[str, int] = {}
@@ -133,20 +125,71 @@ def train_next_model(
         split_rows[split] = len(rows)
         trained_ids.update(example_id for example_id, _ in rows)
         train.extend(example for _, example in rows)
-    dev = {split: split_examples(releases, split) for split in dev_splits(releases)}
+    dev = {
+        split: [example for _, example in split_examples(releases, split)] for split in dev_splits(releases)
+    }
     _check_no_leak(releases, trained_ids)
-    if seed_rows is not None:
-        train.extend(seed_rows)
-    if not train:
+    if not train and seed_rows is None:
         raise InvalidInput(f"the splits {', '.join(chosen)} hold no rows", field="splits")
+    return fit_model(
+        TrainingData(
+            task_type=task_type,
+            labels=labels,
+            reads_images=reads_images,
+            train=train,
+            split_rows=split_rows,
+            dev=dev,
+            releases=tuple(ReleaseUsed(r.name, r.version, r.content_hash) for r in releases),
+            described=", ".join(r.describe() for r in releases),
+        ),
+        request,
+        log=log,
+        progress=progress,
+    )
 
-    recipe_of_task = TASKS.get(task_type)
+
+@dataclass(frozen=True)
+class TrainingData:
+    """What a model learns from and is measured on: checked already (no dev or test row in ``train``)."""
+
+    task_type: str
+    labels: tuple[str, ...]
+    reads_images: bool
+    train: list[TrainingExample]
+    split_rows: dict[str, int]
+    """Where the training rows come from (a train split, or accepted examples) -> how many."""
+    dev: dict[str, list[TrainingExample]]
+    """Dev set -> its rows, measured before and after."""
+    releases: tuple[ReleaseUsed, ...]
+    described: str
+    """Where the rows come from, in words, for the log."""
+
+
+def fit_model(
+    data: TrainingData,
+    request: TrainingRequest,
+    *,
+    log: Callable[[str], None],
+    progress: Progress,
+) -> TrainedModel:
+    """Fine-tune ``request.base`` on ``data`` into ``request.out`` (a new or empty folder), measure
+    it on the dev sets before and after, and write its card; a failure leaves nothing there."""
+    out = Path(request.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InvalidInput(f"{out} exists and is not an empty folder; name a new folder", field="out")
+    _check_base(request.base, data.labels, images=data.reads_images)
+    labels = data.labels
+    seed_rows = _seed_set(data.task_type, labels) if request.with_seed_set else None
+    train: list[TrainingExample] = [*data.train, *(seed_rows or [])]
+    if not train:
+        raise InvalidInput("there is nothing to train on", field="splits")
+    recipe_of_task = TASKS.get(data.task_type)
     recipe = Recipe(
         epochs=request.epochs,
         learning_rate=request.learning_rate
         or (
             IMAGE_LEARNING_RATE
-            if reads_images
+            if data.reads_images
             else recipe_of_task.learning_rate
             if recipe_of_task
             else DEFAULT_LEARNING_RATE
@@ -156,21 +199,21 @@ def train_next_model(
     )
     log(
         f"training on {len(train)} rows ("
-        + ", ".join(f"{split} {rows}" for split, rows in split_rows.items())
+        + ", ".join(f"{split} {rows}" for split, rows in data.split_rows.items())
         + (f", seed set {len(seed_rows)}" if seed_rows is not None else "")
-        + f") of {', '.join(r.describe() for r in releases)}"
+        + f") of {data.described}"
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     scratch = scratch_folder(out, "training")
     try:
         with cpu_training(request.threads):
-            progress.step("evaluating the base model on dev", len(dev))
-            before = _dev_accuracy(request.base, dev, labels, recipe.max_length)
+            progress.step("evaluating the base model on dev", len(data.dev))
+            before = _dev_accuracy(request.base, data.dev, labels, recipe.max_length)
             progress.step("training", recipe.epochs * -(-len(train) // recipe.batch_size))
-            tune = fine_tune_images if reads_images else fine_tune
+            tune = fine_tune_images if data.reads_images else fine_tune
             tuned = tune(
                 request.base,
-                train,  # type: ignore[arg-type]  # all images, or all texts: one release's rows
+                train,  # type: ignore[arg-type]  # all images, or all texts: one task type's rows
                 labels,
                 scratch,
                 recipe=recipe,
@@ -179,13 +222,13 @@ def train_next_model(
                 log=log,
                 on_step=lambda done, total: progress.advance(done, total),
             )
-            progress.step("evaluating the trained model on dev", len(dev))
-            after = _dev_accuracy(scratch, dev, labels, recipe.max_length)
+            progress.step("evaluating the trained model on dev", len(data.dev))
+            after = _dev_accuracy(scratch, data.dev, labels, recipe.max_length)
         record = TrainingRecord(
-            task_type=task_type,
+            task_type=data.task_type,
             labels=labels,
-            releases=tuple(ReleaseUsed(r.name, r.version, r.content_hash) for r in releases),
-            split_rows=split_rows,
+            releases=data.releases,
+            split_rows=data.split_rows,
             seed_set_rows=None if seed_rows is None else len(seed_rows),
             base_name=request.base.name,
             base_hash=hash_model_folder(request.base),
@@ -194,7 +237,9 @@ def train_next_model(
             learning_rate=recipe.learning_rate,
             batch_size=recipe.batch_size,
             max_length=recipe.max_length,
-            dev=[DevAccuracy(split, len(rows), before[split], after[split]) for split, rows in dev.items()],
+            dev=[
+                DevAccuracy(split, len(rows), before[split], after[split]) for split, rows in data.dev.items()
+            ],
             weights_file=WEIGHTS_FILE,
             weights_sha256=file_sha256(scratch / WEIGHTS_FILE),
             final_loss=tuned.final_loss,
@@ -205,6 +250,19 @@ def train_next_model(
         if scratch.exists():
             shutil.rmtree(scratch, ignore_errors=True)
     return TrainedModel(out, hash_model_folder(out), record)
+
+
+def _check_base(base: Path, labels: tuple[str, ...], *, images: bool) -> None:
+    """The base model reads what the data holds (images or texts) and has its labels, in order."""
+    config = _read_config(base)
+    _check_base_reads(base, config, images=images)
+    base_labels = _labels_of(base, config)
+    if base_labels != labels:
+        raise InvalidInput(
+            f"the base model's labels {list(base_labels)} are not the release's labels {list(labels)} "
+            "(same names, same order)",
+            field="base",
+        )
 
 
 def _read_config(folder: Path) -> dict[str, Any]:
@@ -263,12 +321,12 @@ def _check_no_leak(releases: Sequence[ReleaseFolder], trained_ids: set[str]) -> 
 
 
 def _dev_accuracy(
-    folder: Path, dev: dict[str, list[tuple[str, TrainingExample]]], labels: tuple[str, ...], max_length: int
+    folder: Path, dev: dict[str, list[TrainingExample]], labels: tuple[str, ...], max_length: int
 ) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for split, rows in dev.items():
-        images = [example for _, example in rows if isinstance(example, LabelledImage)]
-        texts = [example for _, example in rows if not isinstance(example, LabelledImage)]
+        images = [example for example in rows if isinstance(example, LabelledImage)]
+        texts = [example for example in rows if not isinstance(example, LabelledImage)]
         if images:
             out[split] = evaluate_image_folder(folder, images, labels)[0]
         else:

@@ -19,6 +19,7 @@ from dynaval.service_layer.health.storage import NearDuplicateIndex
 from dynaval.service_layer.jobs.storage import JobRepository
 from dynaval.service_layer.regression.storage import RegressionRepository, RevalidationRepository
 from dynaval.service_layer.releases.storage import ReleaseRepository
+from dynaval.service_layer.retraining.storage import RetrainingPolicyRepository
 from dynaval.service_layer.validation.storage import (
     AnnotatorRepository,
     CandidateRepository,
@@ -89,6 +90,9 @@ class UnitOfWork(Protocol):
 
     @property
     def jobs(self) -> JobRepository: ...
+
+    @property
+    def retraining(self) -> RetrainingPolicyRepository: ...
 
     def __enter__(self) -> Self: ...
 

@@ -81,6 +81,12 @@ class SqlJobRepository:
         states = [str(s) for s in ACTIVE_STATES]
         return self._rows.first(select(JobRow).where(JobRow.key == key, col(JobRow.state).in_(states)))
 
+    def latest_with_key(self, key: str, limit: int) -> list[Job]:
+        rows = self._session.exec(
+            select(JobRow).where(JobRow.key == key).order_by(col(JobRow.id).desc()).limit(limit)
+        ).all()
+        return self._rows.keep(rows)
+
     @staticmethod
     def _write(row: JobRow, job: Job) -> None:
         row.state = str(job.state)

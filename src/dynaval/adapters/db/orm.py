@@ -516,3 +516,35 @@ class JobRow(SQLModel, table=True):
     started_at: datetime | None = None
     heartbeat_at: datetime | None = None
     finished_at: datetime | None = None
+
+
+class RetrainingPolicyRow(SQLModel, table=True):
+    """A task type's retraining policy (:mod:`dynaval.domain.retraining.policy`); no row: off."""
+
+    __tablename__ = "retraining_policy"
+
+    task_type: str = Field(primary_key=True, max_length=40)
+    every: int | None = None
+    ship: str = Field(max_length=16)
+    min_interval_s: int
+    base: str = Field(max_length=16)
+    max_flips: int
+    training: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    counted_from: int
+    last_run_at: datetime | None = None
+    updated_by: str = Field(max_length=64)
+    updated_at: datetime | None = None
+
+
+class RetrainingEventRow(SQLModel, table=True):
+    """The retraining audit log (:mod:`dynaval.domain.retraining.audit`)."""
+
+    __tablename__ = "retraining_event"
+
+    id: int | None = Field(default=None, primary_key=True)
+    task_type: str = Field(max_length=40, index=True)
+    step: str = Field(max_length=20)
+    by: str = Field(max_length=64)
+    job_id: int | None = None
+    detail: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
+    at: datetime = Field(default_factory=utcnow)

@@ -25,6 +25,7 @@ from dynaval.adapters.db.database import READ_ONLY_OPTION, Database
 from dynaval.adapters.db.gold import SqlGoldRepository
 from dynaval.adapters.db.jobs import SqlJobRepository
 from dynaval.adapters.db.queries import SqlDashboardQueries, SqlRoundQueries
+from dynaval.adapters.db.retraining_policies import SqlRetrainingPolicyRepository
 from dynaval.adapters.db.rounds import SqlRoundRepository
 from dynaval.adapters.db.task_checks import SqlTaskChecks
 from dynaval.adapters.db.vote_store import SqlVoteStore
@@ -55,6 +56,7 @@ class SqlUnitOfWork:
     revalidations: SqlRevalidationRepository
     near_duplicates: SqlNearDuplicateIndex
     jobs: SqlJobRepository
+    retraining: SqlRetrainingPolicyRepository
 
     def __init__(self, database: Database, *, read_only: bool = False) -> None:
         self._database = database
@@ -80,6 +82,7 @@ class SqlUnitOfWork:
         self.revalidations = SqlRevalidationRepository(self.session)
         self.near_duplicates = SqlNearDuplicateIndex(self.session)
         self.jobs = SqlJobRepository(self.session)
+        self.retraining = SqlRetrainingPolicyRepository(self.session)
         return self
 
     def __exit__(

@@ -46,6 +46,8 @@ class JobKind(StrEnum):
     """Run a model over the regression suite and record its results (``POST /api/models/evaluate``)."""
     GATE = "gate"
     """Evaluate what is missing and gate a candidate model against a baseline (``POST /api/gate``)."""
+    RETRAIN = "retrain"
+    """A task type's retraining policy ran: train, evaluate, gate, ship (``retrain:<task type>``)."""
 
 
 MAX_ATTEMPTS = 2

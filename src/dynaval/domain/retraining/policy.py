@@ -23,6 +23,7 @@ MAX_EVERY = 1_000_000
 MAX_INTERVAL_S = 30 * 24 * 3600
 MAX_EPOCHS = 50
 MAX_BATCH_SIZE = 512
+MAX_FLIPS = 10_000
 
 
 class ShipMode(StrEnum):
@@ -91,6 +92,8 @@ class RetrainingPolicy:
     ship: ShipMode = ShipMode.NEXT_ROUND
     min_interval_s: int = 0
     base: TrainFrom = TrainFrom.ROUND
+    max_flips: int = 0
+    """The gate's allowance: suite cases the replaced model got right that the new one may get wrong."""
     training: TrainingSettings = field(default_factory=TrainingSettings)
     counted_from: int = 0
     """The task type's accepted examples when the count of new ones last started."""
@@ -102,6 +105,7 @@ class RetrainingPolicy:
         if self.every is not None:
             _whole(self.every, "every", 1, MAX_EVERY)
         _whole(self.min_interval_s, "min_interval_s", 0, MAX_INTERVAL_S)
+        _whole(self.max_flips, "max_flips", 0, MAX_FLIPS)
         _choice(self.ship, "ship", ShipMode)
         _choice(self.base, "base", TrainFrom)
 
@@ -114,7 +118,14 @@ class RetrainingPolicy:
         cls, task_type: str, settings: Mapping[str, Any], *, accepted: int, by: str, at: datetime
     ) -> RetrainingPolicy:
         """The policy a lead sets (every field checked, 422 naming it); its count starts now."""
-        known = {"every", "ship", "min_interval_s", "base", *TrainingSettings.__dataclass_fields__}
+        known = {
+            "every",
+            "ship",
+            "min_interval_s",
+            "base",
+            "max_flips",
+            *TrainingSettings.__dataclass_fields__,
+        }
         for name in settings:
             if name not in known:
                 raise InvalidInput(
@@ -133,6 +144,7 @@ class RetrainingPolicy:
             ship=_choice(settings.get("ship", ShipMode.NEXT_ROUND), "ship", ShipMode),
             min_interval_s=_whole(settings.get("min_interval_s", 0), "min_interval_s", 0, MAX_INTERVAL_S),
             base=_choice(settings.get("base", TrainFrom.ROUND), "base", TrainFrom),
+            max_flips=_whole(settings.get("max_flips", 0), "max_flips", 0, MAX_FLIPS),
             training=training,
             counted_from=accepted,
             updated_by=by,
@@ -167,5 +179,6 @@ class RetrainingPolicy:
             "ship": self.ship.value,
             "min_interval_s": self.min_interval_s,
             "base": self.base.value,
+            "max_flips": self.max_flips,
             **asdict(self.training),
         }

@@ -41,6 +41,7 @@ from pydantic_core import PydanticCustomError
 
 from dynaval.domain.health.near_duplicates import MIN_ROUND_THRESHOLD
 from dynaval.domain.images.near_copies import MAX_THRESHOLD as MAX_IMAGE_THRESHOLD
+from dynaval.domain.retraining.policy import MAX_BATCH_SIZE, MAX_EPOCHS, MAX_EVERY, MAX_FLIPS, MAX_INTERVAL_S
 from dynaval.domain.validation.candidate import OverrideOutcome
 from dynaval.domain.validation.capture import CaptureSource, CaptureSourceName
 from dynaval.domain.validation.policy import (
@@ -509,6 +510,40 @@ class FreezeRequest(RequestModel):
         default=None,
         description="Why, required with force; recorded in the audit log (NFC-normalised, stripped).",
     )
+
+
+class RetrainingPolicyRequest(RequestModel):
+    """A lead sets a task type's retraining policy (``{"every": null}`` turns it off)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    every: StrictInt | None = Field(
+        ge=1, le=MAX_EVERY, description="Retrain after every N newly accepted examples; null: off."
+    )
+    ship: Literal["next_round", "swap"] = Field(
+        default="next_round",
+        description="next_round: close the open round and open the next one on the new model; "
+        "swap: replace the open round's model.",
+    )
+    min_interval_s: StrictInt = Field(
+        default=0, ge=0, le=MAX_INTERVAL_S, description="Seconds at least between two runs."
+    )
+    base: Literal["round", "shipped"] = Field(
+        default="round", description="Fine-tune the open round's model, or the newest shipped one."
+    )
+    max_flips: StrictInt = Field(
+        default=0,
+        ge=0,
+        le=MAX_FLIPS,
+        description="Suite cases the replaced model got right that the new one may miss.",
+    )
+    epochs: StrictInt = Field(default=3, ge=1, le=MAX_EPOCHS, description="Passes over the data.")
+    seed: StrictInt = Field(default=13, ge=0, le=2**32 - 1, description="Seed of initialisation and order.")
+    learning_rate: StrictFloat | None = Field(
+        default=None, gt=0, le=1, description="AdamW learning rate (default: the task's recipe)."
+    )
+    batch_size: StrictInt = Field(default=16, ge=1, le=MAX_BATCH_SIZE, description="Examples per step.")
+    with_seed_set: StrictBool = Field(default=False, description="Add the task's hand-written seed set.")
 
 
 class TrainRequest(RequestModel):

@@ -25,6 +25,8 @@ def _describe(job: Any) -> str:
         outcome = f"  model {job.result['model']['hash']} ({job.result['model']['name']})"
     if job.result and "release" in job.result:
         outcome = f"  release id {job.result['release']['id']}"
+    if job.result and "shipped" in job.result:  # a retraining run
+        outcome += "  shipped" if job.result["shipped"] else f"  not shipped: {job.result.get('reason', '')}"
     if job.result and "passed" in job.result:
         outcome = f"  gate {'passed' if job.result['passed'] else 'failed'}"
     return f"{job.id}  {job.kind}  {job.subject}  {job.state}{where}{outcome}"

@@ -20,6 +20,7 @@ from dynaval.entrypoints.cli.jobs import add_jobs_commands
 from dynaval.entrypoints.cli.models import add_model_commands
 from dynaval.entrypoints.cli.regression import add_regression_commands
 from dynaval.entrypoints.cli.releases import add_release_commands
+from dynaval.entrypoints.cli.retraining import add_retraining_commands
 from dynaval.entrypoints.cli.service import add_service_commands
 from dynaval.entrypoints.cli.validation import add_validation_commands
 
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_regression_commands(commands)
     add_health_commands(commands)
     add_jobs_commands(commands)
+    add_retraining_commands(commands)
     return parser
 
 

@@ -19,6 +19,7 @@ from dynaval.domain.errors import Conflict, DomainError, NotFound, StorageConfli
 from dynaval.domain.jobs.job import Job, JobKind, JobProgress, JobState
 from dynaval.service_layer.jobs.ports import JobCancelled
 from dynaval.service_layer.services import Services
+from dynaval.service_layer.unit_of_work import UnitOfWork
 
 log = logging.getLogger(__name__)
 
@@ -94,18 +95,36 @@ def submit_job(
     """Store a queued job and ask a worker for it; 409 naming ``field`` (what the key is made of)
     while another active job has its key."""
     with services.uow() as uow:
-        busy = uow.jobs.active_with_key(key)
-        if busy is not None:
-            raise _busy(busy, field)
+        job = add_job(uow, kind=kind, key=key, params=params, by=by, field=field)
         try:
-            job = uow.jobs.add(Job(kind=kind, key=key, params=params, created_by=by, created_at=utcnow()))
             uow.commit()
         except StorageConflict:  # another request took the key meanwhile
             raise Conflict(
                 f"another {kind} job for {key.partition(':')[2]!r} was just submitted", field=field
             ) from None
+    return queued(services, job)
+
+
+def add_job(
+    uow: UnitOfWork, *, kind: JobKind, key: str, params: dict[str, Any], by: str, field: str = "name"
+) -> Job:
+    """A queued job stored in a unit of work the caller commits (with what else it changes), then
+    hands to :func:`queued`; 409 naming ``field`` while another active job has its key."""
+    busy = uow.jobs.active_with_key(key)
+    if busy is not None:
+        raise _busy(busy, field)
+    try:
+        return uow.jobs.add(Job(kind=kind, key=key, params=params, created_by=by, created_at=utcnow()))
+    except StorageConflict:  # another request took the key meanwhile
+        raise Conflict(
+            f"another {kind} job for {key.partition(':')[2]!r} was just submitted", field=field
+        ) from None
+
+
+def queued(services: Services, job: Job) -> Job:
+    """Ask a worker for a job stored and committed by :func:`add_job`."""
     assert job.id is not None
-    log.info("job %s (%s, %s) submitted by %s", job.id, kind, key, by)
+    log.info("job %s (%s, %s) submitted by %s", job.id, job.kind, job.key, job.created_by)
     services.work.run_job_soon(job.id)
     return job
 
