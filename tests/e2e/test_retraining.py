@@ -4,7 +4,8 @@ Label Studio users validate, and the tenth accepted example starts a job that pl
 trains on the train writers' examples, evaluates on the suite, gates against the round's model and
 ships it by opening the next round on it. A second policy trains from a worse base (a shipped model
 with two labels swapped) and sees the gate refuse it: nothing shipped, the round untouched, the
-flipped cases named.
+flipped cases named. The MNIST example turns the same way: ten drawn digits that fool the digits
+model retrain it, and the next round answers drawings with the retrained image classifier.
 
 Round one is seeded as a frozen, released round (its dev and test splits are the suite); the live
 round's model is the tiny model that always answers "neutral", so every positive or negative
@@ -21,9 +22,12 @@ from typing import Any
 
 import pytest
 
+from dynaval.domain.images.image import ImageUpload
+from dynaval.service_layer.images import stored_images
 from dynaval.service_layer.regression.model_catalog import ship_model
 from tests.e2e.test_task_types import Loop
 from tests.fixtures.service import WRITER_TOKEN, LiveService, running_service
+from tests.support.drawings import data_url, draw_digit, png_bytes
 from tests.support.jobs import built_release
 from tests.support.release_seed import seed_frozen_round
 from tests.support.tiny_model import build_tiny_model
@@ -198,3 +202,78 @@ def test_the_gate_refuses_a_worse_model_and_nothing_ships(
     assert [r["id"] for r in rounds.values() if r["state"] == "open"] == [first["id"]]
     models = {m["hash"]: m for m in live.call("GET", "/api/models").json()["models"]}
     assert models[result["model"]["hash"]]["shipped"] is False
+
+
+def test_the_mnist_example_drawn_digits_retrain_the_digits_model_and_the_next_round_runs_on_it(
+    live: LiveService,
+    label_studio_server: Any,
+    label_studio_annotators: list[Any],
+    tiny_image_model_dir: Path,
+) -> None:
+    services = live.services
+    assert services.database is not None
+    digits = [str(d) for d in range(10)]
+
+    def drawing(i: int, label: str) -> dict[str, str]:
+        stored = stored_images.checked_image(
+            services.images, ImageUpload(png_bytes(draw_digit(label, random.Random(500 + i)))), field="image"
+        )
+        stored_images.keep(services.images, [stored])
+        return {"image": stored.ref}
+
+    seeded = seed_frozen_round(
+        services.database, task_type="digits", labels=digits, fields=["image"], accepted=40, writers=15,
+        rng=random.Random(8), name="digits round 1", make_inputs=drawing, annotation_base=10**8,
+    )  # fmt: skip
+    built_release(
+        live, live.call("POST", "/api/releases", json={"rounds": [seeded.round_id], "version": "1.0.0"})
+    )
+    loop = Loop(live, label_studio_server, label_studio_annotators, "digits")
+    first = loop.create(tiny_image_model_dir, "digits round 2")  # the model answers "3" to everything
+    set_ = live.call("PUT", "/api/task-types/digits/retraining", json={"every": 10, "epochs": 2, "seed": 5})
+    assert set_.status_code == 200, set_.text
+
+    # Ten digits drawn by a writer, none a 3: each fools the model, and two annotators agree.
+    ids = []
+    drawn = [str(d) for d in (0, 1, 2, 4, 5, 6, 7, 8, 9, 7)]
+    for n, label in enumerate(drawn):
+        body = loop.submit({"image": data_url(png_bytes(draw_digit(label, random.Random(900 + n))))}, label)
+        assert body["fooled"] is True and body["model_prediction"] == "3", body
+        ids.append(body["id"])
+    for candidate_id, label in zip(ids, drawn, strict=True):
+        task_id = loop.task_id(candidate_id)
+        loop.vote(task_id, "A", label)
+        loop.vote(task_id, "B", label)
+
+    deadline = time.monotonic() + RUN_WAIT_S
+    while True:
+        view = live.call("GET", "/api/task-types/digits/retraining").json()
+        if view["runs"] and view["runs"][0]["state"] not in ("queued", "running"):
+            break
+        assert time.monotonic() < deadline, view
+        time.sleep(0.5)
+    run = view["runs"][0]
+    assert run["state"] == "done", run
+    result = run["result"]
+    assert (
+        result["trained"]["examples"]["trained_on"] > 0
+        and result["trained"]["examples"]["near_held_out"] == 0
+    )
+    assert result["gate"]["passed"] is True and result["shipped"] is True, result
+    assert steps(view) == ["policy-set", "triggered", "trained", "gated", "shipped"]
+    folder = Path(result["model"]["folder"])
+    assert (folder / "preprocessor_config.json").is_file()  # an image classifier, as the round needs
+
+    # The next round runs on the retrained model: a drawing gets its answer there.
+    nxt = live.call("GET", f"/api/rounds/{result['next_round']['id']}").json()
+    assert nxt["state"] == "open" and nxt["input_kind"] == "image"
+    assert nxt["model"]["hash"] == result["model"]["hash"] != first["model"]["hash"]
+    asked = live.call(
+        "POST",
+        f"/api/rounds/{nxt['id']}/predict",
+        token=WRITER_TOKEN,
+        json={"inputs": {"image": data_url(png_bytes(draw_digit("1", random.Random(77))))}},
+    )
+    assert asked.status_code == 200, asked.text
+    assert set(asked.json()["probabilities"]) == set(digits)
+    assert live.call("GET", f"/api/rounds/{first['id']}").json()["state"] == "closed"
