@@ -140,6 +140,7 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("GET", "/dashboard/models"): PAGE,
     ("GET", "/dashboard/images/<sha256>.png"): PAGE,
     ("POST", "/dashboard/models/revalidate"): PAGE,
+    ("POST", "/dashboard/models/retraining/<task_type>"): PAGE,
 }
 
 

@@ -19,10 +19,12 @@ from dynaval.service_layer.dashboard import models_page
 from dynaval.service_layer.dashboard.figures_cache import FiguresCache
 from dynaval.service_layer.regression import evaluation, gate
 from dynaval.service_layer.regression import suite as regression_suite
+from dynaval.service_layer.retraining import policies
 from dynaval.service_layer.services import Services
 from tests.e2e.test_dashboard_pages import DASH, PageIds, fmt3, lead
 from tests.fixtures.service import (
     EXPORTER_TOKEN,
+    LEAD_TOKEN,
     WRITER_TOKEN,
 )
 from tests.support.models_scenario import (
@@ -278,3 +280,42 @@ def test_the_matrix_is_counted_again_only_after_an_evaluation_or_a_retirement(
     cache.settle()
     page(client)
     assert cache.misses == misses + 2
+
+
+def test_a_lead_sets_a_retraining_policy_from_the_page_and_sees_where_its_count_stands(
+    client: FlaskClient, services: Services
+) -> None:
+    ids, _ = page(client)
+    assert ids.all("retraining-policy") == ["off"] * len(services.catalog.names())  # never set: off
+    headers = {"Authorization": f"Bearer {LEAD_TOKEN}"}
+    form = {
+        "every": "7",
+        "base": "round",
+        "max_flips": "1",
+        "epochs": "2",
+        "learning_rate": "",
+        "ship": "next_round",
+    }
+    done = client.post("/dashboard/models/retraining/sentiment", data=form, headers=headers)
+    assert done.status_code == 303 and done.headers["Location"].endswith("/dashboard/models#retraining")
+    html = page(client)[1]
+    row = html[html.index('data-testid="retraining-sentiment"') :]
+    row = row[: row.index("</tr>")]
+    assert "every 7 accepted, next_round, from the round model, at most 1 flips, 2 epochs" in row
+    assert "0 of 7: waiting for 7 more accepted examples (0 of 7)" in row
+    view = policies.policy_view(services, "sentiment")
+    assert view["policy"]["learning_rate"] is None and view["policy"]["epochs"] == 2
+
+    # A bad value: the page says which field, and nothing changes.
+    for bad, field in ((dict(form, every="seven"), "every"), (dict(form, epochs="0"), "epochs")):
+        refused = client.post("/dashboard/models/retraining/sentiment", data=bad, headers=headers)
+        assert refused.status_code == 422
+        message = PageIds(refused.get_data(as_text=True)).text("retraining-error")
+        assert message.startswith(f"{field}: "), message
+    assert policies.policy_view(services, "sentiment")["policy"]["every"] == 7
+    unknown = client.post("/dashboard/models/retraining/nope", data=form, headers=headers)
+    assert unknown.status_code == 404
+    # Blank "every": off.
+    off = client.post("/dashboard/models/retraining/sentiment", data=dict(form, every=""), headers=headers)
+    assert off.status_code == 303
+    assert policies.policy_view(services, "sentiment")["on"] is False

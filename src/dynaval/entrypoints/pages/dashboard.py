@@ -41,7 +41,12 @@ from dynaval.domain.errors import DomainError, InvalidInput, NotFound
 from dynaval.domain.images.image import image_ref, is_image_ref, is_sha256
 from dynaval.entrypoints.api.limited_models import request_models
 from dynaval.entrypoints.api.routes import FIGURES_CACHE, dataset_download, release_download
-from dynaval.entrypoints.api.schemas import ExclusionChange, OverrideCreate, RevalidateRequest
+from dynaval.entrypoints.api.schemas import (
+    ExclusionChange,
+    OverrideCreate,
+    RetrainingPolicyRequest,
+    RevalidateRequest,
+)
 from dynaval.entrypoints.auth import (
     SESSION_COOKIE,
     Role,
@@ -72,6 +77,7 @@ from dynaval.service_layer.images import stored_images
 from dynaval.service_layer.regression import revalidation
 from dynaval.service_layer.releases import catalog
 from dynaval.service_layer.releases import round_dataset as dataset
+from dynaval.service_layer.retraining import policies as retraining
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.validation import annotator_exclusion, overrides
 
@@ -439,11 +445,52 @@ def models() -> Any:
     return _models_page()
 
 
-def _models_page(*, error: str | None = None, status: int = 200) -> Any:
+def _models_page(*, error: str | None = None, status: int = 200, error_at: str = "suspects") -> Any:
+    services = _services()
     view = models_page.models_page(
-        _services(), _cache(), split=request.args.get("split") or None, page=query_int("page", 1) or 1
+        services, _cache(), split=request.args.get("split") or None, page=query_int("page", 1) or 1
     )
-    return render_template("models.html", view=view, error=error), status
+    policies = [retraining.policy_view(services, name) for name in services.catalog.names()]
+    page = render_template("models.html", view=view, retraining=policies, error=error, error_at=error_at)
+    return page, status
+
+
+RETRAINING_NUMBERS = ("every", "min_interval_s", "max_flips", "epochs", "seed", "batch_size", "learning_rate")
+NULL_WHEN_BLANK = ("every", "learning_rate")
+"""Blank in the form: off (``every``), the task's recipe (``learning_rate``)."""
+
+
+@pages.post("/models/retraining/<task_type>")
+@lead_page
+def set_retraining(task_type: str) -> Any:
+    """A task type's retraining policy, set from the models page's form, as PUT
+    /api/task-types/<task>/retraining sets it (the same request model checks the form)."""
+    try:
+        form: dict[str, Any] = {"with_seed_set": request.form.get("with_seed_set") == "on"}
+        for name, given in request.form.items():
+            value = given.strip()
+            if name in ("csrf_token", "with_seed_set") or (value == "" and name not in NULL_WHEN_BLANK):
+                continue  # left blank: its default
+            form[name] = _form_value(name, value)
+        body = request_models(_services().settings).validate(RetrainingPolicyRequest, form)
+        retraining.set_policy(_services(), task_type, body.model_dump(), by=g.caller.name)
+    except DomainError as exc:
+        message = f"{exc.field}: {exc.message}" if exc.field else exc.message
+        return _models_page(error=message, status=status_of(exc), error_at="retraining")
+    return redirect(url_for("dashboard.models") + "#retraining", code=303)
+
+
+def _form_value(name: str, value: str) -> Any:
+    """A form field as the API's body holds it: blank ``every`` or ``learning_rate`` is null, the
+    choices are words, the rest numbers (a field the request model does not know is left to it)."""
+    if value == "":
+        return None
+    if name not in RETRAINING_NUMBERS:
+        return value
+    try:
+        return int(value) if name != "learning_rate" else float(value)
+    except ValueError:
+        raise InvalidInput(f"{value!r} is not a number", field=name) from None
 
 
 @pages.post("/models/revalidate")
