@@ -268,20 +268,24 @@ def run_round(
     annotators: list[Any],
     rng: random.Random,
     model: str | None = None,
+    existing: int | None = None,
 ) -> dict[str, Any]:
-    """One round of ``task`` (pinned on the ``model`` folder, else the task's default model):
-    writers submit ``items``, annotators vote in Label Studio, the disagreements get a third and
-    fourth vote; returns the round's summary."""
+    """One round of ``task`` (pinned on the ``model`` folder, else the task's default model; or the
+    ``existing`` open round, one a retraining policy opened): writers submit ``items``, annotators
+    vote in Label Studio, the disagreements get a third and fourth vote; returns the round's summary."""
 
     def call(method: str, path: str, token: str, *, repeatable: bool | None = None, **kwargs: Any) -> Any:
         """One API call; ``repeatable``: sending it twice changes nothing (default: GET only)."""
         repeatable = method == "GET" if repeatable is None else repeatable
         return _call(api, method, path, token, repeatable=repeatable, **kwargs)
 
-    created: dict[str, Any] = {"name": name, "task": task}
-    if model is not None:
-        created["model"] = model
-    round_body = call("POST", "/api/rounds", lead, json=created)
+    if existing is not None:
+        round_body = call("GET", f"/api/rounds/{existing}", lead)
+    else:
+        created: dict[str, Any] = {"name": name, "task": task}
+        if model is not None:
+            created["model"] = model
+        round_body = call("POST", "/api/rounds", lead, json=created)
     round_id = round_body["id"]
     # The annotators answer in the task type's own controls (the harness writes Label Studio's result).
     task_type = LabelConfigCatalog(REPO_ROOT / "label_config").get(task)

@@ -1,14 +1,16 @@
-"""The whole loop, for real (``scripts/loop_demo``): collect → validate → release → train → gate →
-next round, against a real Label Studio and the real service.
+"""The whole loop, for real (``scripts/loop_demo``): collect → validate → release → retrain → gate
+→ next round, against a real Label Studio and the real service, the retraining by a policy.
 
 1. Round 1 with model A (the default sentiment model): writers submit, annotators vote in Label
-   Studio, the round is frozen and released as 1.0.0.
-2. Model B is fine-tuned from A on ``train_r1`` (``dynaval model train``); never on dev or test.
-3. B is gated against A (``dynaval gate``); the result is printed, whatever it is.
-4. B is shipped (``dynaval models ship``).
-5. Round 2 is pinned on B; its writers submit fresh candidates, so its MER is B's.
-6. Round 2 is frozen and released as 1.1.0, which extends 1.0.0 (round 1's splits unchanged).
-7. A and B are evaluated on every round's dev and test cases (``dynaval evaluate``).
+   Studio, the round is frozen and released as 1.0.0 (its dev and test examples: the suite).
+2. A retraining policy is set (``dynaval retraining set --task sentiment --every N``).
+3. Round 2 on A: writers submit, annotators vote. The N-th accepted example starts the policy's
+   run, by itself: it places the writers, trains model B from A on train writers' examples only,
+   gates B against A on the suite and, when B passes, ships it: round 2 closes and round 3 opens on
+   B. Each automatic step is printed from the retraining audit log.
+4. Round 3's writers submit fresh candidates, so its MER is B's.
+5. Round 2 is frozen and released as 1.1.0, which extends 1.0.0 (round 1's splits unchanged).
+6. A and B are evaluated on every round's dev and test cases (``dynaval evaluate``).
 
 Both servers then stay up until Ctrl-C (``--exit`` stops them at once).
 """
@@ -16,8 +18,10 @@ Both servers then stay up until Ctrl-C (``--exit`` stops them at once).
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +49,7 @@ MODEL_A = MODELS_DIR / "sentiment-default"
 """Model A, round 1's model, unless ``--model-a`` names another: the default sentiment model
 ``scripts/loop_demo`` builds once."""
 
-# Round 2's fresh candidates, written against model B: (text, the writer's label, the label careful
+# Round 2's candidates, written against model A: (text, the writer's label, the label careful
 # annotators would give).
 ROUND_2: list[tuple[str, str, str | None]] = [
     ("I was ready to walk out, and then the second half won me over.", "positive", "positive"),
@@ -67,12 +71,30 @@ ROUND_2: list[tuple[str, str, str | None]] = [
     ("The manual is printed in three languages.", "positive", "neutral"),
 ]
 
+# Round 3's fresh candidates, written against model B.
+ROUND_3: list[tuple[str, str, str | None]] = [
+    ("The waiter apologised so sweetly that I forgot the burnt toast.", "positive", "positive"),
+    ("Five stars for the view, zero for the mattress.", "negative", "negative"),
+    ("The sequel is exactly as long as the first film.", "neutral", "neutral"),
+    ("I laughed so hard at the ending that I cried.", "positive", "positive"),
+    ("Sure, the update is faster, if you never open the camera.", "negative", "negative"),
+    ("The shop opens at nine on weekdays.", "neutral", "neutral"),
+    ("Not the worst pizza in town, but close.", "negative", "negative"),
+    ("Against my expectations, the tiny tent kept us dry all night.", "positive", "positive"),
+]
+
 TRAIN_EPOCHS = 3
 SEED = 7
+RETRAIN_EVERY = 3
+"""The policy retrains after every 3 newly accepted examples (the demo's rounds are small: round 2
+accepts 4 of its 16 candidates against model A)."""
+RUN_WAIT_S = 1800.0
+START_WAIT_S = 120.0
+"""A due policy's run starts at the next read-back of votes or the minute's sweep."""
 
 
-def round_2_items() -> list[Item]:
-    return [Item({"text": text}, label, truth) for text, label, truth in ROUND_2]
+def items_of(rows: list[tuple[str, str, str | None]]) -> list[Item]:
+    return [Item({"text": text}, label, truth) for text, label, truth in rows]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,36 +137,108 @@ def run_steps(up: Running, model_a: Path, demo_dir: Path) -> None:
         base_url=up.service.url, timeout=60, limits=httpx.Limits(keepalive_expiry=CLIENT_KEEPALIVE_S)
     )
 
-    def round_with(model: Path, name: str, items: list[Item]) -> dict[str, Any]:
+    def round_with(
+        model: Path | None, name: str, items: list[Item], existing: int | None = None
+    ) -> dict[str, Any]:
         print(f"running {name} ...", flush=True)
         summary = run_round(api, task="sentiment", name=name, items=items, lead=up.lead, writers=up.writers,
                             collector=up.collector, server=up.server, annotators=annotators, rng=rng,
-                            model=str(model))  # fmt: skip
+                            model=None if model is None else str(model), existing=existing)  # fmt: skip
         print_summary(summary, export_round(env, summary["id"], demo_dir))
-        freeze_round(up.service.url, up.lead, summary["id"])
         return summary
 
     round_1 = round_with(model_a, "loop round 1 (model A)", sentiment_items())
+    freeze_round(up.service.url, up.lead, round_1["id"])
     release_1 = release(env, demo_dir, [round_1["id"]], "1.0.0")
-
-    model_b = demo_dir / "model-B"
-    step("train model B on train_r1", cli(env, "model", "train", "--release", str(release_1),
-         "--splits", "train_r1", "--base", str(model_a), "--out", str(model_b),
-         "--epochs", str(TRAIN_EPOCHS), "--seed", str(SEED)))  # fmt: skip
     hash_a = registered_hash(env, model_a, "model-A")
-    hash_b = registered_hash(env, model_b, "model-B")
-    gated = _cli(env, "gate", "--candidate", str(model_b), "--baseline", hash_a)
-    if gated.returncode not in (0, 1):  # 0 passed, 1 failed with the flips listed, 2 bad input
-        raise DemoError(f"gate failed to run: {gated.stderr.strip()}")
-    step("gate B against A (" + ("passed" if gated.returncode == 0 else "failed") + ")", gated.stdout)
-    step("ship B", cli(env, "models", "ship", "--model", hash_b, "--reason", "trained on round 1"))
 
-    round_2 = round_with(model_b, "loop round 2 (model B)", round_2_items())
+    step(
+        f"set the retraining policy: every {RETRAIN_EVERY} accepted examples",
+        cli(
+            env,
+            "retraining",
+            "set",
+            "--task",
+            "sentiment",
+            "--every",
+            str(RETRAIN_EVERY),
+            "--epochs",
+            str(TRAIN_EPOCHS),
+            "--seed",
+            str(SEED),
+        ),
+    )
+    round_2 = round_with(model_a, "loop round 2 (model A)", items_of(ROUND_2))
+    run = finished_run(env)
+    for event in reversed(run["events"]):
+        if event["step"] != "policy-set":
+            step(f"automatic: {event['step']}", describe(event))
+    result = run["runs"][0].get("result") or {}
+    if run["runs"][0]["state"] != "done":
+        raise DemoError(f"the retraining run {run['runs'][0]['state']}: {run['runs'][0].get('error')}")
+    model_b = Path(result["model"]["folder"])
+    if result["shipped"]:
+        round_3 = result["next_round"]
+        round_with(None, round_3["name"], items_of(ROUND_3), existing=round_3["id"])
+    freeze_round(up.service.url, up.lead, round_2["id"])
     release_2 = release(env, demo_dir, [round_1["id"], round_2["id"]], "1.1.0")
     for name, folder in (("A", model_a), ("B", model_b)):
         step(f"evaluate model {name} on every round", cli(env, "evaluate", "--model", str(folder)))
-    print(f"\nrelease: {release_1}\nrelease: {release_2}\nmodel B: {model_b}")
+    print(f"\nrelease: {release_1}\nrelease: {release_2}\nmodel A: {hash_a}\nmodel B: {model_b}")
     print_access(up.service.url, up.server, [{"email": a.email, "id": a.id} for a in annotators], up.tokens)
+
+
+def finished_run(env: dict[str, str]) -> dict[str, Any]:
+    """The policy as ``dynaval retraining show --json`` shows it, once its first run has ended."""
+    started = time.monotonic()
+    while True:
+        view: dict[str, Any] = json.loads(cli(env, "retraining", "show", "--task", "sentiment", "--json"))
+        runs = view["runs"]
+        if runs and runs[0]["state"] not in ("queued", "running"):
+            return view
+        waited = time.monotonic() - started
+        if not runs and waited > START_WAIT_S:
+            raise DemoError(f"the retraining policy started no run: it waits for {view['waiting_for']}")
+        if waited > RUN_WAIT_S:
+            raise DemoError(f"the retraining run did not end within {RUN_WAIT_S:.0f} s")
+        time.sleep(2)
+
+
+def describe(event: dict[str, Any]) -> str:
+    """One step of the retraining audit log, in a few lines."""
+    detail = event["detail"]
+    if event["step"] == "triggered":
+        return (
+            f"{detail['new_examples']} newly accepted examples (policy: every {detail['every']}); "
+            f"round {detail['round']['id']} ({detail['round']['name']}) on {detail['round']['model']}"
+        )
+    if event["step"] == "trained":
+        examples = detail["examples"]
+        dev = "; ".join(
+            f"{d['split']} ({d['rows']} rows): {d['before']:.3f} -> {d['after']:.3f}"
+            for d in detail["dev"]
+            if d["before"] is not None and d["after"] is not None
+        )
+        return (
+            f"model B {detail['model']} from {detail['base']}\n"
+            f"  trained on {examples['trained_on']} of {examples['accepted']} accepted examples "
+            f"({examples['held_out']} held out, {examples['withheld']} withheld, "
+            f"{examples['near_held_out']} near a held-out one)" + (f"\n  {dev}" if dev else "")
+        )
+    if event["step"] == "gated":
+        if "reason" in detail:
+            return f"gate FAIL: {detail['reason']}"
+        return (
+            f"gate {'PASS' if detail['passed'] else 'FAIL'}: {len(detail['negative_flips'])} negative flips "
+            f"(allowed {detail['max_flips']}), {detail['positive_flips']} positive flips over "
+            f"{detail['paired_cases']} paired cases against {detail['baseline']}"
+        )
+    if event["step"] == "shipped":
+        return (
+            f"B shipped: round {detail['closed_round']} closed, round {detail['next_round']['id']} "
+            f"({detail['next_round']['name']}) open on B"
+        )
+    return json.dumps(detail, ensure_ascii=False)
 
 
 def cli(env: dict[str, str], *command: str) -> str:
