@@ -2,10 +2,12 @@
 user would: a lead sets a sentiment retraining policy with N = 10; writers fool the round's model,
 Label Studio users validate, and the tenth accepted example starts a job that places the writers,
 trains on the train writers' examples, evaluates on the suite, gates against the round's model and
-ships it by opening the next round on it. A second policy trains from a worse base (a shipped model
-with two labels swapped) and sees the gate refuse it: nothing shipped, the round untouched, the
-flipped cases named. The MNIST example turns the same way: ten drawn digits that fool the digits
-model retrain it, and the next round answers drawings with the retrained image classifier.
+ships it by opening the next round on it; with ``swap``, the open round's model is replaced
+instead, each candidate keeping the hash of the model that scored it. A third policy trains from a
+worse base (a shipped model with two labels swapped) and sees the gate refuse it: nothing shipped,
+the round untouched, the flipped cases named. The MNIST example turns the same way: ten drawn
+digits that fool the digits model retrain it, and the next round answers drawings with the
+retrained image classifier.
 
 Round one is seeded as a frozen, released round (its dev and test splits are the suite); the live
 round's model is the tiny model that always answers "neutral", so every positive or negative
@@ -23,10 +25,12 @@ from typing import Any
 import pytest
 
 from dynaval.domain.images.image import ImageUpload
+from dynaval.domain.provenance import verify_prediction
 from dynaval.service_layer.images import stored_images
 from dynaval.service_layer.regression.model_catalog import ship_model
+from dynaval.service_layer.releases.round_dataset import provenance_record
 from tests.e2e.test_task_types import Loop
-from tests.fixtures.service import WRITER_TOKEN, LiveService, running_service
+from tests.fixtures.service import SIGNING_SECRET, WRITER_TOKEN, LiveService, running_service
 from tests.support.drawings import data_url, draw_digit, png_bytes
 from tests.support.jobs import built_release
 from tests.support.release_seed import seed_frozen_round
@@ -118,7 +122,6 @@ def test_ten_validated_failures_retrain_gate_and_open_the_next_round_on_the_new_
     for body, field in (
         ({"every": 0}, "every"),
         ({"every": 10, "ship": "later"}, "ship"),
-        ({"every": 10, "ship": "swap"}, "ship"),  # not built yet: refused, never stored as a trap
         ({"every": 10, "learning_rate": 0}, "learning_rate"),
         ({"ship": "next_round"}, "every"),
         ({"every": 10, "colour": "red"}, "colour"),
@@ -277,3 +280,52 @@ def test_the_mnist_example_drawn_digits_retrain_the_digits_model_and_the_next_ro
     assert asked.status_code == 200, asked.text
     assert set(asked.json()["probabilities"]) == set(digits)
     assert live.call("GET", f"/api/rounds/{first['id']}").json()["state"] == "closed"
+
+
+def test_swap_replaces_the_open_rounds_model_and_each_candidate_keeps_the_model_that_scored_it(
+    live: LiveService, label_studio_server: Any, label_studio_annotators: list[Any], tiny_model_dir: Path
+) -> None:
+    released_first_round(live)
+    loop = Loop(live, label_studio_server, label_studio_annotators, "sentiment")
+    first = loop.create(tiny_model_dir, "sentiment round 2")
+    set_ = put_policy(live, {"every": 10, "ship": "swap", "epochs": 2, "seed": 3})
+    assert set_.status_code == 200 and set_.json()["policy"]["ship"] == "swap", set_.text
+    before = fool_and_validate(loop, FOOLING)
+
+    view = finished_run(live)
+    result = view["runs"][0]["result"]
+    assert view["runs"][0]["state"] == "done" and result["shipped"] is True, result
+    assert result["swapped_round"] == {
+        "id": first["id"],
+        "name": first["name"],
+        "replaced": first["model"]["hash"],
+    }
+    assert "next_round" not in result
+    assert steps(view) == ["policy-set", "triggered", "trained", "gated", "shipped"]
+    new_hash = result["model"]["hash"]
+
+    # The same round, still open, now on the new model (writers see it); no round was opened.
+    rounds = live.call("GET", "/api/rounds", token=WRITER_TOKEN).json()["rounds"]
+    assert [(r["id"], r["state"], r["model"]["hash"]) for r in rounds if r["state"] == "open"] == [
+        (first["id"], "open", new_hash)
+    ]
+    # A candidate submitted now is scored by the new model; those before keep the old one's hash.
+    after = loop.submit({"text": "The refund took a month, but the apology letter was charming."}, "positive")
+    records = {c: provenance_record(live.services, c) for c in [*before, after["id"]]}
+    assert {records[c]["model"]["hash"] for c in before} == {first["model"]["hash"]}
+    assert records[after["id"]]["model"]["hash"] == new_hash
+    for record in records.values():  # each signature verifies against the model that scored it
+        model = record["model"]
+        assert verify_prediction(
+            SIGNING_SECRET,
+            model["signature"],
+            model["hash"],
+            record["inputs"],
+            model["prediction"],
+            model["probabilities"],
+        )
+    # The round's figures say which model each MER was measured against.
+    summary = live.call("GET", f"/api/rounds/{first['id']}").json()
+    by_model = [(m["model"]["hash"], m["collected"], m["fooled"]) for m in summary["by_model"]]
+    assert by_model == [(first["model"]["hash"], 10, 10), (new_hash, 1, int(after["fooled"]))]
+    assert summary["by_model"][0]["mer"] == 1.0 and summary["model"]["hash"] == new_hash

@@ -43,7 +43,7 @@ def test_a_lead_sets_shows_and_turns_off_a_policy_from_the_command_line(
     for argv, field in (
         (["--every", "0"], "every"),
         (["--every", "5", "--learning-rate", "3"], "learning_rate"),
-        (["--every", "5", "--ship", "swap"], "ship"),
+        (["--every", "5", "--base", "shipped", "--batch-size", "0"], "batch_size"),
         (["--every", "5", "--max-flips", "-1"], "max_flips"),
     ):
         assert main(["retraining", "set", "--task", "sentiment", *argv]) == 2

@@ -304,11 +304,17 @@ def migrate_to(db: Database, revision: str, *, down: bool = False) -> None:
 def stored_candidate_ids(db: Database, count: int) -> list[str]:
     """The ids of ``count`` new candidates of a new round."""
     round_id = new_round(db)
-    with db.unit_of_work() as session:
-        rows = [candidate(round_id) for _ in range(count)]
-        session.add_all(rows)
-        session.commit()
-        return [row.id for row in rows]
+    rows = [candidate(round_id) for _ in range(count)]
+    # Only the columns of the schema as migrated so far: a later migration may add some.
+    present = {column["name"] for column in inspect(db.engine).get_columns("candidate")}
+    table = CandidateRow.__table__  # type: ignore[attr-defined]
+    values = [
+        {column.name: getattr(row, column.name) for column in table.c if column.name in present}
+        for row in rows
+    ]
+    with db.engine.begin() as connection:
+        connection.execute(table.insert(), values)
+    return [row.id for row in rows]
 
 
 def test_the_band_keys_of_examples_indexed_before_0018_are_copied_beside_them(database_url: str) -> None:
@@ -450,5 +456,34 @@ def test_after_0021_a_writer_may_be_placed_before_any_release_and_a_downgrade_fo
                     "VALUES ('nli', 'w', 'train', NULL, '2026-12-06 12:00:00')"
                 )
             )
+    finally:
+        db.dispose()
+
+
+def test_0023_gives_every_scored_candidate_its_rounds_model_and_a_downgrade_forgets_it(
+    database_url: str,
+) -> None:
+    """0023 records the model that scored each candidate: every candidate scored before it was
+    scored by its round's model (no round's model could change yet); one not scored has none."""
+    from sqlalchemy import text
+
+    db = Database(database_url)
+    try:
+        migrate_to(db, "0022")
+        scored, unscored = stored_candidate_ids(db, 2)
+        with db.engine.begin() as connection:
+            connection.execute(
+                text("UPDATE candidate SET model_prediction = 'positive' WHERE id = :id"), {"id": scored}
+            )
+        db.migrate()
+        with db.engine.connect() as connection:
+            rows = dict(
+                (r[0], (r[1], r[2]))
+                for r in connection.execute(text("SELECT id, model_hash, model_name FROM candidate")).all()
+            )
+        assert rows == {scored: ("sha256:0", "x"), unscored: (None, None)}
+        migrate_to(db, "0022", down=True)
+        columns = {column["name"] for column in inspect(db.engine).get_columns("candidate")}
+        assert "model_hash" not in columns and "model_name" not in columns
     finally:
         db.dispose()

@@ -140,7 +140,7 @@ class _Run:
             self.reporter.say(f"not shipped: {reason}")
             return {**result, "reason": reason}
         self.reporter.step("shipping")
-        shipped = self._ship(model.hash, trained.folder, round_, gate)
+        shipped = self._ship(model.hash, model.name, trained.folder, round_, gate)
         self._log(RetrainingStep.SHIPPED, shipped)
         return {**result, "shipped": True, **shipped}
 
@@ -182,14 +182,29 @@ class _Run:
             return {"passed": False, "reason": f"the gate could not compare the models: {exc.message}"}
         return outcome.to_dict()
 
-    def _ship(self, model_hash: str, folder: Path, round_: Round, gate: dict[str, Any]) -> dict[str, Any]:
+    def _swap(self, round_id: int, folder: Path, model_hash: str, model_name: str) -> Round:
+        """The open round's model replaced by the new one, under the round's lock: candidates
+        scored from now on are scored by it; those scored before keep their model's hash."""
+        with self.services.uow() as uow:
+            round_ = uow.rounds.get(round_id, for_update=True)
+            round_.swap_model(folder=str(folder), name=model_name, model_hash=model_hash)
+            uow.rounds.save(round_)
+            uow.commit()
+        return round_
+
+    def _ship(
+        self, model_hash: str, model_name: str, folder: Path, round_: Round, gate: dict[str, Any]
+    ) -> dict[str, Any]:
         reason = (
             f"retraining policy of {self.task.name} (job {self.job.id}): passed gate run "
             f"{gate['gate_run_id']} against {round_.model_hash}"
         )
-        if self.policy.ship is ShipMode.SWAP:
-            raise InvalidInput("ship mode swap is not available yet", field="ship")
         assert round_.id is not None
+        if self.policy.ship is ShipMode.SWAP:
+            swapped = self._swap(round_.id, folder, model_hash, model_name)
+            ship_model(self.services, model_hash, by=BY_POLICY, reason=reason)
+            self.reporter.say(f"shipped {model_hash}: round {round_.id}'s model replaced by it")
+            return {"swapped_round": {"id": round_.id, "name": swapped.name, "replaced": round_.model_hash}}
         opened = create_round(
             self.services,
             name=_next_name(self.services, self.task.name),

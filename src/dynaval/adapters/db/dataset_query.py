@@ -174,6 +174,8 @@ def _statements(dialect: str) -> _Statements:
         candidate.c.model_prediction,
         _json(candidate.c.model_probabilities),
         candidate.c.model_signature,
+        candidate.c.model_name,
+        candidate.c.model_hash,
         candidate.c.fooled,
         candidate.c.label_studio_task_id,
         _rule_figures(candidate.c.decision, dialect),

@@ -79,6 +79,9 @@ class CandidateRow(SQLModel, table=True):
     model_prediction: str | None = Field(default=None, max_length=100)
     model_probabilities: dict[str, float] | None = Field(default=None, sa_column=Column(JSON))
     model_signature: str | None = Field(default=None, max_length=80)
+    model_hash: str | None = Field(default=None, max_length=80)
+    """The model that scored it (its round's when scored; a swap replaces the round's later)."""
+    model_name: str | None = Field(default=None, max_length=200)
     fooled: bool | None = None
     submitted_at: datetime = Field(default_factory=utcnow)
     scored_at: datetime | None = None

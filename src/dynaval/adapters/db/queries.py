@@ -31,6 +31,9 @@ VOTE_PAGE = 20_000
 """Vote rows fetched from the database at a time."""
 
 
+_CANDIDATES: Any = CandidateRow.__table__  # type: ignore[attr-defined]
+
+
 class SqlRoundQueries:
     def __init__(self, session: Session) -> None:
         self._session = session
@@ -43,6 +46,30 @@ class SqlRoundQueries:
             .group_by(col(CandidateRow.status), col(CandidateRow.fooled))
         ).all()
         return {(status, bool(fooled)): int(n) for status, fooled, n in grouped}
+
+    def status_counts_by_model(self, round_id: int) -> dict[tuple[str, str], dict[tuple[str, bool], int]]:
+        candidate = _CANDIDATES
+        grouped = self._session.execute(
+            sa_select(
+                candidate.c.model_hash,
+                candidate.c.model_name,
+                candidate.c.status,
+                candidate.c.fooled,
+                func.count(),
+                func.min(candidate.c.scored_at),
+            )
+            .where(candidate.c.round_id == round_id, candidate.c.model_hash.is_not(None))
+            .group_by(candidate.c.model_hash, candidate.c.model_name, candidate.c.status, candidate.c.fooled)
+        ).all()
+        first: dict[tuple[str, str], Any] = {}
+        by_model: dict[tuple[str, str], dict[tuple[str, bool], int]] = {}
+        for model_hash, model_name, status, fooled, n, scored in grouped:
+            key = (str(model_hash), str(model_name or ""))
+            by_model.setdefault(key, {})[(status, bool(fooled))] = int(n)
+            if scored is not None and (key not in first or scored < first[key]):
+                first[key] = scored
+        order = sorted(by_model, key=lambda key: (key not in first, str(first.get(key, ""))))
+        return {key: by_model[key] for key in order}
 
     def labelled_votes(self, round_id: int) -> list[tuple[str, str, str]]:
         """Every annotator's current labelled vote in the round as (candidate, annotator, label),

@@ -82,6 +82,9 @@ class SqlRoundRepository:
         row = self._map.row(round_.id)
         row.name = round_.name
         row.state = round_.state.value
+        row.model_dir = round_.model_dir  # a retraining policy's swap replaces an open round's model
+        row.model_name = round_.model_name
+        row.model_hash = round_.model_hash
         row.policy = dict(round_.policy)
         row.closed_at = round_.closed_at
         row.frozen_at = round_.frozen_at

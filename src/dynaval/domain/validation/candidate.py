@@ -123,6 +123,10 @@ class Candidate:
     model_prediction: str | None = None
     model_probabilities: dict[str, float] | None = None
     model_signature: str | None = None
+    model_hash: str | None = None
+    """The content hash of the model that scored it (None until scored): its round's model then,
+    kept when a retraining policy's swap replaces the round's model."""
+    model_name: str | None = None
     fooled: bool | None = None
     scored_at: datetime | None = None
     push_attempted_at: datetime | None = None
@@ -145,6 +149,8 @@ class Candidate:
         prediction: str,
         probabilities: Mapping[str, float],
         signature: str,
+        model_hash: str,
+        model_name: str,
         validate_non_fooling: bool,
         at: datetime,
     ) -> bool:
@@ -155,6 +161,7 @@ class Candidate:
         self.model_prediction = prediction
         self.model_probabilities = dict(probabilities)
         self.model_signature = signature
+        self.model_hash, self.model_name = model_hash, model_name
         self.fooled = prediction != self.writer_label
         self.scored_at = at
         queued = self.fooled or validate_non_fooling

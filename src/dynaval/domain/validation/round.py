@@ -142,6 +142,15 @@ class Round:
         self.state = RoundState.CLOSED
         self.closed_at = at
 
+    def swap_model(self, *, folder: str, name: str, model_hash: str) -> None:
+        """An open adversarial round's model is replaced (a retraining policy's ``swap``): the
+        candidates scored before keep the hash of the model that scored them."""
+        if self.kind is not RoundKind.ADVERSARIAL:
+            raise self._conflict(f"is a {self.kind.value} round: it has no model to replace")
+        if self.state is not RoundState.OPEN:
+            raise self._conflict(f"is {self.state.value}: only an open round's model is replaced")
+        self.model_dir, self.model_name, self.model_hash = folder, name, model_hash
+
     def freeze(
         self, at: datetime, *, waiting: int = 0, force: bool = False, reason: str | None = None
     ) -> None:

@@ -152,6 +152,8 @@ class _RecordBuilder:
             prediction,
             probabilities,
             signature,
+            scored_by_name,
+            scored_by_hash,
             fooled,
             task_id,
             decision,
@@ -184,8 +186,9 @@ class _RecordBuilder:
                 "collected_by": collected_by,
                 "submitted_at": submitted_at,
                 "model": {
-                    "name": model_name,
-                    "hash": model_hash,
+                    # The model that scored it: the round's, unless a swap replaced it since.
+                    "name": scored_by_name or model_name,
+                    "hash": scored_by_hash or model_hash,
                     "prediction": prediction,
                     "probabilities": probabilities,
                     "signature": signature,

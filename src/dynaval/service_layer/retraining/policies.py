@@ -15,10 +15,10 @@ from dataclasses import replace
 from typing import Any
 
 from dynaval.domain.clock import utcnow
-from dynaval.domain.errors import Conflict, InvalidInput, NotFound
+from dynaval.domain.errors import Conflict, NotFound
 from dynaval.domain.jobs.job import Job, JobKind
 from dynaval.domain.retraining.audit import RetrainingEvent, RetrainingStep
-from dynaval.domain.retraining.policy import RetrainingPolicy, ShipMode
+from dynaval.domain.retraining.policy import RetrainingPolicy
 from dynaval.domain.validation.candidate import CandidateStatus
 from dynaval.domain.validation.round import Round, RoundKind, RoundState
 from dynaval.service_layer.jobs import jobs
@@ -74,12 +74,6 @@ def set_policy(
         policy = RetrainingPolicy.set_by(
             task_type, settings, accepted=accepted_examples(uow, task_type), by=by, at=now
         )
-        if policy.ship is ShipMode.SWAP:
-            raise InvalidInput(
-                "swap (replacing the open round's model) is not available yet: use next_round, which "
-                "opens the next round on the new model",
-                field="ship",
-            )
         stored = uow.retraining.get(task_type, for_update=True)
         if stored is not None:  # the minimum interval counts from the last run, whoever set it since
             policy = replace(policy, last_run_at=stored.last_run_at)

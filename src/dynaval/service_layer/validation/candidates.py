@@ -347,6 +347,8 @@ def _store_score(services: Services, candidate_id: str, prediction: Prediction, 
             prediction=prediction.label,
             probabilities=prediction.probabilities,
             signature=signature,
+            model_hash=round_.model_hash,
+            model_name=round_.model_name,
             validate_non_fooling=round_.decision_policy.validate_non_fooling,
             at=utcnow(),
         )

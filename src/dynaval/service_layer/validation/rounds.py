@@ -317,6 +317,23 @@ def validation_cost(round_: Round, validated: int, votes: int) -> dict[str, Any]
     }
 
 
+def _by_model(uow: UnitOfWork, round_id: int) -> list[dict[str, Any]]:
+    """The round's MER and VMER per model that scored its candidates, in the order they scored."""
+    out = []
+    for (model_hash, name), by_status in uow.round_queries.status_counts_by_model(round_id).items():
+        counts = round_counts(by_status)
+        out.append(
+            {
+                "model": {"hash": model_hash, "name": name},
+                "collected": counts.collected,
+                "fooled": counts.fooled,
+                "mer": counts.mer,
+                "vmer": counts.vmer,
+            }
+        )
+    return out
+
+
 def round_summary(services: Services, round_id: int, *, with_model_folder: bool) -> dict[str, Any]:
     links = services.writer_annotators()
     with services.uow(read_only=True) as uow:
@@ -333,6 +350,9 @@ def round_summary(services: Services, round_id: int, *, with_model_folder: bool)
             "counts": counts.to_dict(),
             "mer": counts.mer,
             "vmer": counts.vmer,
+            # Which model each MER was measured against: one entry per model that scored candidates
+            # of the round (two or more once a retraining policy's swap replaced its model).
+            "by_model": _by_model(uow, round_id),
             "annotations": uow.round_queries.annotation_count(round_id),
             # Read after the round was frozen: stored, never counted (the newest LATE_SHOWN listed).
             "late_annotations": {"count": late_total, "latest": [a.to_dict() for a in late]},

@@ -248,6 +248,10 @@ class RoundQueries(Protocol):
     def status_counts(self, round_id: int) -> dict[tuple[str, bool], int]:
         """Candidates of the round by (status, fooled)."""
 
+    def status_counts_by_model(self, round_id: int) -> dict[tuple[str, str], dict[tuple[str, bool], int]]:
+        """The round's scored candidates by the model that scored them ``(hash, name)``, each by
+        (status, fooled); in the order the models first scored one."""
+
     def labelled_votes(self, round_id: int) -> list[tuple[str, str, str]]:
         """Every annotator's current labelled vote in the round as (candidate, annotator, label),
         excluded annotators included.
