@@ -113,6 +113,7 @@ ACCESS: dict[tuple[str, str], Access] = {
     ("POST", "/api/jobs/<int:job_id>/cancel"): LEAD,
     ("GET", "/api/task-types/<task_type>/retraining"): LEAD,
     ("PUT", "/api/task-types/<task_type>/retraining"): LEAD,
+    ("POST", "/api/task-types/<task_type>/retraining/run"): LEAD,
     ("GET", "/write"): PUBLIC,  # a static page: its script calls the API with the writer's token
     # A stored image by its signed URL: the signature is the credential (a wrong one: 404 for all).
     ("GET", "/images/<sha256>.png"): PUBLIC,

@@ -32,7 +32,7 @@ from dynaval.service_layer.releases.round_dataset import provenance_record
 from tests.e2e.test_task_types import Loop
 from tests.fixtures.service import SIGNING_SECRET, WRITER_TOKEN, LiveService, running_service
 from tests.support.drawings import data_url, draw_digit, png_bytes
-from tests.support.jobs import built_release
+from tests.support.jobs import built_release, finished_job
 from tests.support.release_seed import seed_frozen_round
 from tests.support.tiny_model import build_tiny_model
 
@@ -329,3 +329,11 @@ def test_swap_replaces_the_open_rounds_model_and_each_candidate_keeps_the_model_
     by_model = [(m["model"]["hash"], m["collected"], m["fooled"]) for m in summary["by_model"]]
     assert by_model == [(first["model"]["hash"], 10, 10), (new_hash, 1, int(after["fooled"]))]
     assert summary["by_model"][0]["mer"] == 1.0 and summary["model"]["hash"] == new_hash
+
+    # A lead starts a run at once, whatever the count: 202 with the job's URL; a second waits.
+    started = live.call("POST", "/api/task-types/sentiment/retraining/run")
+    assert started.status_code == 202 and started.headers["Location"] == f"/api/jobs/{started.json()['id']}"
+    again = live.call("POST", "/api/task-types/sentiment/retraining/run")
+    assert again.status_code == 409 and again.json()["error"]["field"] == "task_type", again.text
+    manual = finished_job(live, started)
+    assert manual["state"] == "done" and manual["result"]["replaces"]["model"] == new_hash, manual

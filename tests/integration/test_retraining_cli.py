@@ -8,6 +8,8 @@ import random
 
 import pytest
 
+from dynaval.adapters.db.orm import RoundRow
+from dynaval.domain.validation.policy import DecisionPolicy
 from dynaval.entrypoints.cli.main import main
 from dynaval.service_layer.retraining.policies import policy_view
 from dynaval.service_layer.services import Services
@@ -60,3 +62,36 @@ def test_a_lead_sets_shows_and_turns_off_a_policy_from_the_command_line(
     assert "sentiment: retraining is off" in capsys.readouterr().out
     view = policy_view(services, "sentiment")
     assert view["on"] is False and [e["step"] for e in view["events"]] == ["policy-set", "policy-set"]
+
+
+def test_a_lead_starts_a_run_now_and_waits_for_it_from_the_command_line(
+    services: Services, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No worker runs here: the run stays queued, ``--wait`` gives up at its timeout (exit 2,
+    saying how to wait again), and a second run is refused while the first is active."""
+    assert services.database is not None
+    cli_environment(services, monkeypatch)
+    assert main(["retraining", "run", "--task", "sentiment"]) == 2
+    assert "task_type: sentiment has no open adversarial round" in capsys.readouterr().err
+
+    with services.database.unit_of_work() as session:
+        session.add(
+            RoundRow(
+                name="open round", task_type="sentiment", model_dir="/models/x", model_name="x",
+                model_hash="sha256:" + "ab" * 32, labels=["positive", "negative", "neutral"],
+                policy=DecisionPolicy().to_dict(),
+            )
+        )  # fmt: skip
+        session.commit()
+    assert main(["retraining", "run", "--task", "sentiment", "--wait", "--timeout", "0.5"]) == 2
+    waited = capsys.readouterr().err
+    assert "is still queued after 0.5 s; wait again with `dynaval jobs wait" in waited
+    assert main(["retraining", "run", "--task", "sentiment"]) == 2
+    assert "(retrain 'sentiment') is queued: wait for it or cancel it" in capsys.readouterr().err
+
+    view = policy_view(services, "sentiment")
+    run = view["runs"][0]
+    assert run["kind"] == "retrain" and run["state"] == "queued" and run["params"]["round_id"]
+    assert [e["step"] for e in view["events"]] == ["triggered"]
+    assert view["events"][0]["by"] != "retraining" and view["events"][0]["detail"]["every"] is None
+    assert main(["jobs", "cancel", str(run["id"])]) == 0

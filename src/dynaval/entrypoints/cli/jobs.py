@@ -77,38 +77,44 @@ def cmd_jobs_cancel(args: argparse.Namespace) -> int:
 
 def cmd_jobs_wait(args: argparse.Namespace) -> int:
     """Follow the job with a progress bar per step until it ends: exit 0 when done, 1 otherwise."""
+    with closing(open_services()) as services:
+        return follow_job(services, args.job_id, timeout=args.timeout, as_json=args.json)
+
+
+def follow_job(services: Any, job_id: int, *, timeout: float | None, as_json: bool) -> int:
+    """Follow a job with a progress bar per step (on a terminal) until it ends, then print it: 0
+    when it is done, 1 when it failed or was cancelled; past ``timeout`` a :class:`CommandError`."""
     from dynaval.domain.jobs.job import JobState
     from dynaval.service_layer.jobs.jobs import get_job
 
-    deadline = None if args.timeout is None else time.monotonic() + args.timeout
-    with closing(open_services()) as services:
-        job = get_job(services, args.job_id)
-        bar: Any = None
-        step = None
-        shown = sys.stderr.isatty()  # a bar per step on a terminal; a script reads the final state
-        try:
-            while job.active:
-                progress = job.progress
-                if shown and progress is not None and progress.step != step:
-                    if bar is not None:
-                        bar.close()
-                    step = progress.step
-                    bar = progress_bar(progress.total, "it", step)
-                if bar is not None and progress is not None:
-                    bar.total = progress.total
-                    bar.n = progress.done
-                    bar.refresh()
-                if deadline is not None and time.monotonic() > deadline:
-                    raise CommandError(
-                        f"job {job.id} is still {job.state} after {args.timeout:g} s; "
-                        f"wait again with `dynaval jobs wait {job.id}`"
-                    )
-                time.sleep(WAIT_POLL_S)
-                job = get_job(services, args.job_id)
-        finally:
-            if bar is not None:
-                bar.close()
-    _print_job(job, args.json)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    job = get_job(services, job_id)
+    bar: Any = None
+    step = None
+    shown = sys.stderr.isatty()  # a bar per step on a terminal; a script reads the final state
+    try:
+        while job.active:
+            progress = job.progress
+            if shown and progress is not None and progress.step != step:
+                if bar is not None:
+                    bar.close()
+                step = progress.step
+                bar = progress_bar(progress.total, "it", step)
+            if bar is not None and progress is not None:
+                bar.total = progress.total
+                bar.n = progress.done
+                bar.refresh()
+            if deadline is not None and time.monotonic() > deadline:
+                raise CommandError(
+                    f"job {job.id} is still {job.state} after {timeout:g} s; "
+                    f"wait again with `dynaval jobs wait {job.id}`"
+                )
+            time.sleep(WAIT_POLL_S)
+            job = get_job(services, job_id)
+    finally:
+        if bar is not None:
+            bar.close()
+    _print_job(job, as_json)
     return 0 if job.state is JobState.DONE else 1
 
 

@@ -1,5 +1,5 @@
-"""``dynaval retraining``: set and show a task type's retraining policy (what
-``PUT/GET /api/task-types/<task>/retraining`` do)."""
+"""``dynaval retraining``: set and show a task type's retraining policy, and start a run now (what
+``PUT/GET /api/task-types/<task>/retraining`` and ``POST .../retraining/run`` do)."""
 
 from __future__ import annotations
 
@@ -76,6 +76,20 @@ def cmd_retraining_set(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_retraining_run(args: argparse.Namespace) -> int:
+    from dynaval.entrypoints.cli.jobs import follow_job
+    from dynaval.service_layer.retraining.policies import start_run_now
+
+    with closing(open_services()) as services:
+        job = start_run_now(services, args.task, by=operator_name())
+        assert job.id is not None
+        if not args.wait:
+            queued = f"job {job.id}: a retraining run of {args.task} queued"
+            print(f"{queued}; follow it with `dynaval jobs wait {job.id}`")
+            return 0
+        return follow_job(services, job.id, timeout=args.timeout, as_json=args.json)
+
+
 def add_retraining_commands(commands: Any) -> None:
     retraining = commands.add_parser(
         "retraining",
@@ -110,3 +124,18 @@ def add_retraining_commands(commands: Any) -> None:
     setting.add_argument("--with-seed-set", action="store_true", help="add the task's hand-written seed set")
     setting.add_argument("--json", action="store_true")
     setting.set_defaults(run=cmd_retraining_set)
+
+    running = sub.add_parser(
+        "run", help="start a run now, whatever the count (a worker runs it: the service's, or dynaval worker)"
+    )
+    running.add_argument("--task", required=True, help="the task type (e.g. sentiment, digits)")
+    running.add_argument(
+        "--wait",
+        action="store_true",
+        help="follow the run with a progress bar until it ends (exit 1 unless done)",
+    )
+    running.add_argument(
+        "--timeout", type=float, default=None, help="with --wait: give up after this many seconds"
+    )
+    running.add_argument("--json", action="store_true")
+    running.set_defaults(run=cmd_retraining_run)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from dynaval.domain.clock import utcnow
@@ -146,37 +147,65 @@ def _start_if_due(services: Services, task_type: str) -> Job | None:
         round_ = open_round(uow, task_type)
         if round_ is None or not policy.due(accepted, now).due:
             return None
-        trigger = {
-            "accepted": accepted,
-            "new_examples": policy.new_examples(accepted),
-            "every": policy.every,
-            "round": {"id": round_.id, "name": round_.name, "model": round_.model_hash},
-        }
         try:
-            job = jobs.add_job(
-                uow,
-                kind=JobKind.RETRAIN,
-                key=job_key(task_type),
-                params={
-                    "task_type": task_type,
-                    "round_id": round_.id,
-                    "policy": policy.settings(),
-                    "trigger": trigger,
-                },
-                by=BY_POLICY,
-                field="task_type",
-            )
+            job = _add_run(uow, policy, round_, accepted, now, by=BY_POLICY)
         except Conflict:  # a run of the policy is active: the next check after it ends starts one
             return None
-        uow.retraining.save(policy.ran(accepted, now))
-        uow.retraining.log(
-            RetrainingEvent(
-                task_type, RetrainingStep.TRIGGERED, by=BY_POLICY, at=now, detail=trigger, job_id=job.id
-            )
-        )
         uow.commit()
-    log.warning("retraining of %s started (job %s): %s", task_type, job.id, trigger)
     return jobs.queued(services, job)
+
+
+def start_run_now(services: Services, task_type: str, *, by: str) -> Job:
+    """A lead starts a run at once, whatever the count (the policy's settings, or the defaults when
+    none is set); its count starts again. 409 naming ``task_type`` while a run is active or when
+    the task type has no open adversarial round."""
+    _check_task_type(services, task_type)
+    now = utcnow()
+    with services.uow() as uow:
+        policy = uow.retraining.get(task_type, for_update=True) or RetrainingPolicy(task_type)
+        round_ = open_round(uow, task_type)
+        if round_ is None:
+            raise Conflict(
+                f"{task_type} has no open adversarial round: a run replaces an open round's model",
+                field="task_type",
+            )
+        job = _add_run(uow, policy, round_, accepted_examples(uow, task_type), now, by=by)
+        uow.commit()
+    return jobs.queued(services, job)
+
+
+def _add_run(
+    uow: UnitOfWork, policy: RetrainingPolicy, round_: Round, accepted: int, now: datetime, *, by: str
+) -> Job:
+    """A run's job, stored with its trigger and the policy's new count (the caller commits)."""
+    trigger = {
+        "by": by,
+        "accepted": accepted,
+        "new_examples": policy.new_examples(accepted),
+        "every": policy.every,
+        "round": {"id": round_.id, "name": round_.name, "model": round_.model_hash},
+    }
+    job = jobs.add_job(
+        uow,
+        kind=JobKind.RETRAIN,
+        key=job_key(policy.task_type),
+        params={
+            "task_type": policy.task_type,
+            "round_id": round_.id,
+            "policy": policy.settings(),
+            "trigger": trigger,
+        },
+        by=by,
+        field="task_type",
+    )
+    uow.retraining.save(policy.ran(accepted, now))
+    uow.retraining.log(
+        RetrainingEvent(
+            policy.task_type, RetrainingStep.TRIGGERED, by=by, at=now, detail=trigger, job_id=job.id
+        )
+    )
+    log.warning("retraining of %s started by %s (job %s): %s", policy.task_type, by, job.id, trigger)
+    return job
 
 
 def log_step(
