@@ -330,6 +330,9 @@ def test_swap_replaces_the_open_rounds_model_and_each_candidate_keeps_the_model_
     assert by_model == [(first["model"]["hash"], 10, 10), (new_hash, 1, int(after["fooled"]))]
     assert summary["by_model"][0]["mer"] == 1.0 and summary["model"]["hash"] == new_hash
 
+    page = live.call("GET", "/dashboard/models")
+    assert page.status_code == 200 and f"swapped into round #{first['id']}" in page.text, page.text[:500]
+
     # A lead starts a run at once, whatever the count: 202 with the job's URL; a second waits.
     started = live.call("POST", "/api/task-types/sentiment/retraining/run")
     assert started.status_code == 202 and started.headers["Location"] == f"/api/jobs/{started.json()['id']}"
@@ -337,3 +340,7 @@ def test_swap_replaces_the_open_rounds_model_and_each_candidate_keeps_the_model_
     assert again.status_code == 409 and again.json()["error"]["field"] == "task_type", again.text
     manual = finished_job(live, started)
     assert manual["state"] == "done" and manual["result"]["replaces"]["model"] == new_hash, manual
+    # The Models page shows the runs: the swap, then the run the lead started.
+    models_page = live.call("GET", "/dashboard/models")
+    assert models_page.status_code == 200, models_page.text[:500]
+    assert f"#{manual['id']} done: model " in models_page.text

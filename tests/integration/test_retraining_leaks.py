@@ -12,12 +12,14 @@ from __future__ import annotations
 import itertools
 import random
 
+from dynaval.adapters.db.orm import CandidateRow
+from dynaval.domain.clock import utcnow
 from dynaval.domain.releases.release import SplitKind
 from dynaval.model_training.retraining_data import choose_training_set
 from dynaval.service_layer.regression import suite as regression_suite
 from dynaval.service_layer.releases.round_dataset import iter_round_dataset
 from dynaval.service_layer.services import Services
-from tests.integration.test_releases import release
+from tests.integration.test_releases import release, rows_of
 from tests.support.release_seed import TOPICS, WORDS, seed_frozen_round
 
 SENTIMENT = ["positive", "negative", "neutral"]
@@ -93,3 +95,51 @@ def test_no_held_out_example_nor_a_near_copy_of_one_is_trained_on(services: Serv
     ]
     assert kept_pairs
     assert chosen.counts()["trained_on"] == len(trained) and chosen.counts()["near_held_out"] == len(planted)
+
+
+def test_a_release_keeps_a_trained_on_text_in_train_whatever_order_it_reads_the_examples_in(
+    services: Services,
+) -> None:
+    """A train writer's example was trained on; a test writer wrote the same text afterwards (the
+    placement withheld it from training). The build reads examples by round and id, and here it
+    reads the test writer's first: it must still keep the text in train and withhold the other."""
+    assert services.database is not None
+    texts = sentences(random.Random(9))
+    round_id = seed_frozen_round(
+        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=EXAMPLES,
+        writers=20, rng=random.Random(5), name="round one", weak_share=0.0,
+        make_inputs=lambda i, _label: {"text": texts[i]},
+    ).round_id  # fmt: skip
+    records = sorted(iter_round_dataset(services, round_id), key=lambda r: r["example_id"])
+    first_read = records[0]  # the build reads it first
+    trained = next(r for r in reversed(records) if r["writer"] != first_read["writer"])
+    shared = "A text both writers wrote, word for word, about the same rainy holiday."
+    with services.database.unit_of_work() as session:
+        for example_id in (first_read["example_id"], trained["example_id"]):
+            row = session.get(CandidateRow, example_id)
+            assert row is not None
+            row.inputs = {"text": shared}
+            session.add(row)
+        session.commit()
+    with services.uow() as uow:
+        uow.releases.place_writers(
+            "sentiment",
+            {trained["writer"]: SplitKind.TRAIN, first_read["writer"]: SplitKind.TEST},
+            at=utcnow(),
+        )
+        uow.retraining.record_trained(
+            "sentiment", [trained["example_id"]], job_id=None, model_hash="sha256:" + "0" * 64, at=utcnow()
+        )
+        uow.commit()
+
+    splits = rows_of(release(services, [round_id], "1.0.0"))
+    where = {row["example_id"]: split for split, rows in splits.items() for row in rows}
+    assert where[trained["example_id"]] == "train_r1"
+    assert first_read["example_id"] not in where  # withheld: its text is in train
+    assert not [
+        row
+        for split, rows in splits.items()
+        if not split.startswith("train")
+        for row in rows
+        if row["text"] == shared
+    ]

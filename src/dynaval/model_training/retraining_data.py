@@ -119,7 +119,9 @@ class _TrainingSetChooser:
         for example in held_out:
             yield example.example_id, example.inputs
         with self.services.uow(read_only=True) as uow:
-            cases = [c for c in uow.regression.cases() if c.task_type == self.task.name]
+            # Retired cases too: a retired case's example stays in its release's dev or test split.
+            every = (*uow.regression.cases(), *uow.regression.cases(retired=True))
+            cases = [c for c in every if c.task_type == self.task.name]
         for case in cases:
             yield f"suite\x1f{case.id}", dict(case.inputs)
         for round_ in self._rounds(RoundKind.CAPTURE):

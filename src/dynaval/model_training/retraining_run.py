@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import Conflict, DomainError, InvalidInput, NotFound
 from dynaval.domain.jobs.job import Job
 from dynaval.domain.retraining.audit import RetrainingStep
@@ -24,10 +25,10 @@ from dynaval.domain.task_type import TaskType
 from dynaval.domain.validation.round import Round, RoundKind, RoundState
 from dynaval.model_training.retraining_data import choose_training_set, labelled_examples
 from dynaval.model_training.train import TrainingData, TrainingRequest, fit_model
-from dynaval.service_layer.jobs.ports import JobReporter, JobWork
+from dynaval.service_layer.jobs.ports import JobCancelled, JobReporter, JobWork
 from dynaval.service_layer.regression.gate import run_gate
 from dynaval.service_layer.regression.model_catalog import register_model, ship_model
-from dynaval.service_layer.retraining.policies import BY_POLICY, log_step
+from dynaval.service_layer.retraining.policies import BY_POLICY, log_step, open_round
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.validation.rounds import close_round, create_round
 
@@ -44,8 +45,15 @@ def retraining_work(services: Services) -> JobWork:
         task_type = str(job.params["task_type"])
         try:
             return _Run(services, job, reporter).run()
+        except JobCancelled:
+            log_step(services, task_type, RetrainingStep.FAILED, {"error": "cancelled"}, job_id=job.id)
+            raise
         except DomainError as exc:
             log_step(services, task_type, RetrainingStep.FAILED, {"error": exc.message}, job_id=job.id)
+            raise
+        except Exception:
+            error = "an unexpected error stopped it; the service log has the details"
+            log_step(services, task_type, RetrainingStep.FAILED, {"error": error}, job_id=job.id)
             raise
 
     return work
@@ -74,9 +82,7 @@ class _Run:
         base_folder, base_hash = self._base(round_)
         data = choose_training_set(self.services, self.task, self.reporter)
         train, dev = data.train, data.dev
-        out = retrained_folder(self.services, self.job)
-        if out.exists():  # an earlier attempt of this job, whose worker stopped after writing it
-            shutil.rmtree(out)
+        out = self._fresh_folder()
         scratch = out.with_name(out.name + ".images")
         try:
             trained = fit_model(
@@ -111,6 +117,15 @@ class _Run:
         model = register_model(
             self.services, trained.folder, name=f"{self.task.name}-retrained-{self.job.id}"
         )
+        with self.services.uow() as uow:  # a release keeps these texts in train from now on
+            uow.retraining.record_trained(
+                self.task.name,
+                [e.example_id for e in train],
+                job_id=self.job.id,
+                model_hash=model.hash,
+                at=utcnow(),
+            )
+            uow.commit()
         record = trained.record
         trained_detail = {
             "model": model.hash,
@@ -143,6 +158,25 @@ class _Run:
         shipped = self._ship(model.hash, model.name, trained.folder, round_, gate)
         self._log(RetrainingStep.SHIPPED, shipped)
         return {**result, "shipped": True, **shipped}
+
+    def _fresh_folder(self) -> Path:
+        """Where the model is written: emptied when an earlier attempt of this job (whose worker
+        stopped) left it, unless that attempt got as far as registering it, which this one never
+        undoes (a swapped round may be answering with it)."""
+        out = retrained_folder(self.services, self.job)
+        if out.exists():
+            with self.services.uow(read_only=True) as uow:
+                in_use = any(m.folder == str(out) for m in uow.regression.models()) or any(
+                    r.model_dir == str(out) for r in uow.rounds.all()
+                )
+            if in_use:
+                raise Conflict(
+                    f"an earlier attempt of this run registered the model in {out} already: not trained "
+                    "again (see the retraining audit log for how far it got)",
+                    field="job_id",
+                )
+            shutil.rmtree(out)
+        return out
 
     def _replaced_round(self) -> Round:
         with self.services.uow(read_only=True) as uow:
@@ -200,6 +234,14 @@ class _Run:
             f"{gate['gate_run_id']} against {round_.model_hash}"
         )
         assert round_.id is not None
+        # Training takes a while: the round must still be the task type's open one to be replaced.
+        current = self._replaced_round()
+        if not _still_newest_open(self.services, current):
+            raise Conflict(
+                f"round {round_.id} is no longer the newest open round of {self.task.name}: a lead opened "
+                "another while this run trained; the model is kept, not shipped",
+                field="round_id",
+            )
         if self.policy.ship is ShipMode.SWAP:
             swapped = self._swap(round_.id, folder, model_hash, model_name)
             ship_model(self.services, model_hash, by=BY_POLICY, reason=reason)
@@ -217,6 +259,12 @@ class _Run:
         ship_model(self.services, model_hash, by=BY_POLICY, reason=reason)
         self.reporter.say(f"shipped {model_hash}: round {round_.id} closed, round {opened.id} open on it")
         return {"closed_round": round_.id, "next_round": {"id": opened.id, "name": opened.name}}
+
+
+def _still_newest_open(services: Services, round_: Round) -> bool:
+    with services.uow(read_only=True) as uow:
+        newest = open_round(uow, round_.task_type)
+    return newest is not None and newest.id == round_.id
 
 
 def _next_name(services: Services, task_type: str) -> str:

@@ -551,3 +551,16 @@ class RetrainingEventRow(SQLModel, table=True):
     job_id: int | None = None
     detail: dict[str, Any] = Field(sa_column=Column(JSON, nullable=False))
     at: datetime = Field(default_factory=utcnow)
+
+
+class TrainedExampleRow(SQLModel, table=True):
+    """An accepted example a retraining run trained a model on (the first run that did): a release
+    keeps its texts in train, so no later dev or test split holds a text a model learned."""
+
+    __tablename__ = "trained_example"
+
+    example_id: str = Field(primary_key=True, max_length=36)
+    task_type: str = Field(max_length=40, index=True)
+    job_id: int | None = None
+    model_hash: str = Field(max_length=80)
+    trained_at: datetime = Field(default_factory=utcnow)

@@ -3,10 +3,15 @@ and their audit log (``retraining_event``)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from datetime import datetime
+
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from dynaval.adapters.db.identity_map import utc
-from dynaval.adapters.db.orm import RetrainingEventRow, RetrainingPolicyRow, as_utc
+from dynaval.adapters.db.orm import RetrainingEventRow, RetrainingPolicyRow, TrainedExampleRow, as_utc
+from dynaval.domain.errors import StorageConflict
 from dynaval.domain.retraining.audit import RetrainingEvent, RetrainingStep
 from dynaval.domain.retraining.policy import RetrainingPolicy, ShipMode, TrainFrom, TrainingSettings
 
@@ -57,7 +62,12 @@ class SqlRetrainingPolicyRepository:
         row.last_run_at = policy.last_run_at
         row.updated_by = policy.updated_by
         row.updated_at = policy.updated_at
-        self._session.flush()
+        try:
+            self._session.flush()
+        except IntegrityError:  # another request stored the task type's first policy meanwhile
+            raise StorageConflict(
+                f"the retraining policy of {policy.task_type} was set by another request meanwhile; try again"
+            ) from None
 
     def turned_on(self) -> list[RetrainingPolicy]:
         rows = self._session.exec(
@@ -75,6 +85,38 @@ class SqlRetrainingPolicyRepository:
             )
         )  # fmt: skip
         self._session.flush()
+
+    def record_trained(
+        self,
+        task_type: str,
+        example_ids: Collection[str],
+        *,
+        job_id: int | None,
+        model_hash: str,
+        at: datetime,
+    ) -> None:
+        known = set(
+            self._session.exec(
+                select(TrainedExampleRow.example_id).where(TrainedExampleRow.task_type == task_type)
+            ).all()
+        )
+        self._session.add_all(
+            TrainedExampleRow(
+                example_id=example_id,
+                task_type=task_type,
+                job_id=job_id,
+                model_hash=model_hash,
+                trained_at=at,
+            )
+            for example_id in sorted(set(example_ids) - known)
+        )
+        self._session.flush()
+
+    def trained_ids(self, task_type: str) -> set[str]:
+        rows = self._session.exec(
+            select(TrainedExampleRow.example_id).where(TrainedExampleRow.task_type == task_type)
+        ).all()
+        return set(rows)
 
     def events(self, task_type: str, limit: int) -> list[RetrainingEvent]:
         rows = self._session.exec(

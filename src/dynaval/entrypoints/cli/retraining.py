@@ -26,7 +26,7 @@ def _print_view(view: dict[str, Any], as_json: bool) -> None:
         )
         print(
             f"  training: {policy['epochs']} epochs, seed {policy['seed']}, learning rate "
-            f"{policy['learning_rate'] or 'the recipe'}'s, batch {policy['batch_size']}, seed set "
+            f"{policy['learning_rate'] or 'of the recipe'}, batch {policy['batch_size']}, seed set "
             f"{'yes' if policy['with_seed_set'] else 'no'}"
         )
         due = "yes" if view["due"] else "no"

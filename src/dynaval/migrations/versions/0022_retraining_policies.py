@@ -1,4 +1,5 @@
-"""retraining policies (per task type: retrain after every N newly accepted examples) and their audit log
+"""retraining policies (per task type: retrain after every N newly accepted examples), their audit
+log, and the examples their runs trained on
 
 Revision ID: 0022
 Revises: 0021
@@ -45,9 +46,21 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id"),
     )
     op.create_index("ix_retraining_event_task_type", "retraining_event", ["task_type"], unique=False)
+    op.create_table(
+        "trained_example",
+        sa.Column("example_id", sa.String(length=36), nullable=False),
+        sa.Column("task_type", sa.String(length=40), nullable=False),
+        sa.Column("job_id", sa.Integer(), nullable=True),
+        sa.Column("model_hash", sa.String(length=80), nullable=False),
+        sa.Column("trained_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
+        sa.PrimaryKeyConstraint("example_id"),
+    )
+    op.create_index("ix_trained_example_task_type", "trained_example", ["task_type"], unique=False)
 
 
 def downgrade() -> None:
+    op.drop_index("ix_trained_example_task_type", table_name="trained_example")
+    op.drop_table("trained_example")
     op.drop_index("ix_retraining_event_task_type", table_name="retraining_event")
     op.drop_table("retraining_event")
     op.drop_table("retraining_policy")

@@ -31,7 +31,14 @@ from dynaval.domain.provenance import pseudonym, writer_pseudonym
 from dynaval.domain.releases.card import render_card
 from dynaval.domain.releases.checks import ALPHA_RESAMPLES, ReleaseTally
 from dynaval.domain.releases.manifest import ReleaseIdentity, release_manifest
-from dynaval.domain.releases.release import Release, SplitRule, check_release_name, check_version, text_keys
+from dynaval.domain.releases.release import (
+    Release,
+    SplitKind,
+    SplitRule,
+    check_release_name,
+    check_version,
+    text_keys,
+)
 from dynaval.domain.releases.rows import canonical_line, release_row
 from dynaval.domain.releases.splits import NEAR_DUPLICATE, SplitInput, SplitPlan, plan_splits
 from dynaval.domain.task_type import TaskType
@@ -84,6 +91,8 @@ class _Plan:
     writer_kinds: dict[str, Any]
     earlier: list[Release]
     """The task type's other releases, whose test splits this release must not train on."""
+    trained: set[str]
+    """The examples a retraining run trained a model on: their texts stay in train."""
 
 
 def releases_folder(services: Services) -> Path:
@@ -128,6 +137,7 @@ def _check_request(services: Services, request: ReleaseRequest) -> _Plan:
         # The parent's ancestors' test splits are in the parent's, unchanged: they need no scan.
         fixed = uow.releases.places(parent.id) if parent is not None and parent.id is not None else {}
         writer_kinds = uow.releases.writer_kinds(task)
+        trained = uow.retraining.trained_ids(task)
     indices: dict[int, int] = {}
     if parent is not None:
         indices = {int(r["id"]): int(r["index"]) for r in parent.manifest["rounds"]}
@@ -135,7 +145,7 @@ def _check_request(services: Services, request: ReleaseRequest) -> _Plan:
         assert r.id is not None
         if r.id not in indices:
             indices[r.id] = max(indices.values(), default=0) + 1
-    return _Plan(task, name, rounds, indices, parent, fixed, writer_kinds, earlier)
+    return _Plan(task, name, rounds, indices, parent, fixed, writer_kinds, earlier, trained)
 
 
 def _round_figures(services: Services, round_: Round, seed: int) -> dict[str, Any]:
@@ -304,6 +314,7 @@ def _place(
         raise
     leaks.add_earlier(plan.earlier)
     near_keys, placed_near = leaks.clusters()
+    placed_near = {**_trained_in_train(inputs, near_keys, plan.trained), **placed_near}
     if near_keys:
         inputs = [
             replace(e, near_keys=near_keys[e.example_id]) if e.example_id in near_keys else e for e in inputs
@@ -404,6 +415,23 @@ def _leak_scan(services: Services, request: ReleaseRequest, task_type: TaskType)
         encoder=services.encoder,
         reader=services.release_files,
     )
+
+
+def _trained_in_train(
+    inputs: Sequence[SplitInput], near_keys: dict[str, tuple[str, ...]], trained: set[str]
+) -> dict[str, SplitKind]:
+    """The texts (and near-duplicate clusters) of the examples a model was trained on, in train:
+    an example that shares one is withheld from dev and test, whatever order the build reads them
+    in (a run placed and trained on the first accepted; the build orders by round and id). An
+    earlier release's test split still wins: nothing trained is near one (the run's leak rule)."""
+    if not trained:
+        return {}
+    return {
+        key: SplitKind.TRAIN
+        for e in inputs
+        if e.example_id in trained
+        for key in (*e.text_keys, *near_keys.get(e.example_id, ()))
+    }
 
 
 def _split_input(row: dict[str, Any], fields: Sequence[str]) -> SplitInput:

@@ -53,7 +53,12 @@ def place_accepted_writers(services: Services, task_type: str, rule: SplitRule |
     with services.uow(read_only=True) as uow:
         placed = uow.releases.writer_kinds(task_type)
         rounds = [r for r in uow.rounds.all() if r.task_type == task_type]
-        suite = [c for c in uow.regression.cases() if c.task_type == task_type]
+        # Retired cases too: a retired case's example stays in its release's dev or test split.
+        suite = [
+            c
+            for c in (*uow.regression.cases(), *uow.regression.cases(retired=True))
+            if c.task_type == task_type
+        ]
     ledger = Ledger(task_type, rule=rule)
     ledger.place_writers(placed)
     ledger.hold_out(key for case in suite for key in text_keys(case.inputs, fields))

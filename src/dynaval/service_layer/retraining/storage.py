@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from datetime import datetime
 from typing import Protocol
 
 from dynaval.domain.retraining.audit import RetrainingEvent
@@ -24,6 +26,22 @@ class RetrainingPolicyRepository(Protocol):
 
     def log(self, event: RetrainingEvent) -> None:
         """Add a step to the retraining audit log."""
+        ...
+
+    def record_trained(
+        self,
+        task_type: str,
+        example_ids: Collection[str],
+        *,
+        job_id: int | None,
+        model_hash: str,
+        at: datetime,
+    ) -> None:
+        """The examples a run trained a model on (an example trained on before keeps its first run)."""
+        ...
+
+    def trained_ids(self, task_type: str) -> set[str]:
+        """Every example of the task type a run trained a model on."""
         ...
 
     def events(self, task_type: str, limit: int) -> list[RetrainingEvent]:
