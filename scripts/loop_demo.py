@@ -88,6 +88,9 @@ SEED = 7
 RETRAIN_EVERY = 3
 """The policy retrains after every 3 newly accepted examples (the demo's rounds are small: round 2
 accepts 4 of its 16 candidates against model A)."""
+MIN_INTERVAL_S = 3600
+"""And at most once an hour: votes go on in round 2 once the policy closed it, and three more
+accepted there would start a second run during the demo."""
 RUN_WAIT_S = 1800.0
 START_WAIT_S = 120.0
 """A due policy's run starts at the next read-back of votes or the minute's sweep."""
@@ -162,6 +165,8 @@ def run_steps(up: Running, model_a: Path, demo_dir: Path) -> None:
             "sentiment",
             "--every",
             str(RETRAIN_EVERY),
+            "--min-interval-s",
+            str(MIN_INTERVAL_S),
             "--epochs",
             str(TRAIN_EPOCHS),
             "--seed",
