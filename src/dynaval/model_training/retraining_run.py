@@ -12,7 +12,7 @@ import contextlib
 import hashlib
 import logging
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -200,7 +200,7 @@ class _Run:
                 f"no model of {self.task.name} is shipped yet: ship one, or set the policy's base to round",
                 field="base",
             )
-        newest = max(shipped, key=lambda m: (m.shipped_at is not None, m.shipped_at))
+        newest = max(shipped, key=lambda m: m.shipped_at or m.registered_at)  # a shipped model has the first
         return Path(newest.folder), newest.hash
 
     def _gate(self, folder: Path, round_: Round) -> dict[str, Any]:
@@ -273,7 +273,7 @@ def _next_name(services: Services, task_type: str) -> str:
     return f"{task_type} round {len(rounds) + 1}"
 
 
-def _ids_hash(ids: Iterator[str] | Any) -> str:
+def _ids_hash(ids: Iterable[str]) -> str:
     digest = hashlib.sha256()
     for example_id in sorted(ids):
         digest.update(example_id.encode() + b"\n")

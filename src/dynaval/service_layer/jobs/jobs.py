@@ -99,9 +99,7 @@ def submit_job(
         try:
             uow.commit()
         except StorageConflict:  # another request took the key meanwhile
-            raise Conflict(
-                f"another {kind} job for {key.partition(':')[2]!r} was just submitted", field=field
-            ) from None
+            raise _just_submitted(kind, key, field) from None
     return queued(services, job)
 
 
@@ -116,9 +114,7 @@ def add_job(
     try:
         return uow.jobs.add(Job(kind=kind, key=key, params=params, created_by=by, created_at=utcnow()))
     except StorageConflict:  # another request took the key meanwhile
-        raise Conflict(
-            f"another {kind} job for {key.partition(':')[2]!r} was just submitted", field=field
-        ) from None
+        raise _just_submitted(kind, key, field) from None
 
 
 def queued(services: Services, job: Job) -> Job:
@@ -127,6 +123,10 @@ def queued(services: Services, job: Job) -> Job:
     log.info("job %s (%s, %s) submitted by %s", job.id, job.kind, job.key, job.created_by)
     services.work.run_job_soon(job.id)
     return job
+
+
+def _just_submitted(kind: JobKind, key: str, field: str) -> Conflict:
+    return Conflict(f"another {kind} job for {key.partition(':')[2]!r} was just submitted", field=field)
 
 
 def _busy(job: Job, field: str) -> Conflict:
