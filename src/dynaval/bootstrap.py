@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from dynaval.adapters.db.database import Database
@@ -22,6 +23,7 @@ from dynaval.domain.images.image import ImageLimits
 from dynaval.domain.jobs.job import JobKind
 from dynaval.model_training.retraining_run import retraining_work
 from dynaval.model_training.training_job import training_work
+from dynaval.service_layer.dataset_records.keeping import keep_records
 from dynaval.service_layer.files import OfflineServices
 from dynaval.service_layer.images.ports import ImageServices
 from dynaval.service_layer.jobs import jobs
@@ -72,7 +74,7 @@ def bootstrap(
         settings=settings,
         database=database,
         dataset_reads=DatasetQuery(database),
-        uow=sql_units_of_work(database),
+        uow=sql_units_of_work(database, keep_records=functools.partial(keep_records, settings=settings)),
         catalog=LabelConfigCatalog(settings.resolved_label_config_dir),
         label_studio=gateway,
         models=models,

@@ -26,9 +26,9 @@ import pytest
 
 from dynaval.domain.images.image import ImageUpload
 from dynaval.domain.provenance import verify_prediction
+from dynaval.service_layer.dataset_records.round_dataset import provenance_record
 from dynaval.service_layer.images import stored_images
 from dynaval.service_layer.regression.model_catalog import ship_model
-from dynaval.service_layer.releases.round_dataset import provenance_record
 from tests.e2e.test_task_types import Loop
 from tests.fixtures.service import SIGNING_SECRET, WRITER_TOKEN, LiveService, running_service
 from tests.support.drawings import data_url, draw_digit, png_bytes

@@ -32,7 +32,7 @@ from dynaval.adapters.db.orm import AnnotationRow, CandidateRow, RoundRow
 from dynaval.domain.provenance import pseudonym, writer_pseudonym
 from dynaval.domain.validation.policy import DecisionPolicy
 from dynaval.entrypoints.cli import main as cli
-from dynaval.service_layer.releases import round_dataset as dataset
+from dynaval.service_layer.dataset_records import round_dataset as dataset
 from dynaval.service_layer.services import Services
 from tests.fixtures.service import (
     EXPORTER_TOKEN,

@@ -16,8 +16,8 @@ from dynaval.adapters.db.orm import CandidateRow
 from dynaval.domain.clock import utcnow
 from dynaval.domain.releases.release import SplitKind
 from dynaval.model_training.retraining_data import choose_training_set
+from dynaval.service_layer.dataset_records.round_dataset import iter_round_dataset
 from dynaval.service_layer.regression import suite as regression_suite
-from dynaval.service_layer.releases.round_dataset import iter_round_dataset
 from dynaval.service_layer.services import Services
 from tests.integration.test_releases import release, rows_of
 from tests.support.release_seed import TOPICS, WORDS, seed_frozen_round

@@ -13,8 +13,8 @@ import random
 import pytest
 
 from dynaval.domain.releases.release import SplitKind, split_kind_of, text_keys
+from dynaval.service_layer.dataset_records.round_dataset import iter_round_dataset
 from dynaval.service_layer.regression import suite as regression_suite
-from dynaval.service_layer.releases.round_dataset import iter_round_dataset
 from dynaval.service_layer.retraining.placement import place_accepted_writers
 from dynaval.service_layer.services import Services
 from tests.integration.test_releases import release, rows_of

@@ -25,10 +25,10 @@ from dynaval.domain.task_type import TaskType
 from dynaval.domain.validation.round import Round, RoundKind
 from dynaval.model_builder.image_fine_tuning import LabelledImage
 from dynaval.model_training.release_data import TrainingExample, labelled_text
+from dynaval.service_layer.dataset_records.round_dataset import iter_round_dataset
 from dynaval.service_layer.health.release_leaks import CrossSplitScan
 from dynaval.service_layer.images.stored_images import fingerprint_of_png, png_of
 from dynaval.service_layer.progress import Progress, Unwatched
-from dynaval.service_layer.releases.round_dataset import iter_round_dataset
 from dynaval.service_layer.retraining.placement import place_accepted_writers
 from dynaval.service_layer.services import Services
 

@@ -11,12 +11,12 @@ from dynaval.domain.health.band_keys import BandKeyIndex
 from dynaval.domain.health.near_duplicates import NearDuplicateRule
 from dynaval.domain.jobs.job import JobKind
 from dynaval.domain.task_type import TaskType
+from dynaval.service_layer.dataset_records.dataset_port import DatasetReads
 from dynaval.service_layer.files import OfflineServices, ReleaseFiles
 from dynaval.service_layer.health.ports import CorpusFiles, Encoder, ReleaseIndex, SemanticIndex
 from dynaval.service_layer.images.ports import ImageCodec, ImageServices
 from dynaval.service_layer.jobs.ports import JobWork
 from dynaval.service_layer.predictions import Models
-from dynaval.service_layer.releases.dataset_port import DatasetReads
 from dynaval.service_layer.unit_of_work import UnitOfWork
 from dynaval.service_layer.validation.label_studio_port import LabelStudioGateway
 from dynaval.service_layer.validation.writer_links import WriterAnnotatorLinks

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from sqlalchemy import (
@@ -51,13 +51,16 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import TypeDecorator
 
 from dynaval.adapters.db.database import MAX_SERIAL_ID, Database
-from dynaval.adapters.db.orm import AnnotationRow, CandidateRow, CaptureRow, RoundRow
-from dynaval.service_layer.releases.dataset_port import (
+from dynaval.adapters.db.dataset_records import SqlRecordStore
+from dynaval.adapters.db.orm import AnnotationRow, CandidateRow, CaptureRow, DatasetRecordRow, RoundRow
+from dynaval.service_layer.dataset_records.dataset_port import (
     DatasetPage,
     RoundHeader,
 )
 
 PAGE_SIZE = 2000
+KEPT_PAGE_SIZE = 5000
+"""Kept records per page: a page is a few MB of stored bytes."""
 """Candidates per page: large enough that a query's fixed cost does not count, small enough that a
 page's records (a few MB) stay far below the memory a whole round would take."""
 
@@ -153,7 +156,15 @@ class _Statements:
     first_page: Any
     next_page: Any
     one: Any
+    accepted_by_ids: Any
     votes: Any
+    first_kept: Any
+    next_kept: Any
+
+
+def statements_for(dialect: str) -> _Statements:
+    """The dataset's statements for ``"sqlite"`` or ``"postgresql"`` (built once each)."""
+    return _statements(dialect)
 
 
 @functools.cache
@@ -239,6 +250,16 @@ def _statements(dialect: str) -> _Statements:
             annotation.c.candidate_id, by_annotator, annotation.c.updated_at.desc(), annotation.c.id.desc()
         )
     )
+    record = _table(DatasetRecordRow)
+    if dialect == "sqlite":
+        kept_time: Any = type_coerce(record.c.submitted_at, String)
+    else:
+        kept_time = record.c.submitted_at
+    kept = select(record.c.record, record.c.image_inputs, kept_time, record.c.candidate_id).where(
+        record.c.round_id == bindparam("round_id")
+    )
+    kept_order = (record.c.submitted_at, record.c.candidate_id)
+    after_kept = tuple_(kept_time, record.c.candidate_id) > tuple_(key_time, bindparam("key_id"))
     return _Statements(
         round=select(
             round_table.c.id,
@@ -260,7 +281,15 @@ def _statements(dialect: str) -> _Statements:
         one=select(*columns, candidate.c.round_id)
         .select_from(candidates)
         .where(candidate.c.id == bindparam("candidate_id")),
+        accepted_by_ids=select(*columns, candidate.c.round_id)
+        .select_from(candidates)
+        .where(
+            candidate.c.id.in_(bindparam("candidate_ids", expanding=True)), candidate.c.status == "accepted"
+        )
+        .order_by(candidate.c.round_id, *order),
         votes=votes,
+        first_kept=kept.order_by(*kept_order).limit(limit),
+        next_kept=kept.where(after_kept).order_by(*kept_order).limit(limit),
     )
 
 
@@ -324,6 +353,32 @@ class DatasetQuery:
             votes = self._votes(connection, [candidate_id])
         return int(row.round_id), DatasetPage(candidates=[row[:-1]], votes=votes)
 
+    def kept_pages(self, round_id: int) -> Iterator[Sequence[tuple[bytes, str | None]]]:
+        """The round's kept records in submission order, a page at a time (read one page ahead)."""
+        return _read_ahead(self._kept_pages(round_id))
+
+    def _kept_pages(self, round_id: int) -> Generator[Sequence[tuple[bytes, str | None]], None, None]:
+        statements = self._statements
+        params: dict[str, Any] = {"round_id": round_id, "limit": KEPT_PAGE_SIZE}
+        statement = statements.first_kept
+        while True:
+            with self._connection() as connection:
+                rows = connection.execute(statement, params).all()
+            if not rows:
+                return
+            yield [(record, images) for record, images, _time, _id in rows]
+            if len(rows) < KEPT_PAGE_SIZE:
+                return
+            last = rows[-1]
+            statement = statements.next_kept
+            params = {**params, "key_time": last[2], "key_id": last[3]}
+
+    @contextmanager
+    def record_writes(self) -> Iterator[SqlRecordStore]:
+        """A write transaction on the kept records, committed when the block ends without error."""
+        with self.database.transaction() as connection:
+            yield SqlRecordStore(connection, self._statements)
+
     def _votes(self, connection: Connection, candidate_ids: list[str]) -> Sequence[Sequence[Any]]:
         return connection.execute(self._statements.votes, {"candidate_ids": candidate_ids}).all()
 
@@ -335,9 +390,10 @@ class DatasetQuery:
 
 
 _END = object()
+_Page = TypeVar("_Page")
 
 
-def _read_ahead(pages: Generator[DatasetPage, None, None]) -> Iterator[DatasetPage]:
+def _read_ahead(pages: Generator[_Page, None, None]) -> Iterator[_Page]:
     """``pages``, read by a thread one page ahead of the caller.
 
     The database's share of a page (SQLite's own work, which runs without the GIL; PostgreSQL's,

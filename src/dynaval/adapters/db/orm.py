@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, Index, LargeBinary, Text, UniqueConstraint, text
+from sqlalchemy import JSON, BigInteger, Column, Index, Integer, LargeBinary, Text, UniqueConstraint, text
 from sqlalchemy import false as sa_false
 from sqlmodel import Field, SQLModel
 
@@ -564,3 +564,41 @@ class TrainedExampleRow(SQLModel, table=True):
     job_id: int | None = None
     model_hash: str = Field(max_length=80)
     trained_at: datetime = Field(default_factory=utcnow)
+
+
+class DatasetRecordRow(SQLModel, table=True):
+    """An accepted example's provenance record as ``dynaval export`` writes it, kept as it is
+    decided (:mod:`dynaval.service_layer.dataset_records`): written in the same transaction as every
+    change that alters it, read by exports at the speed of the disk.
+
+    ``record`` is the record's JSON line without its round-level values (the round, its policy and
+    Label Studio project) and its signed image URLs, which an export splices in from the round as
+    it is when read (:mod:`dynaval.service_layer.dataset_records.stored_record`)."""
+
+    __tablename__ = "dataset_record"
+    __table_args__ = (Index("ix_dataset_record_round_order", "round_id", "submitted_at", "candidate_id"),)
+
+    candidate_id: str = Field(primary_key=True, max_length=36)
+    round_id: int = Field(foreign_key="round.id")
+    submitted_at: datetime
+    """The candidate's, copied as stored: an export reads in the decision queue's order."""
+    record: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    image_inputs: str | None = Field(default=None, sa_column=Column(Text))
+    """The inputs that name stored images, as JSON (``{field: ref}``); NULL for text."""
+    stored_at: datetime = Field(default_factory=utcnow)
+
+
+class DatasetRecordStaleRow(SQLModel, table=True):
+    """A candidate whose record must be written again: the database's triggers add one for every
+    change to an accepted candidate, its annotations or its capture, whatever wrote it; the unit of
+    work writes the records and removes these rows before it commits (migration 0024)."""
+
+    __tablename__ = "dataset_record_stale"
+
+    id: int | None = Field(
+        default=None, primary_key=True, sa_type=BigInteger().with_variant(Integer(), "sqlite")
+    )
+    candidate_id: str = Field(max_length=36, index=True)
+    xact: int | None = Field(default=None, sa_type=BigInteger, index=True)
+    """PostgreSQL's id of the transaction that added it (each commits only its own); NULL on SQLite,
+    which has one writer at a time."""

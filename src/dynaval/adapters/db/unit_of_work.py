@@ -4,11 +4,15 @@
 behind the process's writer lock, see :mod:`dynaval.adapters.db.database`); ``read_only=True`` is a
 plain read (on SQLite a snapshot that takes no write lock, so a long read never holds up a webhook;
 nothing it writes is kept).
+
+Before a write transaction commits, the unit of work writes the round-dataset records its changes
+made stale (``keep_records``, from the composition root; see
+:mod:`dynaval.service_layer.dataset_records.keeping`), in the same transaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Self
@@ -22,6 +26,8 @@ from dynaval.adapters.db.candidates import SqlCandidateRepository
 from dynaval.adapters.db.capture_repository import SqlCaptureRepository
 from dynaval.adapters.db.dashboard_sessions import SqlDashboardSessions
 from dynaval.adapters.db.database import READ_ONLY_OPTION, Database
+from dynaval.adapters.db.dataset_query import statements_for
+from dynaval.adapters.db.dataset_records import SqlRecordStore, dialect_of
 from dynaval.adapters.db.gold import SqlGoldRepository
 from dynaval.adapters.db.jobs import SqlJobRepository
 from dynaval.adapters.db.queries import SqlDashboardQueries, SqlRoundQueries
@@ -34,6 +40,7 @@ from dynaval.adapters.regression.repository import SqlRegressionRepository
 from dynaval.adapters.regression.revalidation_repository import SqlRevalidationRepository
 from dynaval.adapters.releases.repository import SqlReleaseRepository
 from dynaval.domain.errors import StorageConflict
+from dynaval.service_layer.dataset_records.dataset_port import RecordStore
 from dynaval.service_layer.services import UnitOfWorkFactory
 from dynaval.service_layer.unit_of_work import UnitOfWork
 
@@ -58,9 +65,16 @@ class SqlUnitOfWork:
     jobs: SqlJobRepository
     retraining: SqlRetrainingPolicyRepository
 
-    def __init__(self, database: Database, *, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        database: Database,
+        *,
+        read_only: bool = False,
+        keep_records: Callable[[RecordStore], object] | None = None,
+    ) -> None:
         self._database = database
         self._read_only = read_only
+        self._keep_records = keep_records
 
     def __enter__(self) -> Self:
         self.session = Session(self._database.engine, expire_on_commit=False)
@@ -94,6 +108,10 @@ class SqlUnitOfWork:
 
     def commit(self) -> None:
         with _storage_conflicts():
+            if self._keep_records is not None and not self._read_only:
+                self.session.flush()
+                connection = self.session.connection()
+                self._keep_records(SqlRecordStore(connection, statements_for(dialect_of(connection))))
             self.session.commit()
 
     def flush(self) -> None:
@@ -113,10 +131,13 @@ def _storage_conflicts() -> Iterator[None]:
         ) from error
 
 
-def sql_units_of_work(database: Database) -> UnitOfWorkFactory:
-    """The factory the use cases open units of work with (``services.uow()``)."""
+def sql_units_of_work(
+    database: Database, *, keep_records: Callable[[RecordStore], object] | None = None
+) -> UnitOfWorkFactory:
+    """The factory the use cases open units of work with (``services.uow()``); ``keep_records``
+    writes the round-dataset records a transaction made stale, before it commits."""
 
     def open_unit(*, read_only: bool = False) -> UnitOfWork:
-        return SqlUnitOfWork(database, read_only=read_only)
+        return SqlUnitOfWork(database, read_only=read_only, keep_records=keep_records)
 
     return open_unit

@@ -1,6 +1,8 @@
 """Writing a round dataset as JSONL or Parquet, a page of records at a time (memory bounded by a page).
 
-JSON is encoded by orjson: keys sorted, non-ASCII text as itself (UTF-8), compact separators.
+The records come as their JSON lines, as kept (keys sorted, non-ASCII text as itself (UTF-8),
+compact separators: :mod:`dynaval.service_layer.dataset_records.stored_record`): a JSONL file is
+those lines as they are.
 A Parquet file has flat string columns: the record's scalar fields, the input ``text``, and each
 nested part as JSON text, so that every row group has the same schema; each page of records is
 one row group, built column by column.
@@ -20,9 +22,10 @@ FORMATS = ("jsonl", "parquet")
 MEDIA_TYPES = {"jsonl": "application/x-ndjson", "parquet": "application/vnd.apache.parquet"}
 
 Page = Sequence[dict[str, Any]]
+Lines = Sequence[bytes]
+"""A page of records as JSON lines, each with its newline."""
 
 _OPTIONS = orjson.OPT_SORT_KEYS
-_LINE_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
 # Nested provenance goes into JSON-text columns so every batch has the same flat schema.
 _NESTED = ("round", "inputs", "model", "label_studio", "votes", "agreement", "decision")
 _SCALARS = ("example_id", "task_type")
@@ -38,14 +41,8 @@ def json_text(value: Any) -> bytes:
     return orjson.dumps(value, option=_OPTIONS)
 
 
-def jsonl_chunk(records: Page) -> bytes:
-    """Records as JSON lines, one per record, each ending in a newline."""
-    dumps = orjson.dumps
-    return b"".join([dumps(record, None, _LINE_OPTIONS) for record in records])
-
-
 def write_dataset(
-    pages: Iterable[Page],
+    pages: Iterable[Lines],
     path: Path,
     fmt: str,
     *,
@@ -70,14 +67,15 @@ def write_dataset(
     return count
 
 
-def encode_dataset(pages: Iterable[Page], fmt: str) -> Iterator[tuple[bytes, int]]:
-    """The file's bytes, a piece per page: (bytes, number of records in them). Nothing is held
-    beyond a page, so this streams a download as well as it writes a file."""
+def encode_dataset(pages: Iterable[Lines], fmt: str) -> Iterator[tuple[bytes, int]]:
+    """The file's bytes, a piece per page of JSON lines: (bytes, number of records in them).
+    Nothing is held beyond a page, so this streams a download as well as it writes a file."""
     if fmt == "jsonl":
         for page in pages:
-            yield jsonl_chunk(page), len(page)
+            yield b"".join(page), len(page)
     elif fmt == "parquet":
-        yield from _parquet_pieces(pages)
+        loads = orjson.loads
+        yield from _parquet_pieces([loads(line) for line in page] for page in pages)
     else:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}")
 

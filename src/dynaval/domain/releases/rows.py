@@ -1,8 +1,9 @@
 """A release row: one accepted example, flat, with every input field and its provenance.
 
-Made from the round dataset's provenance record (:mod:`dynaval.service_layer.releases.round_dataset`). Nested
-parts become columns a researcher can filter on (``model_prediction``, ``item_agreement``); the
-votes stay a list. Two things are settled here that the round dataset leaves to the reader:
+Made from the round dataset's provenance record
+(:mod:`dynaval.service_layer.dataset_records.round_dataset`). Nested parts become columns a
+researcher can filter on (``model_prediction``, ``item_agreement``); the votes stay a list. Two
+things are settled here that the round dataset leaves to the reader:
 
 - each vote says whether it ``counted`` in the decision (an annotator excluded for poor gold
   accuracy did not);

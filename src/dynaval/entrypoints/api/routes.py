@@ -32,10 +32,10 @@ from dynaval.entrypoints.auth import Role, requires
 from dynaval.entrypoints.guards import charge_scoring, query_int
 from dynaval.service_layer.agreement import reports as agreement
 from dynaval.service_layer.dashboard.figures_cache import FiguresCache
+from dynaval.service_layer.dataset_records import round_dataset as dataset
 from dynaval.service_layer.health import near_duplicates, round_health
 from dynaval.service_layer.regression import gate, model_catalog, revalidation, suite_jobs
 from dynaval.service_layer.releases import catalog, release_jobs, releases
-from dynaval.service_layer.releases import round_dataset as dataset
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.validation import (
     annotator_exclusion,
@@ -419,7 +419,7 @@ def round_dataset(round_id: int) -> Any:
 def dataset_download(services: Services, round_id: int, fmt: str) -> Response:
     """The round dataset as a file download, JSONL or Parquet, streamed a page of records at a time
     (the server never holds the whole file)."""
-    pages = dataset.iter_round_dataset_pages(services, round_id)  # 404 before any byte is sent
+    pages = dataset.iter_round_dataset_lines(services, round_id)  # 404 before any byte is sent
 
     # The body needs neither the request nor the app context (its reads use ``services``), so it
     # is not streamed with them: two downloads' bodies may then be read and closed in any order.

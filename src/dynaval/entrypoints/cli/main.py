@@ -15,6 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from dynaval.domain.errors import DomainError
 from dynaval.entrypoints.cli.agreement import add_agreement_command
 from dynaval.entrypoints.cli.common import EXIT_USAGE, CommandError
+from dynaval.entrypoints.cli.dataset import add_dataset_commands
 from dynaval.entrypoints.cli.health import add_health_commands
 from dynaval.entrypoints.cli.jobs import add_jobs_commands
 from dynaval.entrypoints.cli.models import add_model_commands
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_validation_commands(commands)
     add_agreement_command(commands)
     add_release_commands(commands)
+    add_dataset_commands(commands)
     add_regression_commands(commands)
     add_health_commands(commands)
     add_jobs_commands(commands)

@@ -72,11 +72,11 @@ from dynaval.service_layer.dashboard import models_page
 from dynaval.service_layer.dashboard import sessions as dashboard_sessions
 from dynaval.service_layer.dashboard import views as use_cases
 from dynaval.service_layer.dashboard.figures_cache import FiguresCache
+from dynaval.service_layer.dataset_records import round_dataset as dataset
 from dynaval.service_layer.health import near_duplicates, round_health
 from dynaval.service_layer.images import stored_images
 from dynaval.service_layer.regression import revalidation
 from dynaval.service_layer.releases import catalog
-from dynaval.service_layer.releases import round_dataset as dataset
 from dynaval.service_layer.retraining import policies as retraining
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.validation import annotator_exclusion, overrides

@@ -20,7 +20,7 @@ from dynaval.domain.validation.round import Round
 from dynaval.domain.validation.votes import AnnotationRecord, current_ballots
 from dynaval.service_layer.agreement import reports as agreement
 from dynaval.service_layer.dashboard.figures_cache import Cached, FiguresCache
-from dynaval.service_layer.releases import round_dataset as dataset
+from dynaval.service_layer.dataset_records import round_dataset as dataset
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.validation import annotators, candidate_views, overrides
 from dynaval.service_layer.validation.storage import LateAnnotation

@@ -45,12 +45,12 @@ from dynaval.domain.task_type import TaskType
 from dynaval.domain.validation.metrics import round_counts
 from dynaval.domain.validation.policy import RULE_VERSION
 from dynaval.domain.validation.round import Round
+from dynaval.service_layer.dataset_records.round_dataset import iter_round_dataset_pages
 from dynaval.service_layer.files import ReleaseStaging, WrittenFile
 from dynaval.service_layer.health.release_leaks import LeakScan
 from dynaval.service_layer.images import stored_images
 from dynaval.service_layer.progress import Progress, Unwatched
 from dynaval.service_layer.regression.suite import take_cases
-from dynaval.service_layer.releases.round_dataset import iter_round_dataset_pages
 from dynaval.service_layer.services import Services
 
 log = logging.getLogger(__name__)

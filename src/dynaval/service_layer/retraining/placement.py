@@ -26,7 +26,7 @@ from dynaval.domain.clock import utcnow
 from dynaval.domain.releases.release import SplitKind, SplitRule, text_keys
 from dynaval.domain.retraining.placement import Ledger
 from dynaval.domain.validation.round import Round, RoundKind
-from dynaval.service_layer.releases.round_dataset import iter_round_dataset
+from dynaval.service_layer.dataset_records.round_dataset import iter_round_dataset
 from dynaval.service_layer.services import Services
 
 log = logging.getLogger(__name__)

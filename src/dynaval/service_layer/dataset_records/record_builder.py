@@ -1,84 +1,29 @@
-"""The round dataset: accepted candidates with full provenance, built a page at a time.
+"""The provenance record of an accepted example, built from what the database stores.
 
-The rows come from the :class:`~.dataset_port.DatasetReads` port, shaped for the record
+This is the record's one definition: the kept rows (:mod:`.keeping`) are written with it, and
+``dynaval dataset rebuild`` compares them with it. The rows come from the
+:class:`~dynaval.service_layer.dataset_records.dataset_port.DatasetReads` statements, shaped for the record
 (times as ISO text, JSON decoded, only each candidate's votes); this module makes the record:
-pseudonyms for the writer and the annotators, the rule's figures, the lead's override. A round
-has a few hundred writers and annotators and a million records, so each pseudonym (an HMAC) is
-computed once per export, and the round's part of the record once.
+pseudonyms for the writer and the annotators, the rule's figures, the lead's override. A round has a
+few hundred writers and annotators and a million records, so each pseudonym (an HMAC) is computed
+once per builder, and the round's part of the record once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from dynaval.domain.errors import NotFound
 from dynaval.domain.images.image import is_image_ref
 from dynaval.domain.provenance import pseudonym, writer_pseudonym
+from dynaval.service_layer.dataset_records.dataset_port import DatasetPage, RoundHeader
 from dynaval.service_layer.images.stored_images import image_url
-from dynaval.service_layer.releases.dataset_port import DatasetPage, DatasetReads, RoundHeader
 
 if TYPE_CHECKING:
     from dynaval.settings import Settings
 
 
-class DatasetServices(Protocol):
-    """What the dataset needs of the services: its reads and the pseudonym secret. The whole
-    :class:`~dynaval.service_layer.services.Services` will do; ``dynaval export`` builds no more
-    than this (the Label Studio client, the models and the task queue cost seconds to import)."""
-
-    settings: Settings
-    dataset_reads: DatasetReads | None
-
-
-def _query(services: DatasetServices) -> DatasetReads:
-    if services.dataset_reads is None:
-        raise RuntimeError("the round dataset is read from the database, and these services have none")
-    return services.dataset_reads
-
-
-def _round(query: DatasetReads, round_id: int) -> RoundHeader:
-    header = query.round(round_id)
-    if header is None:
-        raise NotFound(f"round {round_id} does not exist", field="round_id")
-    return header
-
-
-def count_accepted(services: DatasetServices, round_id: int) -> int:
-    query = _query(services)
-    _round(query, round_id)
-    return query.count_accepted(round_id)
-
-
-def iter_round_dataset_pages(services: DatasetServices, round_id: int) -> Iterator[list[dict[str, Any]]]:
-    """The provenance records of the round's accepted candidates, ordered by submission, in pages.
-
-    An unknown round raises :class:`NotFound` here, before any page is read (a download answers 404
-    before its first byte). The round's own fields are read once, now (as its state is now).
-    """
-    query = _query(services)
-    builder = _RecordBuilder(services.settings, _round(query, round_id))
-    return (builder.page(page) for page in query.accepted_pages(round_id))
-
-
-def iter_round_dataset(services: DatasetServices, round_id: int) -> Iterator[dict[str, Any]]:
-    """One provenance record per accepted candidate, ordered by submission."""
-    for page in iter_round_dataset_pages(services, round_id):
-        yield from page
-
-
-def provenance_record(services: DatasetServices, candidate_id: str) -> dict[str, Any]:
-    """Any candidate's provenance record, accepted or not: the same fields as a dataset record."""
-    query = _query(services)
-    found = query.candidate(candidate_id)
-    if found is None:
-        raise NotFound(f"candidate {candidate_id} does not exist", field="candidate_id")
-    round_id, page = found
-    builder = _RecordBuilder(services.settings, _round(query, round_id))
-    return builder.page(page)[0]
-
-
-class _RecordBuilder:
+class RecordBuilder:
     """Builds the records of one round's candidates, remembering the pseudonyms it computed."""
 
     def __init__(self, settings: Settings, header: RoundHeader) -> None:

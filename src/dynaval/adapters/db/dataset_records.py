@@ -1,0 +1,190 @@
+"""The kept round-dataset records, inside one write transaction (Core statements on its connection).
+
+The marks come from the triggers of migration 0024: every change to an accepted candidate (or one
+that leaves ``accepted``), its annotations or its capture adds a ``dataset_record_stale`` row,
+whatever wrote it. On PostgreSQL each mark carries its transaction's id, so a unit of work takes
+only its own (two transactions never wait on each other's marks) and locks its candidates before it
+reads them: of two transactions that change one candidate, the later reads after the earlier
+committed, and its record is the one that stays.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import bindparam, delete, func, insert, select, union
+from sqlalchemy.engine import Connection
+
+from dynaval.adapters.db.orm import CandidateRow, DatasetRecordRow, DatasetRecordStaleRow, RoundRow, utcnow
+from dynaval.service_layer.dataset_records.dataset_port import (
+    DatasetPage,
+    KeptRecord,
+    RoundHeader,
+)
+
+_IN_CHUNK = 500
+
+
+def _table(row: type) -> Any:
+    return row.__table__  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class _Statements:
+    take_own: Any
+    take_of_round: Any
+    clear: Any
+    lock: Any
+    kept: Any
+    remove: Any
+    write: Any
+    round_ids: Any
+    round_candidates: Any
+
+
+@functools.cache
+def _statements(dialect: str) -> _Statements:
+    stale = _table(DatasetRecordStaleRow)
+    record = _table(DatasetRecordRow)
+    candidate = _table(CandidateRow)
+    ids: Any = bindparam("candidate_ids", expanding=True)
+    # SQLite has one writer at a time: the marks without a transaction id are this transaction's
+    # (or were left by a write outside any unit of work, which the next one takes).
+    own = stale.c.xact.is_(None) if dialect == "sqlite" else stale.c.xact == func.txid_current_if_assigned()
+    of_round = select(stale.c.id).where(
+        stale.c.candidate_id.in_(select(candidate.c.id).where(candidate.c.round_id == bindparam("round_id")))
+    )
+    if dialect != "sqlite":
+        # Another reader taking the same marks skips them rather than waiting for this transaction.
+        of_round = of_round.with_for_update(skip_locked=True)
+    after: Any = bindparam("after")
+    accepted = select(candidate.c.id.label("id")).where(
+        candidate.c.round_id == bindparam("round_id"),
+        candidate.c.status == "accepted",
+        candidate.c.id > after,
+    )
+    kept = select(record.c.candidate_id.label("id")).where(
+        record.c.round_id == bindparam("round_id"), record.c.candidate_id > after
+    )
+    both = union(accepted, kept).subquery()
+    return _Statements(
+        take_own=delete(stale).where(own).returning(stale.c.candidate_id),
+        take_of_round=delete(stale)
+        .where(stale.c.id.in_(of_round.limit(bindparam("limit")).scalar_subquery()))
+        .returning(stale.c.candidate_id),
+        clear=delete(stale).where(stale.c.candidate_id.in_(ids)),
+        lock=select(candidate.c.id).where(candidate.c.id.in_(ids)).order_by(candidate.c.id).with_for_update(),
+        kept=select(record.c.candidate_id, record.c.round_id, record.c.record, record.c.image_inputs).where(
+            record.c.candidate_id.in_(ids)
+        ),
+        remove=delete(record).where(record.c.candidate_id.in_(ids)),
+        # The order key is the candidate's own stored value, copied by the database as it is.
+        write=insert(record).from_select(
+            ["candidate_id", "round_id", "submitted_at", "record", "image_inputs", "stored_at"],
+            select(
+                candidate.c.id,
+                candidate.c.round_id,
+                candidate.c.submitted_at,
+                bindparam("b_record", type_=record.c.record.type),
+                bindparam("b_image_inputs", type_=record.c.image_inputs.type),
+                bindparam("b_stored_at", type_=record.c.stored_at.type),
+            ).where(candidate.c.id == bindparam("b_candidate_id")),
+        ),
+        round_ids=select(_table(RoundRow).c.id).order_by(_table(RoundRow).c.id),
+        round_candidates=select(both.c.id).order_by(both.c.id).limit(bindparam("limit")),
+    )
+
+
+def dialect_of(connection: Connection) -> str:
+    return "sqlite" if connection.dialect.name == "sqlite" else "postgresql"
+
+
+def _chunks(values: Sequence[str]) -> list[Sequence[str]]:
+    return [values[i : i + _IN_CHUNK] for i in range(0, len(values), _IN_CHUNK)]
+
+
+class SqlRecordStore:
+    """:class:`~dynaval.service_layer.dataset_records.dataset_port.RecordStore` on one connection."""
+
+    def __init__(self, connection: Connection, reads: Any) -> None:
+        """``reads``: the dataset query's statements for this connection's database
+        (:func:`dynaval.adapters.db.dataset_query.statements_for`)."""
+        self._connection = connection
+        self._dialect = dialect_of(connection)
+        self._statements = _statements(self._dialect)
+        self._reads = reads
+
+    def take_own_stale(self) -> list[str]:
+        return sorted({str(i) for (i,) in self._connection.execute(self._statements.take_own)})
+
+    def take_stale_of_round(self, round_id: int, limit: int) -> list[str]:
+        rows = self._connection.execute(
+            self._statements.take_of_round, {"round_id": round_id, "limit": limit}
+        )
+        return sorted({str(i) for (i,) in rows})
+
+    def clear_stale(self, candidate_ids: Sequence[str]) -> None:
+        for chunk in _chunks(candidate_ids):
+            self._connection.execute(self._statements.clear, {"candidate_ids": list(chunk)})
+
+    def lock(self, candidate_ids: Sequence[str]) -> None:
+        if self._dialect == "sqlite":
+            return  # the transaction holds the database's one write lock already
+        for chunk in _chunks(sorted(candidate_ids)):
+            self._connection.execute(self._statements.lock, {"candidate_ids": list(chunk)}).all()
+
+    def accepted_pages(self, candidate_ids: Sequence[str]) -> list[tuple[RoundHeader, DatasetPage]]:
+        by_round: dict[int, list[Sequence[Any]]] = {}
+        for chunk in _chunks(candidate_ids):
+            read = self._connection.execute(self._reads.accepted_by_ids, {"candidate_ids": list(chunk)})
+            for row in read:
+                by_round.setdefault(int(row.round_id), []).append(row[:-1])
+        pages = []
+        for round_id, rows in sorted(by_round.items()):
+            header = self._connection.execute(self._reads.round, {"round_id": round_id}).one()
+            votes: list[Sequence[Any]] = []
+            for chunk in _chunks([str(row[0]) for row in rows]):
+                votes.extend(
+                    self._connection.execute(self._reads.votes, {"candidate_ids": list(chunk)}).all()
+                )
+            pages.append((RoundHeader(*header), DatasetPage(candidates=rows, votes=votes)))
+        return pages
+
+    def kept(self, candidate_ids: Sequence[str]) -> dict[str, KeptRecord]:
+        found: dict[str, KeptRecord] = {}
+        for chunk in _chunks(candidate_ids):
+            for candidate_id, round_id, record, images in self._connection.execute(
+                self._statements.kept, {"candidate_ids": list(chunk)}
+            ):
+                found[candidate_id] = KeptRecord(candidate_id, int(round_id), bytes(record), images)
+        return found
+
+    def replace(self, removed: Sequence[str], written: Sequence[KeptRecord]) -> None:
+        for chunk in _chunks([*removed, *(r.candidate_id for r in written)]):
+            self._connection.execute(self._statements.remove, {"candidate_ids": list(chunk)})
+        if written:
+            now = utcnow()
+            self._connection.execute(
+                self._statements.write,
+                [
+                    {
+                        "b_candidate_id": r.candidate_id,
+                        "b_record": r.record,
+                        "b_image_inputs": r.image_inputs,
+                        "b_stored_at": now,
+                    }
+                    for r in written
+                ],
+            )
+
+    def round_ids(self) -> list[int]:
+        return [int(i) for (i,) in self._connection.execute(self._statements.round_ids)]
+
+    def round_candidate_ids(self, round_id: int, *, after: str | None, limit: int) -> list[str]:
+        rows = self._connection.execute(
+            self._statements.round_candidates, {"round_id": round_id, "after": after or "", "limit": limit}
+        )
+        return [str(i) for (i,) in rows]

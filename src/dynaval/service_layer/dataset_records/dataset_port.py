@@ -1,0 +1,122 @@
+"""The round dataset's storage, as its use cases see it.
+
+- :class:`DatasetReads`: the round's header; its accepted candidates with their votes, a page at a
+  time (what a record is built from); and the kept records (what an export reads).
+- :class:`RecordStore`: the kept records inside one write transaction, where they are written.
+
+The adapters (:class:`~dynaval.adapters.db.dataset_query.DatasetQuery` and
+:class:`~dynaval.adapters.db.dataset_records.SqlRecordStore`) read and write the service's database."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+CANDIDATE_FIELDS = (
+    "id", "inputs", "writer_label", "rationale", "writer_id", "collected_by", "submitted_at",
+    "model_prediction", "model_probabilities", "model_signature", "fooled", "label_studio_task_id",
+    "decision", "decided_at", "override_outcome", "override_reason", "override_by", "override_at",
+    "capture_source", "capture_reference", "capture_observed_output", "capture_model_name",
+    "capture_model_version", "capture_observed_at",
+)  # fmt: skip
+"""The order of a candidate row's values (times as ISO text, JSON decoded); the query's own page key
+follows them."""
+
+VOTE_FIELDS = (
+    "candidate_id", "annotation_id", "annotator_id", "label", "flagged", "flag_reason", "lead_time_s",
+    "created_at", "updated_at",
+)  # fmt: skip
+"""The order of a vote row's values (times as ISO text)."""
+
+
+@dataclass(frozen=True)
+class RoundHeader:
+    """What a provenance record takes from the round."""
+
+    id: int
+    name: str
+    state: str
+    task_type: str
+    model_name: str
+    model_hash: str
+    policy: dict[str, Any]
+    label_studio_project_id: int | None
+
+
+@dataclass(frozen=True)
+class DatasetPage:
+    candidates: Sequence[Sequence[Any]]
+    """Rows of :data:`CANDIDATE_FIELDS`, in (``submitted_at``, ``id``) order."""
+    votes: Sequence[Sequence[Any]]
+    """Rows of :data:`VOTE_FIELDS` of these candidates' counting annotations, by candidate id, then
+    annotator, each annotator's latest first: the first row of each (candidate, annotator) is the
+    vote; the rows after it are annotations it superseded."""
+
+
+@dataclass(frozen=True)
+class KeptRecord:
+    """A kept record as stored (:mod:`dynaval.service_layer.dataset_records.stored_record`)."""
+
+    candidate_id: str
+    round_id: int
+    record: bytes
+    image_inputs: str | None
+    """JSON of the inputs that name stored images, or None."""
+
+
+class RecordStore(Protocol):
+    """The kept records, inside one write transaction.
+
+    The database marks a candidate stale on every change to it, its annotations or its capture
+    while it is (or was) accepted; these methods take the marks and write the records again.
+    """
+
+    def take_own_stale(self) -> list[str]:
+        """The candidates this transaction marked stale (their marks removed)."""
+
+    def take_stale_of_round(self, round_id: int, limit: int) -> list[str]:
+        """Up to ``limit`` candidates of the round marked stale by anyone (their marks removed)."""
+
+    def clear_stale(self, candidate_ids: Sequence[str]) -> None:
+        """Remove any mark of these candidates (their records are being written)."""
+
+    def lock(self, candidate_ids: Sequence[str]) -> None:
+        """Lock the candidates' rows until the transaction ends, so that what is read next is the
+        newest committed state and no other transaction changes them before this one commits."""
+
+    def accepted_pages(self, candidate_ids: Sequence[str]) -> list[tuple[RoundHeader, DatasetPage]]:
+        """Those of the candidates that are accepted, with their votes, a page per round."""
+
+    def kept(self, candidate_ids: Sequence[str]) -> dict[str, KeptRecord]:
+        """The kept records of these candidates, where there are."""
+
+    def replace(self, removed: Sequence[str], written: Sequence[KeptRecord]) -> None:
+        """Remove the records of ``removed`` and write ``written`` (over any record they had)."""
+
+    def round_ids(self) -> list[int]: ...
+
+    def round_candidate_ids(self, round_id: int, *, after: str | None, limit: int) -> list[str]:
+        """The round's candidates that are accepted or have a kept record, by id, after ``after``."""
+
+
+class DatasetReads(Protocol):
+    """The reads a round dataset is built from."""
+
+    def round(self, round_id: int) -> RoundHeader | None:
+        """The round, or None when there is none with this id."""
+
+    def count_accepted(self, round_id: int) -> int: ...
+
+    def accepted_pages(self, round_id: int) -> Iterator[DatasetPage]:
+        """The round's accepted candidates with their votes, a page at a time, in submission order."""
+
+    def candidate(self, candidate_id: str) -> tuple[int, DatasetPage] | None:
+        """Any candidate's round id and a page of it alone, or None."""
+
+    def kept_pages(self, round_id: int) -> Iterator[Sequence[tuple[bytes, str | None]]]:
+        """The round's kept records (record, image inputs), a page at a time, in submission order."""
+
+    def record_writes(self) -> AbstractContextManager[RecordStore]:
+        """A write transaction on the kept records, committed when the block ends without error."""

@@ -1,0 +1,116 @@
+"""The round dataset: accepted candidates with full provenance, read a page at a time.
+
+An export reads the kept records (:mod:`.keeping`), written when each decision was made: their
+JSON lines go out as stored, with the round's values filled in as the round is now
+(:mod:`.stored_record`). Records of a round still marked stale are written first. A candidate's
+record outside a round dataset (any status) is built on the spot by the same builder
+(:mod:`.record_builder`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+
+from dynaval.domain.errors import NotFound
+from dynaval.service_layer.dataset_records.dataset_port import DatasetReads, RoundHeader
+from dynaval.service_layer.dataset_records.keeping import bring_round_up_to_date
+from dynaval.service_layer.dataset_records.record_builder import RecordBuilder
+from dynaval.service_layer.dataset_records.stored_record import RoundValues, record_line
+from dynaval.service_layer.images.stored_images import image_url
+
+if TYPE_CHECKING:
+    from dynaval.settings import Settings
+
+
+class DatasetServices(Protocol):
+    """What the dataset needs of the services: its reads and the pseudonym secret. The whole
+    :class:`~dynaval.service_layer.services.Services` will do; ``dynaval export`` builds no more
+    than this (the Label Studio client, the models and the task queue cost seconds to import)."""
+
+    settings: Settings
+    dataset_reads: DatasetReads | None
+
+
+def _query(services: DatasetServices) -> DatasetReads:
+    if services.dataset_reads is None:
+        raise RuntimeError("the round dataset is read from the database, and these services have none")
+    return services.dataset_reads
+
+
+def _round(query: DatasetReads, round_id: int) -> RoundHeader:
+    header = query.round(round_id)
+    if header is None:
+        raise NotFound(f"round {round_id} does not exist", field="round_id")
+    return header
+
+
+def count_accepted(services: DatasetServices, round_id: int) -> int:
+    query = _query(services)
+    _round(query, round_id)
+    return query.count_accepted(round_id)
+
+
+def iter_round_dataset_lines(
+    services: DatasetServices, round_id: int, *, catch_up: bool = True
+) -> Iterator[list[bytes]]:
+    """The round dataset's JSON lines (each with its newline), ordered by submission, in pages.
+
+    An unknown round raises :class:`NotFound` here, before any page is read (a download answers 404
+    before its first byte); the round's records still marked stale are written here too (unless
+    ``catch_up`` is False: then the records are read as kept). The round's own fields are read
+    once, now (as its state is now).
+    """
+    query = _query(services)
+    header = _round(query, round_id)
+    settings = services.settings
+    if catch_up:
+        bring_round_up_to_date(query, settings, round_id)
+    values = RoundValues.of(
+        round_info={"id": header.id, "name": header.name, "state": header.state},
+        policy=header.policy,
+        project_id=header.label_studio_project_id,
+    )
+
+    def signed(images: str) -> dict[str, str]:
+        return {name: image_url(settings, ref) for name, ref in orjson.loads(images).items()}
+
+    def lines() -> Iterator[list[bytes]]:
+        for page in query.kept_pages(round_id):
+            yield [record_line(record, values, signed(images) if images else None) for record, images in page]
+
+    return lines()
+
+
+def iter_round_dataset_pages(services: DatasetServices, round_id: int) -> Iterator[list[dict[str, Any]]]:
+    """The provenance records of the round's accepted candidates, ordered by submission, in pages
+    (the kept records, decoded). An unknown round raises :class:`NotFound` here."""
+    loads = orjson.loads
+    return ([loads(line) for line in page] for page in iter_round_dataset_lines(services, round_id))
+
+
+def built_round_dataset_pages(services: DatasetServices, round_id: int) -> Iterator[list[dict[str, Any]]]:
+    """The records as the builder makes them now from the stored candidates and votes, without the
+    kept records: the reference the kept ones are checked against."""
+    query = _query(services)
+    builder = RecordBuilder(services.settings, _round(query, round_id))
+    return (builder.page(page) for page in query.accepted_pages(round_id))
+
+
+def iter_round_dataset(services: DatasetServices, round_id: int) -> Iterator[dict[str, Any]]:
+    """One provenance record per accepted candidate, ordered by submission."""
+    for page in iter_round_dataset_pages(services, round_id):
+        yield from page
+
+
+def provenance_record(services: DatasetServices, candidate_id: str) -> dict[str, Any]:
+    """Any candidate's provenance record, accepted or not: the same fields as a dataset record."""
+    query = _query(services)
+    found = query.candidate(candidate_id)
+    if found is None:
+        raise NotFound(f"candidate {candidate_id} does not exist", field="candidate_id")
+    round_id, page = found
+    builder = RecordBuilder(services.settings, _round(query, round_id))
+    return builder.page(page)[0]
