@@ -76,7 +76,7 @@ def add_candidates(services: Services, round_id: int) -> dict[int, str]:
                 wanted_votes=3,
                 label_studio_overlap=3,
                 writer_id=f"writer-{i % 3}",
-                inputs={"text": f"example {i} ✓ \"quoted\" \x01 {'ü' * i}"},
+                inputs={"text": f'example {i} ✓ "quoted" \x01 {"ü" * i}'},
                 writer_label=LABELS[i % 3],
                 model_hash="sha256:0",
                 model_name="x",
@@ -184,7 +184,11 @@ class Scenario:
         outcome = self.random.choice(["accepted", "rejected"])
         try:
             override_decision(
-                self.services, candidate_id=candidate_id, outcome=outcome, reason="a lead's «reason»", by="lead"
+                self.services,
+                candidate_id=candidate_id,
+                outcome=outcome,
+                reason="a lead's «reason»",
+                by="lead",
             )
         except DomainError as refused:
             return f"override refused: {refused}"
@@ -226,7 +230,13 @@ class Scenario:
     def step(self) -> str:
         if self.frozen:  # after the freeze: late votes, edits and reconciles only
             return self.random.choice([self.vote, self.edit, self.reconcile])()
-        actions = [self.vote] * 10 + [self.edit, self.delete, self.reconcile, self.override, self.outside_write]
+        actions = [self.vote] * 10 + [
+            self.edit,
+            self.delete,
+            self.reconcile,
+            self.override,
+            self.outside_write,
+        ]
         actions += [self.exclusion] if self.random.random() < 0.5 else []
         return self.random.choice(actions)()
 
@@ -248,13 +258,17 @@ def test_kept_records_equal_a_rebuild_after_any_sequence_of_changes(
             # An accepted candidate's is marked stale, not yet written (another's needs no record);
             # an export brings it up to date before it reads.
             assert stale_marks(services) >= (1 if steps[-1].endswith("(accepted)") else 0), steps
-            exported = [line for page in round_dataset.iter_round_dataset_lines(services, round_id) for line in page]
+            exported = [
+                line for page in round_dataset.iter_round_dataset_lines(services, round_id) for line in page
+            ]
             assert exported == rebuilt_lines(services, round_id), steps
         kept = kept_lines(services, round_id)
         assert kept == rebuilt_lines(services, round_id), f"after: {steps}"
         accepted_at_some_step = max(accepted_at_some_step, len(kept))
     assert accepted_at_some_step >= 2, steps  # the sequence did accept examples
-    assert b'"state":"frozen"' in b"".join(kept_lines(services, round_id)) or not kept_lines(services, round_id)
+    assert b'"state":"frozen"' in b"".join(kept_lines(services, round_id)) or not kept_lines(
+        services, round_id
+    )
 
     report = rebuild_records(services.dataset_reads, services.settings, round_id)  # type: ignore[arg-type]
     assert report.changes.differed == 0 and report.checked >= len(kept_lines(services, round_id))
@@ -303,7 +317,11 @@ def test_concurrent_changes_leave_every_record_equal_to_a_rebuild(
         with lock:  # the copy of Label Studio is a plain dict; the service's reads run outside it
             task = scenario.random.choice(sorted(scenario.tasks))
             annotation = annotation_json(
-                scenario.next_annotation, task, scenario.random.choice(ANNOTATORS), "negative", updated=scenario._later()
+                scenario.next_annotation,
+                task,
+                scenario.random.choice(ANNOTATORS),
+                "negative",
+                updated=scenario._later(),
             )
             scenario.next_annotation += 1
             label_studio.put(annotation)
