@@ -54,22 +54,39 @@ def _statements(dialect: str) -> _Statements:
     # SQLite has one writer at a time: the marks without a transaction id are this transaction's
     # (or were left by a write outside any unit of work, which the next one takes).
     own = stale.c.xact.is_(None) if dialect == "sqlite" else stale.c.xact == func.txid_current_if_assigned()
-    of_round = select(stale.c.id).where(
-        stale.c.candidate_id.in_(select(candidate.c.id).where(candidate.c.round_id == bindparam("round_id")))
+    # The round's marks, found by looking up each mark's candidate (its primary key): a statement
+    # stops after ``limit`` of them, however large the round.
+    of_round = (
+        select(stale.c.id)
+        .join(candidate, candidate.c.id == stale.c.candidate_id)
+        .where(candidate.c.round_id == bindparam("round_id"))
     )
     if dialect != "sqlite":
         # Another reader taking the same marks skips them rather than waiting for this transaction.
-        of_round = of_round.with_for_update(skip_locked=True)
+        of_round = of_round.with_for_update(of=stale, skip_locked=True)
     after: Any = bindparam("after")
-    accepted = select(candidate.c.id.label("id")).where(
-        candidate.c.round_id == bindparam("round_id"),
-        candidate.c.status == "accepted",
-        candidate.c.id > after,
+    limit: Any = bindparam("limit")
+    # Each side of the union stops after ``limit`` ids of its own (by primary key), so that a chunk
+    # costs the same at the round's end as at its start.
+    accepted = (
+        select(candidate.c.id.label("id"))
+        .where(
+            candidate.c.round_id == bindparam("round_id"),
+            candidate.c.status == "accepted",
+            candidate.c.id > after,
+        )
+        .order_by(candidate.c.id)
+        .limit(limit)
+        .subquery()
     )
-    kept = select(record.c.candidate_id.label("id")).where(
-        record.c.round_id == bindparam("round_id"), record.c.candidate_id > after
+    kept = (
+        select(record.c.candidate_id.label("id"))
+        .where(record.c.round_id == bindparam("round_id"), record.c.candidate_id > after)
+        .order_by(record.c.candidate_id)
+        .limit(limit)
+        .subquery()
     )
-    both = union(accepted, kept).subquery()
+    both = union(select(accepted.c.id), select(kept.c.id)).subquery()
     return _Statements(
         take_own=delete(stale).where(own).returning(stale.c.candidate_id),
         take_of_round=delete(stale)
@@ -94,7 +111,7 @@ def _statements(dialect: str) -> _Statements:
             ).where(candidate.c.id == bindparam("b_candidate_id")),
         ),
         round_ids=select(_table(RoundRow).c.id).order_by(_table(RoundRow).c.id),
-        round_candidates=select(both.c.id).order_by(both.c.id).limit(bindparam("limit")),
+        round_candidates=select(both.c.id).order_by(both.c.id).limit(limit),
     )
 
 

@@ -23,6 +23,7 @@ from dynaval.domain.errors import InvalidInput
 
 REF_PREFIX = "sha256:"
 _REF = re.compile(r"sha256:[0-9a-f]{64}")
+_REF_LENGTH = len("sha256:") + 64
 _SHA = re.compile(r"[0-9a-f]{64}")
 
 HASH_BYTES = 18
@@ -133,7 +134,13 @@ def image_ref(sha256: str) -> str:
 
 
 def is_image_ref(value: object) -> bool:
-    return isinstance(value, str) and _REF.fullmatch(value) is not None
+    # The length and prefix first: a text input (most inputs) is turned away without the pattern.
+    return (
+        isinstance(value, str)
+        and len(value) == _REF_LENGTH
+        and value.startswith(REF_PREFIX)
+        and _REF.fullmatch(value) is not None
+    )
 
 
 def sha_of(ref: str) -> str:

@@ -29,13 +29,7 @@ from dynaval.domain.images.image import is_image_ref
 HOLE = b"\x01"
 _SORTED = orjson.OPT_SORT_KEYS
 
-# The holes, by the record's keys (``None``: the value at this key is a hole).
-_HOLES: dict[str, Any] = {
-    "decision": {"policy": None},
-    "image_urls": None,
-    "label_studio": {"project_id": None},
-    "round": None,
-}
+_HOLE_FRAGMENT = orjson.Fragment(HOLE)  # written into the JSON as it is: the byte alone
 
 
 def stored_form(record: Mapping[str, Any]) -> bytes:
@@ -43,22 +37,13 @@ def stored_form(record: Mapping[str, Any]) -> bytes:
 
     Filled by :func:`record_line`, it is byte for byte ``orjson.dumps(record, option=OPT_SORT_KEYS)``.
     """
-    return _with_holes(record, _HOLES)
-
-
-def _with_holes(value: Mapping[str, Any], holes: Mapping[str, Any]) -> bytes:
-    # orjson's own layout: "{", then "key":value pairs joined by ",", then "}"; keys sorted as
-    # OPT_SORT_KEYS sorts them (by their text: these keys are ASCII).
-    dumps = orjson.dumps
-    pieces = []
-    for key in sorted(value):
-        if key in holes:
-            inner = holes[key]
-            held = HOLE if inner is None else _with_holes(value[key], inner)
-        else:
-            held = dumps(value[key], option=_SORTED)
-        pieces.append(dumps(key) + b":" + held)
-    return b"{" + b",".join(pieces) + b"}"
+    holed = dict(record)
+    holed["round"] = _HOLE_FRAGMENT
+    holed["decision"] = {**record["decision"], "policy": _HOLE_FRAGMENT}
+    holed["label_studio"] = {**record["label_studio"], "project_id": _HOLE_FRAGMENT}
+    if "image_urls" in record:
+        holed["image_urls"] = _HOLE_FRAGMENT
+    return orjson.dumps(holed, option=_SORTED)
 
 
 def image_inputs(record: Mapping[str, Any]) -> dict[str, str] | None:
