@@ -487,3 +487,71 @@ def test_0023_gives_every_scored_candidate_its_rounds_model_and_a_downgrade_forg
         assert "model_hash" not in columns and "model_name" not in columns
     finally:
         db.dispose()
+
+
+def test_0024_marks_every_accepted_candidate_for_its_record_and_its_triggers_mark_each_change(
+    database_url: str,
+) -> None:
+    """0024 keeps the round dataset's records: the accepted candidates of before wait, marked, for a
+    round's first export or a rebuild (no unit of work takes that backlog inside its commit). Then a
+    change to an accepted candidate's record columns, to its annotations, or a candidate becoming or
+    leaving ``accepted`` marks it; a push's bookkeeping, or another candidate's annotation, does not.
+    A downgrade drops the tables and the triggers."""
+    from sqlalchemy import text
+
+    db = Database(database_url)
+    try:
+        migrate_to(db, "0023")
+        accepted, waiting = stored_candidate_ids(db, 2)
+        with db.engine.begin() as connection:
+            accept = text("UPDATE candidate SET status = 'accepted' WHERE id = :id")
+            connection.execute(accept, {"id": accepted})
+            connection.execute(
+                text("UPDATE candidate SET status = 'in_validation' WHERE id = :id"), {"id": waiting}
+            )
+        db.migrate()
+
+        def marks() -> list[tuple[str, int | None]]:
+            with db.engine.begin() as connection:
+                rows = connection.execute(
+                    text("SELECT candidate_id, xact FROM dataset_record_stale ORDER BY id")
+                )
+                found = [(str(r[0]), None if r[1] is None else int(r[1])) for r in rows]
+                connection.execute(text("DELETE FROM dataset_record_stale"))
+            return found
+
+        assert marks() == [(accepted, -1)]
+        changes = [
+            ("UPDATE candidate SET push_attempted_at = submitted_at WHERE id = :id", accepted, False),
+            ("UPDATE candidate SET rationale = 'edited' WHERE id = :id", accepted, True),
+            ("UPDATE candidate SET rationale = 'edited' WHERE id = :id", waiting, False),
+            ("UPDATE candidate SET status = 'accepted' WHERE id = :id", waiting, True),
+            ("UPDATE candidate SET status = 'rejected' WHERE id = :id", waiting, True),
+            (
+                "INSERT INTO annotation (id, candidate_id, round_id, annotator_id, label, flagged,"
+                " was_cancelled, created_at, updated_at, received_at, source, late)"
+                " SELECT 7, id, round_id, '101', 'negative', false, false, submitted_at, submitted_at,"
+                " submitted_at, 'reconcile', false FROM candidate WHERE id = :id",
+                accepted,
+                True,
+            ),
+            ("UPDATE annotation SET label = 'positive' WHERE candidate_id = :id", accepted, True),
+            ("DELETE FROM annotation WHERE candidate_id = :id", accepted, True),
+        ]
+        for statement, candidate_id, marked in changes:
+            with db.engine.begin() as connection:
+                connection.execute(text(statement), {"id": candidate_id})
+            found = marks()
+            assert [c for c, _ in found] == ([candidate_id] if marked else []), statement
+            if not db.is_sqlite and marked:
+                assert found[0][1] is not None and found[0][1] > 0  # the writing transaction's id
+
+        migrate_to(db, "0023", down=True)
+        tables = set(inspect(db.engine).get_table_names())
+        assert "dataset_record" not in tables and "dataset_record_stale" not in tables
+        with db.engine.begin() as connection:  # no trigger left to write into a dropped table
+            connection.execute(
+                text("UPDATE candidate SET rationale = 'after' WHERE id = :id"), {"id": accepted}
+            )
+    finally:
+        db.dispose()
