@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, delete, func, insert, select, union
+from sqlalchemy import String, bindparam, delete, func, insert, or_, select, tuple_, type_coerce
 from sqlalchemy.engine import Connection
 
 from dynaval.adapters.db.orm import CandidateRow, DatasetRecordRow, DatasetRecordStaleRow, RoundRow, utcnow
@@ -42,7 +42,9 @@ class _Statements:
     remove: Any
     write: Any
     round_ids: Any
-    round_candidates: Any
+    first_accepted: Any
+    next_accepted: Any
+    kept_not_accepted: Any
 
 
 @functools.cache
@@ -64,29 +66,20 @@ def _statements(dialect: str) -> _Statements:
     if dialect != "sqlite":
         # Another reader taking the same marks skips them rather than waiting for this transaction.
         of_round = of_round.with_for_update(of=stale, skip_locked=True)
-    after: Any = bindparam("after")
+    # A round's accepted candidates in the decision queue's order, by its index
+    # (round, status, submitted_at, id), in keyset chunks: each chunk costs the same, however far
+    # into the round it starts (the key is the stored time as the driver reads it).
+    key_time: Any = (
+        type_coerce(candidate.c.submitted_at, String) if dialect == "sqlite" else candidate.c.submitted_at
+    )
+    accepted = select(candidate.c.id, key_time).where(
+        candidate.c.round_id == bindparam("round_id"), candidate.c.status == "accepted"
+    )
+    after_key = tuple_(key_time, candidate.c.id) > tuple_(
+        bindparam("key_time", type_=String if dialect == "sqlite" else candidate.c.submitted_at.type),
+        bindparam("key_id"),
+    )
     limit: Any = bindparam("limit")
-    # Each side of the union stops after ``limit`` ids of its own (by primary key), so that a chunk
-    # costs the same at the round's end as at its start.
-    accepted = (
-        select(candidate.c.id.label("id"))
-        .where(
-            candidate.c.round_id == bindparam("round_id"),
-            candidate.c.status == "accepted",
-            candidate.c.id > after,
-        )
-        .order_by(candidate.c.id)
-        .limit(limit)
-        .subquery()
-    )
-    kept = (
-        select(record.c.candidate_id.label("id"))
-        .where(record.c.round_id == bindparam("round_id"), record.c.candidate_id > after)
-        .order_by(record.c.candidate_id)
-        .limit(limit)
-        .subquery()
-    )
-    both = union(select(accepted.c.id), select(kept.c.id)).subquery()
     return _Statements(
         take_own=delete(stale).where(own).returning(stale.c.candidate_id),
         take_of_round=delete(stale)
@@ -111,7 +104,16 @@ def _statements(dialect: str) -> _Statements:
             ).where(candidate.c.id == bindparam("b_candidate_id")),
         ),
         round_ids=select(_table(RoundRow).c.id).order_by(_table(RoundRow).c.id),
-        round_candidates=select(both.c.id).order_by(both.c.id).limit(limit),
+        first_accepted=accepted.order_by(candidate.c.submitted_at, candidate.c.id).limit(limit),
+        next_accepted=accepted.where(after_key)
+        .order_by(candidate.c.submitted_at, candidate.c.id)
+        .limit(limit),
+        kept_not_accepted=select(record.c.candidate_id)
+        .select_from(record.outerjoin(candidate, candidate.c.id == record.c.candidate_id))
+        .where(
+            record.c.round_id == bindparam("round_id"),
+            or_(candidate.c.id.is_(None), candidate.c.status != "accepted"),
+        ),
     )
 
 
@@ -200,8 +202,20 @@ class SqlRecordStore:
     def round_ids(self) -> list[int]:
         return [int(i) for (i,) in self._connection.execute(self._statements.round_ids)]
 
-    def round_candidate_ids(self, round_id: int, *, after: str | None, limit: int) -> list[str]:
-        rows = self._connection.execute(
-            self._statements.round_candidates, {"round_id": round_id, "after": after or "", "limit": limit}
-        )
-        return [str(i) for (i,) in rows]
+    def accepted_ids(self, round_id: int, *, after: object | None, limit: int) -> tuple[list[str], object]:
+        if after is None:
+            rows = self._connection.execute(
+                self._statements.first_accepted, {"round_id": round_id, "limit": limit}
+            ).all()
+        else:
+            key: tuple[Any, Any] = after  # type: ignore[assignment]
+            key_time, key_id = key
+            rows = self._connection.execute(
+                self._statements.next_accepted,
+                {"round_id": round_id, "limit": limit, "key_time": key_time, "key_id": key_id},
+            ).all()
+        return [str(row[0]) for row in rows], ((rows[-1][1], rows[-1][0]) if rows else after)
+
+    def kept_not_accepted(self, round_id: int) -> list[str]:
+        rows = self._connection.execute(self._statements.kept_not_accepted, {"round_id": round_id})
+        return sorted(str(i) for (i,) in rows)

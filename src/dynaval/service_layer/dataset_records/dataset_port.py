@@ -97,8 +97,12 @@ class RecordStore(Protocol):
 
     def round_ids(self) -> list[int]: ...
 
-    def round_candidate_ids(self, round_id: int, *, after: str | None, limit: int) -> list[str]:
-        """The round's candidates that are accepted or have a kept record, by id, after ``after``."""
+    def accepted_ids(self, round_id: int, *, after: object | None, limit: int) -> tuple[list[str], object]:
+        """Up to ``limit`` of the round's accepted candidates after the position ``after`` (None:
+        from the start), and the position after them (opaque; the same when none was left)."""
+
+    def kept_not_accepted(self, round_id: int) -> list[str]:
+        """The round's candidates that have a kept record but are not accepted (any more)."""
 
 
 class DatasetReads(Protocol):

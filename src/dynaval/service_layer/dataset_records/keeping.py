@@ -134,14 +134,21 @@ def rebuild_records(reads: DatasetReads, settings: Settings, round_id: int | Non
     changes = RecordChanges()
     checked = 0
     for current in rounds:
-        after: str | None = None
+        after: object | None = None
         while True:
             with reads.record_writes() as store:
-                ids = store.round_candidate_ids(current, after=after, limit=CHUNK)
+                ids, after = store.accepted_ids(current, after=after, limit=CHUNK)
                 if not ids:
                     break
                 store.clear_stale(ids)
                 changes.extend(write_records(store, settings, ids))
             checked += len(ids)
-            after = ids[-1]
+        with reads.record_writes() as store:  # those that left "accepted": their records go
+            gone = store.kept_not_accepted(current)
+        for start in range(0, len(gone), CHUNK):
+            with reads.record_writes() as store:
+                chunk = gone[start : start + CHUNK]
+                store.clear_stale(chunk)
+                changes.extend(write_records(store, settings, chunk))
+            checked += len(chunk)
     return RebuildReport(rounds=rounds, checked=checked, changes=changes)
