@@ -9,7 +9,7 @@ The adapters (:class:`~dynaval.adapters.db.dataset_query.DatasetQuery` and
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -119,8 +119,11 @@ class DatasetReads(Protocol):
     def candidate(self, candidate_id: str) -> tuple[int, DatasetPage] | None:
         """Any candidate's round id and a page of it alone, or None."""
 
-    def kept_pages(self, round_id: int) -> Iterator[Sequence[tuple[bytes, str | None]]]:
-        """The round's kept records (record, image inputs), a page at a time, in submission order."""
+    def kept_pages(
+        self, round_id: int, fills: Mapping[bytes, bytes]
+    ) -> Iterator[Sequence[tuple[bytes, str | None]]]:
+        """The round's kept records as lines (``fills``: hole byte -> value, filled in, and a
+        newline after each) with their image inputs, a page at a time, in submission order."""
 
     def record_writes(self) -> AbstractContextManager[RecordStore]:
         """A write transaction on the kept records, committed when the block ends without error."""

@@ -18,7 +18,7 @@ from dynaval.domain.errors import NotFound
 from dynaval.service_layer.dataset_records.dataset_port import DatasetReads, RoundHeader
 from dynaval.service_layer.dataset_records.keeping import bring_round_up_to_date
 from dynaval.service_layer.dataset_records.record_builder import RecordBuilder
-from dynaval.service_layer.dataset_records.stored_record import RoundValues, record_line
+from dynaval.service_layer.dataset_records.stored_record import RoundValues, with_image_urls
 from dynaval.service_layer.images.stored_images import image_url
 
 if TYPE_CHECKING:
@@ -68,18 +68,18 @@ def iter_round_dataset_lines(
     settings = services.settings
     if catch_up:
         bring_round_up_to_date(query, settings, round_id)
-    values = RoundValues.of(
+    fills = RoundValues.of(
         round_info={"id": header.id, "name": header.name, "state": header.state},
         policy=header.policy,
         project_id=header.label_studio_project_id,
-    )
+    ).fills()
 
     def signed(images: str) -> dict[str, str]:
         return {name: image_url(settings, ref) for name, ref in orjson.loads(images).items()}
 
     def lines() -> Iterator[list[bytes]]:
-        for page in query.kept_pages(round_id):
-            yield [record_line(record, values, signed(images) if images else None) for record, images in page]
+        for page in query.kept_pages(round_id, fills):
+            yield [with_image_urls(line, signed(images)) if images else line for line, images in page]
 
     return lines()
 

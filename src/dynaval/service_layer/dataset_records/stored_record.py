@@ -9,11 +9,12 @@ record changes, except for the values that belong to the round or to the moment 
 - ``label_studio.project_id`` (the round's project),
 - ``image_urls`` (signed URLs that expire; only records whose inputs name stored images have it).
 
-Each of them is left out of the stored bytes and a hole byte, ``0x01``, stands in its place. JSON
-text never holds that byte (a JSON string escapes every control character, and orjson writes it as
-``\\u0001``), so splitting on it finds the holes and nothing else, whatever a writer typed. An
-export fills the holes once per round and once per image, and otherwise hands the bytes on as
-stored: no record is decoded or encoded again.
+Each of them is left out of the stored bytes and a hole byte of its own stands in its place (``0x01``
+to ``0x04``). JSON text never holds such a byte (a JSON string escapes every control character,
+and orjson writes it as ``\\u0001``), so replacing it finds the hole and nothing else, whatever a
+writer typed. An export fills the round's holes as the database hands the records over (in SQL,
+where the database does it in C, beside the process that writes the file) and an image's URLs in
+the few records that have them: no record is decoded or encoded again.
 """
 
 from __future__ import annotations
@@ -26,23 +27,30 @@ import orjson
 
 from dynaval.domain.images.image import is_image_ref
 
-HOLE = b"\x01"
+POLICY_HOLE = b"\x01"
+PROJECT_HOLE = b"\x02"
+ROUND_HOLE = b"\x03"
+IMAGE_URLS_HOLE = b"\x04"
 _SORTED = orjson.OPT_SORT_KEYS
 
-_HOLE_FRAGMENT = orjson.Fragment(HOLE)  # written into the JSON as it is: the byte alone
+# Written into the JSON as they are: the byte alone.
+_POLICY, _PROJECT, _ROUND, _IMAGE_URLS = map(
+    orjson.Fragment, (POLICY_HOLE, PROJECT_HOLE, ROUND_HOLE, IMAGE_URLS_HOLE)
+)
 
 
 def stored_form(record: Mapping[str, Any]) -> bytes:
     """The record's JSON line (without its newline) with holes where the round's values go.
 
-    Filled by :func:`record_line`, it is byte for byte ``orjson.dumps(record, option=OPT_SORT_KEYS)``.
+    With its holes filled (:meth:`RoundValues.fills`, :func:`with_image_urls`), it is byte for byte
+    ``orjson.dumps(record, option=OPT_SORT_KEYS)``.
     """
     holed = dict(record)
-    holed["round"] = _HOLE_FRAGMENT
-    holed["decision"] = {**record["decision"], "policy": _HOLE_FRAGMENT}
-    holed["label_studio"] = {**record["label_studio"], "project_id": _HOLE_FRAGMENT}
+    holed["round"] = _ROUND
+    holed["decision"] = {**record["decision"], "policy": _POLICY}
+    holed["label_studio"] = {**record["label_studio"], "project_id": _PROJECT}
     if "image_urls" in record:
-        holed["image_urls"] = _HOLE_FRAGMENT
+        holed["image_urls"] = _IMAGE_URLS
     return orjson.dumps(holed, option=_SORTED)
 
 
@@ -68,21 +76,13 @@ class RoundValues:
             round=orjson.dumps(round_info, option=_SORTED),
         )
 
+    def fills(self) -> dict[bytes, bytes]:
+        """Each round hole's value."""
+        return {POLICY_HOLE: self.policy, PROJECT_HOLE: self.project_id, ROUND_HOLE: self.round}
 
-def record_line(stored: bytes, values: RoundValues, image_urls: Mapping[str, str] | None = None) -> bytes:
-    """The record's JSON line, with its newline: the stored bytes with the round's values (and the
-    record's signed image URLs, where it has a hole for them) in their holes."""
-    parts = stored.split(HOLE)
-    if len(parts) == 4:  # the holes in key order: decision.policy, label_studio.project_id, round
-        return b"".join(
-            (parts[0], values.policy, parts[1], values.project_id, parts[2], values.round, parts[3], b"\n")
-        )
-    if len(parts) == 5:  # and image_urls, between decision and label_studio
-        urls = orjson.dumps(dict(image_urls or {}), option=_SORTED)
-        return b"".join(
-            (
-                parts[0], values.policy, parts[1], urls, parts[2], values.project_id, parts[3], values.round,
-                parts[4], b"\n",
-            )
-        )  # fmt: skip
-    raise ValueError(f"a stored record has {len(parts) - 1} holes; it must have 3, or 4 with images")
+
+def with_image_urls(line: bytes, image_urls: Mapping[str, str] | None) -> bytes:
+    """A line with its image URLs in their hole (a line without that hole is returned as it is)."""
+    if image_urls is None:
+        return line
+    return line.replace(IMAGE_URLS_HOLE, orjson.dumps(dict(image_urls), option=_SORTED))
