@@ -552,6 +552,21 @@ def kept_floor(url: str, round_id: int, page_size: int = 5000) -> float:
     return rows / (time.perf_counter() - started)
 
 
+def disk_floor(folder: Path, size: int, chunk: int = 11 << 20) -> float:
+    """Seconds to write ``size`` bytes to a new file in ``folder`` from memory, in chunks of a
+    JSONL page's size: the disk's own speed, below which no export of that file can go."""
+    data = os.urandom(1 << 20) * (chunk >> 20)
+    path = folder / "disk-floor.bin"
+    started = time.perf_counter()
+    with path.open("wb") as handle:
+        for _ in range(size // len(data)):
+            handle.write(data)
+        handle.write(data[: size % len(data)])
+    seconds = time.perf_counter() - started
+    path.unlink()
+    return seconds
+
+
 def verdict(rate: float, rss: float) -> str:
     ok = rate >= GOAL_ROWS_PER_S and rss <= GOAL_PEAK_RSS_MB
     return "met" if ok else "NOT met"
@@ -610,6 +625,7 @@ def main() -> None:
         )
 
         lines = []
+        jsonl_size = 0
         for fmt in formats:
             runs = []
             for repeat in range(args.repeats):
@@ -625,6 +641,8 @@ def main() -> None:
                 )
                 out.unlink()
             seconds = statistics.median(r.seconds for r in runs)
+            if fmt == "jsonl":
+                jsonl_size = runs[0].size_bytes
             cpu = statistics.median(r.cpu_s for r in runs)
             start = statistics.median(r.import_s for r in runs)
             rss = max(r.peak_rss_mb for r in runs)
@@ -651,6 +669,14 @@ def main() -> None:
         floors = [kept_floor(url, round_id) for _ in range(args.repeats)]
         floor = statistics.median(floors)
         print(f"  {backend} handing over the kept records: " + ", ".join(f"{f:,.0f}" for f in floors))
+        disk = None
+        if jsonl_size:
+            writes = [disk_floor(folder, jsonl_size) for _ in range(args.repeats)]
+            disk = accepted / statistics.median(writes)
+            print(
+                f"  writing the JSONL file's {jsonl_size / 1e6:,.0f} MB from memory: "
+                + ", ".join(f"{jsonl_size / w / 1e6:,.0f} MB/s" for w in writes)
+            )
         old_floor = None
         if backend == "SQLite":
             olds = [database_floor(folder / "dynaval.sqlite3", round_id) for _ in range(args.repeats)]
@@ -678,6 +704,11 @@ def main() -> None:
             f"{'floor: kept records':24} {floor:9,.0f} rows/s, {floor / GOAL_ROWS_PER_S:.2f}x the goal: "
             f"the kept records an export reads, fetched by the plain driver and dropped"
         )
+        if disk is not None:
+            print(
+                f"{'floor: disk write':24} {disk:9,.0f} rows/s, {disk / GOAL_ROWS_PER_S:.2f}x the goal: "
+                "the JSONL file's bytes written from memory to the same disk"
+            )
         if old_floor is not None:
             print(
                 f"{'floor: candidates+votes':24} {old_floor:9,.0f} rows/s: the candidate rows and votes "

@@ -90,8 +90,8 @@ def add_candidates(services: Services, round_id: int) -> dict[int, str]:
 
 def kept_lines(services: Services, round_id: int) -> list[bytes]:
     """The records as kept: read without writing any stale one first."""
-    pages = round_dataset.iter_round_dataset_lines(services, round_id, catch_up=False)
-    return [line for page in pages for line in page]
+    chunks = round_dataset.iter_round_dataset_chunks(services, round_id, catch_up=False)
+    return [line for chunk, _count in chunks for line in chunk.splitlines(keepends=True)]
 
 
 def rebuilt_lines(services: Services, round_id: int) -> list[bytes]:
@@ -259,7 +259,9 @@ def test_kept_records_equal_a_rebuild_after_any_sequence_of_changes(
             # an export brings it up to date before it reads.
             assert stale_marks(services) >= (1 if steps[-1].endswith("(accepted)") else 0), steps
             exported = [
-                line for page in round_dataset.iter_round_dataset_lines(services, round_id) for line in page
+                line
+                for chunk, _count in round_dataset.iter_round_dataset_chunks(services, round_id)
+                for line in chunk.splitlines(keepends=True)
             ]
             assert exported == rebuilt_lines(services, round_id), steps
         kept = kept_lines(services, round_id)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import queue
 import threading
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -32,7 +32,6 @@ from typing import Any, TypeVar
 import orjson
 from sqlalchemy import (
     Integer,
-    LargeBinary,
     String,
     Text,
     and_,
@@ -56,6 +55,7 @@ from dynaval.adapters.db.dataset_records import SqlRecordStore
 from dynaval.adapters.db.orm import AnnotationRow, CandidateRow, CaptureRow, DatasetRecordRow, RoundRow
 from dynaval.service_layer.dataset_records.dataset_port import (
     DatasetPage,
+    KeptPage,
     RoundHeader,
 )
 
@@ -163,23 +163,6 @@ class _Statements:
     next_kept: Any
 
 
-FILLS = 3
-"""The holes a kept record's line has filled as it is read (its round's values)."""
-
-
-def _filled(record: Any, dialect: str) -> ColumnElement[bytes]:
-    """A kept record with its round's holes filled and a newline after it, by the database: the
-    bound ``hole_<i>`` replaced by ``value_<i>`` (texts), for each of :data:`FILLS` holes."""
-    text: Any = cast(record, Text) if dialect == "sqlite" else func.convert_from(record, literal("UTF8"))
-    for i in range(FILLS):
-        text = func.replace(text, bindparam(f"hole_{i}", type_=Text), bindparam(f"value_{i}", type_=Text))
-    newline = literal("\n", Text)
-    if dialect == "sqlite":
-        # CAST to BLOB hands the UTF-8 bytes over as they are (the text is never decoded).
-        return type_coerce(cast(text.concat(newline), LargeBinary), LargeBinary)
-    return type_coerce(func.convert_to(text.concat(newline), literal("UTF8")), LargeBinary)
-
-
 def statements_for(dialect: str) -> _Statements:
     """The dataset's statements for ``"sqlite"`` or ``"postgresql"`` (built once each)."""
     return _statements(dialect)
@@ -273,9 +256,9 @@ def _statements(dialect: str) -> _Statements:
         kept_time: Any = type_coerce(record.c.submitted_at, String)
     else:
         kept_time = record.c.submitted_at
-    kept = select(
-        _filled(record.c.record, dialect), record.c.image_inputs, kept_time, record.c.candidate_id
-    ).where(record.c.round_id == bindparam("round_id"))
+    kept = select(record.c.record, record.c.image_inputs, kept_time, record.c.candidate_id).where(
+        record.c.round_id == bindparam("round_id")
+    )
     kept_order = (record.c.submitted_at, record.c.candidate_id)
     after_kept = tuple_(kept_time, record.c.candidate_id) > tuple_(key_time, bindparam("key_id"))
     return _Statements(
@@ -371,35 +354,25 @@ class DatasetQuery:
             votes = self._votes(connection, [candidate_id])
         return int(row.round_id), DatasetPage(candidates=[row[:-1]], votes=votes)
 
-    def kept_pages(
-        self, round_id: int, fills: Mapping[bytes, bytes]
-    ) -> Iterator[Sequence[tuple[bytes, str | None]]]:
-        """The round's kept records in submission order, a page at a time (read one page ahead),
-        each a line: ``fills`` (hole byte -> value) filled in by the database, a newline after it."""
-        if len(fills) != FILLS:
-            raise ValueError(f"a kept record's line is read with {FILLS} holes filled, not {len(fills)}")
-        return _read_ahead(self._kept_pages(round_id, fills))
+    def kept_pages(self, round_id: int) -> Iterator[KeptPage]:
+        """The round's kept records in submission order, a page at a time (read one page ahead)."""
+        return _read_ahead(self._kept_pages(round_id))
 
-    def _kept_pages(
-        self, round_id: int, fills: Mapping[bytes, bytes]
-    ) -> Generator[Sequence[tuple[bytes, str | None]], None, None]:
+    def _kept_pages(self, round_id: int) -> Generator[KeptPage, None, None]:
         statements = self._statements
         params: dict[str, Any] = {"round_id": round_id, "limit": KEPT_PAGE_SIZE}
-        for i, (hole, value) in enumerate(fills.items()):
-            params[f"hole_{i}"] = hole.decode()
-            params[f"value_{i}"] = value.decode()
         statement = statements.first_kept
         while True:
             with self._connection() as connection:
                 rows = connection.execute(statement, params).all()
             if not rows:
                 return
-            yield [(record, images) for record, images, _time, _id in rows]
+            records, images, times, ids = zip(*rows, strict=True)
+            yield KeptPage(records=records, image_inputs=images)
             if len(rows) < KEPT_PAGE_SIZE:
                 return
-            last = rows[-1]
             statement = statements.next_kept
-            params = {**params, "key_time": last[2], "key_id": last[3]}
+            params = {**params, "key_time": times[-1], "key_id": ids[-1]}
 
     @contextmanager
     def record_writes(self) -> Iterator[SqlRecordStore]:

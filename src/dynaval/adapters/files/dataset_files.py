@@ -22,8 +22,9 @@ FORMATS = ("jsonl", "parquet")
 MEDIA_TYPES = {"jsonl": "application/x-ndjson", "parquet": "application/vnd.apache.parquet"}
 
 Page = Sequence[dict[str, Any]]
-Lines = Sequence[bytes]
-"""A page of records as JSON lines, each with its newline."""
+Chunk = tuple[bytes, int]
+"""A page of records as JSON lines, each ending in a newline (no JSON line holds another), and
+the number of lines."""
 
 _OPTIONS = orjson.OPT_SORT_KEYS
 # Nested provenance goes into JSON-text columns so every batch has the same flat schema.
@@ -42,7 +43,7 @@ def json_text(value: Any) -> bytes:
 
 
 def write_dataset(
-    pages: Iterable[Lines],
+    pages: Iterable[Chunk],
     path: Path,
     fmt: str,
     *,
@@ -67,15 +68,14 @@ def write_dataset(
     return count
 
 
-def encode_dataset(pages: Iterable[Lines], fmt: str) -> Iterator[tuple[bytes, int]]:
+def encode_dataset(pages: Iterable[Chunk], fmt: str) -> Iterator[tuple[bytes, int]]:
     """The file's bytes, a piece per page of JSON lines: (bytes, number of records in them).
     Nothing is held beyond a page, so this streams a download as well as it writes a file."""
     if fmt == "jsonl":
-        for page in pages:
-            yield b"".join(page), len(page)
+        yield from pages
     elif fmt == "parquet":
         loads = orjson.loads
-        yield from _parquet_pieces([loads(line) for line in page] for page in pages)
+        yield from _parquet_pieces([loads(line) for line in page.split(b"\n")[:-1]] for page, _count in pages)
     else:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}")
 

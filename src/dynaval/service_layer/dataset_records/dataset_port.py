@@ -9,7 +9,7 @@ The adapters (:class:`~dynaval.adapters.db.dataset_query.DatasetQuery` and
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -66,6 +66,15 @@ class KeptRecord:
     """JSON of the inputs that name stored images, or None."""
 
 
+@dataclass(frozen=True)
+class KeptPage:
+    """A page of kept records, as columns."""
+
+    records: Sequence[bytes]
+    image_inputs: Sequence[str | None]
+    """JSON of each record's inputs that name stored images, or None."""
+
+
 class RecordStore(Protocol):
     """The kept records, inside one write transaction.
 
@@ -119,11 +128,8 @@ class DatasetReads(Protocol):
     def candidate(self, candidate_id: str) -> tuple[int, DatasetPage] | None:
         """Any candidate's round id and a page of it alone, or None."""
 
-    def kept_pages(
-        self, round_id: int, fills: Mapping[bytes, bytes]
-    ) -> Iterator[Sequence[tuple[bytes, str | None]]]:
-        """The round's kept records as lines (``fills``: hole byte -> value, filled in, and a
-        newline after each) with their image inputs, a page at a time, in submission order."""
+    def kept_pages(self, round_id: int) -> Iterator[KeptPage]:
+        """The round's kept records, a page at a time, in submission order."""
 
     def record_writes(self) -> AbstractContextManager[RecordStore]:
         """A write transaction on the kept records, committed when the block ends without error."""

@@ -53,15 +53,16 @@ def count_accepted(services: DatasetServices, round_id: int) -> int:
     return query.count_accepted(round_id)
 
 
-def iter_round_dataset_lines(
+def iter_round_dataset_chunks(
     services: DatasetServices, round_id: int, *, catch_up: bool = True
-) -> Iterator[list[bytes]]:
-    """The round dataset's JSON lines (each with its newline), ordered by submission, in pages.
+) -> Iterator[tuple[bytes, int]]:
+    """The round dataset's JSON lines (each with its newline), ordered by submission: a page of
+    them at a time, as (bytes, number of lines).
 
     An unknown round raises :class:`NotFound` here, before any page is read (a download answers 404
     before its first byte); the round's records still marked stale are written here too (unless
     ``catch_up`` is False: then the records are read as kept). The round's own fields are read
-    once, now (as its state is now).
+    once, now (as its state is now), and filled into a whole page at a time.
     """
     query = _query(services)
     header = _round(query, round_id)
@@ -77,18 +78,35 @@ def iter_round_dataset_lines(
     def signed(images: str) -> dict[str, str]:
         return {name: image_url(settings, ref) for name, ref in orjson.loads(images).items()}
 
-    def lines() -> Iterator[list[bytes]]:
-        for page in query.kept_pages(round_id, fills):
-            yield [with_image_urls(line, signed(images)) if images else line for line, images in page]
+    def chunks() -> Iterator[tuple[bytes, int]]:
+        for page in query.kept_pages(round_id):
+            records = page.records
+            if any(page.image_inputs):
+                records = [
+                    with_image_urls(record, signed(images)) if images else record
+                    for record, images in zip(records, page.image_inputs, strict=True)
+                ]
+            chunk = b"\n".join(records) + b"\n"
+            for hole, value in fills.items():
+                chunk = chunk.replace(hole, value)
+            yield chunk, len(records)
 
-    return lines()
+    return chunks()
+
+
+def _lines_of(chunk: bytes) -> list[bytes]:
+    """A chunk's JSON lines, without their newlines (a JSON line holds no other newline byte)."""
+    return chunk.split(b"\n")[:-1]
 
 
 def iter_round_dataset_pages(services: DatasetServices, round_id: int) -> Iterator[list[dict[str, Any]]]:
     """The provenance records of the round's accepted candidates, ordered by submission, in pages
     (the kept records, decoded). An unknown round raises :class:`NotFound` here."""
     loads = orjson.loads
-    return ([loads(line) for line in page] for page in iter_round_dataset_lines(services, round_id))
+    return (
+        [loads(line) for line in _lines_of(chunk)]
+        for chunk, _count in iter_round_dataset_chunks(services, round_id)
+    )
 
 
 def built_round_dataset_pages(services: DatasetServices, round_id: int) -> Iterator[list[dict[str, Any]]]:
