@@ -13,6 +13,10 @@ file (core ``executemany``). Then the real commands run in a subprocess each, so
   task type, and its test examples in the regression suite);
 - ``dynaval release verify DIR`` on what it wrote.
 
+Before the repeats, ``dynaval dataset rebuild`` writes the seeded round's kept records once (the
+seed wrote the tables directly, as a restore would; the service writes each record as its decision
+is made), so that a build reads them as the service's own builds do.
+
 Wall seconds count from the command's start (settings, database, the build and the copy to
 ``--out``) to its end, without the interpreter's start and imports, which are printed beside them.
 With ``--phases`` (the default) the create child also times its phases by wrapping the service's
@@ -278,6 +282,19 @@ def main() -> None:
         # suite, and a later build from the same database would place no writer and take no case.
         seeded_file = folder / "dynaval.sqlite3"
         build_file = folder / "build.sqlite3"
+        # The seed wrote the round straight into the tables, as a restore would: its kept records
+        # are written once by the rebuild (the service writes each as its decision is made).
+        rebuilt = run_command(
+            environment(f"sqlite:///{seeded_file}", folder),
+            ["dataset", "rebuild", "--round", str(round_id)],
+            folder / "rebuild.result.json",
+            phases=False,
+            profile=None,
+        )
+        print(
+            f"  dynaval dataset rebuild: {rebuilt.seconds:.1f} s, peak RSS {rebuilt.peak_rss_mb:.0f} MB",
+            flush=True,
+        )
         env = environment(f"sqlite:///{build_file}", folder)
         env["DYNAVAL_NEAR_DUPLICATE_SEMANTIC"] = "true" if args.semantic else "false"
         run_tag = uuid.uuid4().hex[:8]
