@@ -110,8 +110,11 @@ class SqlUnitOfWork:
         with _storage_conflicts():
             if self._keep_records is not None and not self._read_only:
                 self.session.flush()
-                connection = self.session.connection()
-                self._keep_records(SqlRecordStore(connection, statements_for(dialect_of(connection))))
+                # A unit of work that never touched the database began no transaction: it wrote
+                # nothing, and needs no write lock now.
+                if self.session.in_transaction():
+                    connection = self.session.connection()
+                    self._keep_records(SqlRecordStore(connection, statements_for(dialect_of(connection))))
             self.session.commit()
 
     def flush(self) -> None:
