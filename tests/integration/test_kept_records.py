@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import func, update
+from sqlalchemy import func, text, update
 from sqlmodel import select
 
 from dynaval.adapters.db.orm import CandidateRow, DatasetRecordStaleRow, RoundRow
@@ -341,3 +341,28 @@ def test_concurrent_changes_leave_every_record_equal_to_a_rebuild(
         thread.join(timeout=120)
     assert not errors, errors
     assert kept_lines(services, scenario.round_id) == rebuilt_lines(services, scenario.round_id)
+
+
+def test_a_candidate_moved_to_another_round_by_hand_leaves_its_old_rounds_next_export(
+    services: Services, label_studio: LabelStudioCopy
+) -> None:
+    """A write outside the service: an accepted candidate moved to another round leaves the old
+    round's dataset by the old round's next export (its mark is found through its kept record)."""
+    scenario = Scenario(services, label_studio, seed=5)
+    while not kept_lines(services, scenario.round_id):
+        scenario.vote()
+    other_round = add_round(services)
+    with services.database.unit_of_work() as session:
+        moved = session.exec(select(CandidateRow.id).where(CandidateRow.status == "accepted")).first()
+        assert moved is not None
+        session.exec(  # type: ignore[call-overload]
+            text("UPDATE candidate SET round_id = :r WHERE id = :id").bindparams(r=other_round, id=moved)
+        )
+        session.commit()
+    exported = [
+        line
+        for chunk, _count in round_dataset.iter_round_dataset_chunks(services, scenario.round_id)
+        for line in chunk.splitlines(keepends=True)
+    ]
+    assert exported == rebuilt_lines(services, scenario.round_id)
+    assert not any(moved.encode() in line for line in exported)

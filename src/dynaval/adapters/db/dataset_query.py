@@ -60,10 +60,10 @@ from dynaval.service_layer.dataset_records.dataset_port import (
 )
 
 PAGE_SIZE = 2000
-KEPT_PAGE_SIZE = 5000
-"""Kept records per page: a page is a few MB of stored bytes."""
 """Candidates per page: large enough that a query's fixed cost does not count, small enough that a
 page's records (a few MB) stay far below the memory a whole round would take."""
+KEPT_PAGE_SIZE = 5000
+"""Kept records per page: a page is about 11 MB of stored bytes."""
 
 
 class _JsonText(TypeDecorator[Any]):

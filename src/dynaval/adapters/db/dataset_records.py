@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import String, bindparam, delete, func, insert, or_, select, tuple_, type_coerce
+from sqlalchemy import String, bindparam, delete, func, insert, or_, select, text, tuple_, type_coerce
 from sqlalchemy.engine import Connection
 
 from dynaval.adapters.db.orm import CandidateRow, DatasetRecordRow, DatasetRecordStaleRow, RoundRow, utcnow
@@ -56,16 +56,25 @@ def _statements(dialect: str) -> _Statements:
     # SQLite has one writer at a time: the marks without a transaction id are this transaction's
     # (or were left by a write outside any unit of work, which the next one takes).
     own = stale.c.xact.is_(None) if dialect == "sqlite" else stale.c.xact == func.txid_current_if_assigned()
-    # The round's marks, found by looking up each mark's candidate (its primary key): a statement
-    # stops after ``limit`` of them, however large the round.
+    # The round's marks: those of its candidates, of candidates whose kept record is in the round
+    # (one moved to another round by hand), and of candidates no longer stored (deleted by hand),
+    # each found by primary key: a statement stops after ``limit`` of them. Catch-ups of a round
+    # take turns (see ``hold_round``), so none skips marks another is still writing.
     of_round = (
         select(stale.c.id)
-        .join(candidate, candidate.c.id == stale.c.candidate_id)
-        .where(candidate.c.round_id == bindparam("round_id"))
+        .select_from(
+            stale.outerjoin(candidate, candidate.c.id == stale.c.candidate_id).outerjoin(
+                record, record.c.candidate_id == stale.c.candidate_id
+            )
+        )
+        .where(
+            or_(
+                candidate.c.round_id == bindparam("round_id"),
+                record.c.round_id == bindparam("round_id"),
+                candidate.c.id.is_(None),
+            )
+        )
     )
-    if dialect != "sqlite":
-        # Another reader taking the same marks skips them rather than waiting for this transaction.
-        of_round = of_round.with_for_update(of=stale, skip_locked=True)
     # A round's accepted candidates in the decision queue's order, by its index
     # (round, status, submitted_at, id), in keyset chunks: each chunk costs the same, however far
     # into the round it starts (the key is the stored time as the driver reads it).
@@ -117,6 +126,10 @@ def _statements(dialect: str) -> _Statements:
     )
 
 
+_HOLD_ROUND = text("SELECT pg_advisory_xact_lock(74202, :round_id)")
+"""A transaction-long lock of one round's catch-up and rebuild (74201 is the migrations')."""
+
+
 def dialect_of(connection: Connection) -> str:
     return "sqlite" if connection.dialect.name == "sqlite" else "postgresql"
 
@@ -138,6 +151,10 @@ class SqlRecordStore:
 
     def take_own_stale(self) -> list[str]:
         return sorted({str(i) for (i,) in self._connection.execute(self._statements.take_own)})
+
+    def hold_round(self, round_id: int) -> None:
+        if self._dialect != "sqlite":  # SQLite's one writer at a time holds it already
+            self._connection.execute(_HOLD_ROUND, {"round_id": round_id})
 
     def take_stale_of_round(self, round_id: int, limit: int) -> list[str]:
         rows = self._connection.execute(

@@ -569,7 +569,7 @@ class TrainedExampleRow(SQLModel, table=True):
 class DatasetRecordRow(SQLModel, table=True):
     """An accepted example's provenance record as ``dynaval export`` writes it, kept as it is
     decided (:mod:`dynaval.service_layer.dataset_records`): written in the same transaction as every
-    change that alters it, read by exports at the speed of the disk.
+    change that alters it, handed on by exports as it is.
 
     ``record`` is the record's JSON line without its round-level values (the round, its policy and
     Label Studio project) and its signed image URLs, which an export splices in from the round as

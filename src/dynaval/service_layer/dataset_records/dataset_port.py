@@ -85,6 +85,10 @@ class RecordStore(Protocol):
     def take_own_stale(self) -> list[str]:
         """The candidates this transaction marked stale (their marks removed)."""
 
+    def hold_round(self, round_id: int) -> None:
+        """Hold the round's catch-up lock until the transaction ends: catch-ups and rebuild chunks of
+        one round take turns, so none reads past records another is still writing."""
+
     def take_stale_of_round(self, round_id: int, limit: int) -> list[str]:
         """Up to ``limit`` candidates of the round marked stale by anyone (their marks removed)."""
 

@@ -61,12 +61,19 @@ def keep_records(store: RecordStore, settings: Settings) -> RecordChanges:
 
 def write_records(store: RecordStore, settings: Settings, candidate_ids: Iterable[str]) -> RecordChanges:
     """Build these candidates' records as they are now and write those that differ from the kept
-    ones; remove the records of those that are no longer accepted."""
+    ones; remove the records of those that are no longer accepted. A chunk of them at a time, so
+    that a change to many (an annotator excluded from a large round) holds a chunk's records in
+    memory, not all of them."""
     ids = sorted(set(candidate_ids))
     changes = RecordChanges()
-    if not ids:
-        return changes
     store.lock(ids)
+    for start in range(0, len(ids), CHUNK):
+        changes.extend(_write_chunk(store, settings, ids[start : start + CHUNK]))
+    return changes
+
+
+def _write_chunk(store: RecordStore, settings: Settings, ids: Sequence[str]) -> RecordChanges:
+    changes = RecordChanges()
     kept = store.kept(ids)
     built = _built(store, settings, ids)
     written = []
@@ -107,6 +114,7 @@ def bring_round_up_to_date(reads: DatasetReads, settings: Settings, round_id: in
     done = 0
     while True:
         with reads.record_writes() as store:
+            store.hold_round(round_id)
             ids = store.take_stale_of_round(round_id, CHUNK)
             if not ids:
                 return done
@@ -137,6 +145,7 @@ def rebuild_records(reads: DatasetReads, settings: Settings, round_id: int | Non
         after: object | None = None
         while True:
             with reads.record_writes() as store:
+                store.hold_round(current)
                 ids, after = store.accepted_ids(current, after=after, limit=CHUNK)
                 if not ids:
                     break
@@ -147,6 +156,7 @@ def rebuild_records(reads: DatasetReads, settings: Settings, round_id: int | Non
             gone = store.kept_not_accepted(current)
         for start in range(0, len(gone), CHUNK):
             with reads.record_writes() as store:
+                store.hold_round(current)
                 chunk = gone[start : start + CHUNK]
                 store.clear_stale(chunk)
                 changes.extend(write_records(store, settings, chunk))

@@ -12,9 +12,9 @@ record changes, except for the values that belong to the round or to the moment 
 Each of them is left out of the stored bytes and a hole byte of its own stands in its place (``0x01``
 to ``0x04``). JSON text never holds such a byte (a JSON string escapes every control character,
 and orjson writes it as ``\\u0001``), so replacing it finds the hole and nothing else, whatever a
-writer typed. An export fills the round's holes as the database hands the records over (in SQL,
-where the database does it in C, beside the process that writes the file) and an image's URLs in
-the few records that have them: no record is decoded or encoded again.
+writer typed. An export fills the round's holes with three byte replaces over a whole page of
+lines, and an image's URLs in the few records that have them: no record is decoded or encoded
+again.
 """
 
 from __future__ import annotations
