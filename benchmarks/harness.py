@@ -78,6 +78,8 @@ if TYPE_CHECKING:
 __all__ = ["Annotator", "LabelStudioServer", "free_port"]
 
 HOST = "127.0.0.1"
+DYNAVAL_COMMAND = Path(sys.executable).parent / "dynaval"
+"""The installed `dynaval` command (run with this interpreter by :class:`ChildProcess`)."""
 WEBHOOK_PATH = "/webhooks/label-studio"
 SECRET_HEADER = "X-Dynaval-Webhook-Secret"
 LABELS = ("positive", "negative", "neutral")

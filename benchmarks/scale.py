@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import (
+    DYNAVAL_COMMAND,
     REPO_ROOT,
     WEBHOOK_PATH,
     BenchmarkError,
@@ -104,7 +105,6 @@ FINAL = ("accepted", "rejected", "flagged")
 DISAGREE_SHARE = 0.2
 FLAG_SHARE = 0.01
 NEWLINE = b"\n"
-DYNAVAL_COMMAND = Path(sys.executable).parent / "dynaval"
 SHUFFLE_BLOCK = 1000
 """Tasks whose votes come shuffled together."""
 

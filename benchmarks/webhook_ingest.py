@@ -54,9 +54,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from harness import (
+    DYNAVAL_COMMAND,
     WEBHOOK_PATH,
     Annotator,
     BenchmarkError,
+    ChildProcess,
     LabelStudioServer,
     LoadRun,
     PayloadFactory,
@@ -88,6 +90,7 @@ GOAL_VERIFIED_RATIO = 10.0
 GOAL_RATIO = 30.0
 GOAL_P99_MS = 25.0
 DISAGREE_SHARE = 0.2
+READ_BACK_WHERE = {"worker": "a `dynaval worker` process", "embedded": "gunicorn's worker"}
 VOTES_PER_TASK = 2  # the round's first votes: a task's one imported vote leaves it in validation
 
 
@@ -171,12 +174,18 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers,
             threads=args.threads,
             RECONCILE_INTERVAL_S="0",
+            EMBEDDED_WORKER="true" if args.read_back == "embedded" else "false",
         )
         print(
-            f"starting the service under gunicorn ({args.workers} x {args.threads}, {backend}) ...",
+            f"starting the service under gunicorn ({args.workers} x {args.threads}, {backend}), "
+            f"reading back in {READ_BACK_WHERE[args.read_back]} ...",
             flush=True,
         )
         service = start_gunicorn(stack, env, port, scratch / "gunicorn.log")
+        worker: ChildProcess | None = None
+        if args.read_back == "worker":
+            worker = ChildProcess([str(DYNAVAL_COMMAND), "worker"], env, scratch / "worker.log")
+            stack.callback(worker.stop)
         client = ServiceClient(service.url, keys.lead)
         database = Database(database_url)
         stack.callback(database.dispose)
@@ -279,12 +288,15 @@ def run(args: argparse.Namespace) -> int:
             cpu_before = service.cpu_seconds()
             result = send_load(url, hooks, bodies, args.clients, args.time_cap)
             result.server_cpu_s = service.cpu_seconds() - cpu_before
+            if worker is not None:
+                worker.check_running("dynaval worker")
             result.load_average = os.getloadavg()[0]
             runs.append(result)
             print(
                 f"run {repeat}: {result.sent} webhooks in {result.seconds:.2f} s: {result.rate:.0f}/s, "
                 f"p50 {result.p50_ms:.1f} ms, p99 {result.p99_ms:.1f} ms, errors {result.errors}; "
-                f"gunicorn CPU {result.cpu_ms_per_request:.1f} ms/webhook (reading back included), "
+                f"gunicorn CPU {result.cpu_ms_per_request:.1f} ms/webhook"
+                f"{' (reading back included)' if worker is None else ''}, "
                 f"load average {result.load_average:.1f}",
                 flush=True,
             )
@@ -323,6 +335,7 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(
             f"=== webhook ingest, {backend}, gunicorn {args.workers} worker(s) x {args.threads} threads, "
+            f"reading back in {READ_BACK_WHERE[args.read_back]}, "
             f"{args.clients} clients, {os.cpu_count()} CPUs ==="
         )
         print(
@@ -353,7 +366,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"  gunicorn CPU               "
             f"{statistics.median(r.cpu_ms_per_request for r in runs):.1f} ms per webhook "
-            "(answering and reading back)"
+            + ("(answering and reading back)" if worker is None else "(answering; the worker reads back)")
         )
         print(
             f"  latency at {GOAL_RATIO:.0f}x LS         p50 {paced_p50:.1f} ms, p99 {paced_p99:.1f} ms "
@@ -404,6 +417,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--time-cap", type=float, default=60.0, help="seconds at most per run")
     parser.add_argument("--workers", type=int, default=1, help="gunicorn workers")
     parser.add_argument("--threads", type=int, default=8, help="gunicorn threads per worker")
+    parser.add_argument(
+        "--read-back",
+        choices=sorted(READ_BACK_WHERE),
+        default="worker",
+        help="where Label Studio's copy is read back: a `dynaval worker` process beside gunicorn "
+        "(the default, as service/gunicorn.conf.py runs it), or threads inside gunicorn's worker",
+    )
     add_database_argument(parser)
     parser.add_argument("--single-requests", type=int, default=300, help="webhooks of the one-client run")
     parser.add_argument("--paced-seconds", type=float, default=10.0, help="length of each steady run")

@@ -2,17 +2,32 @@
 
 Threads matter: the model's micro-batcher serves several waiting writers per forward pass, which
 needs concurrent requests inside one worker. Environment overrides: DYNAVAL_BIND, DYNAVAL_WORKERS,
-DYNAVAL_THREADS, DYNAVAL_ACCESS_LOG, DYNAVAL_CONTROL_SOCKET; the worker takes DYNAVAL_RECEIVE_TIMEOUT_S and
-DYNAVAL_MAX_BODY_BYTES from the app's settings.
+DYNAVAL_THREADS, DYNAVAL_ACCESS_LOG, DYNAVAL_CONTROL_SOCKET, DYNAVAL_WORKER_PROCESS; the worker
+takes DYNAVAL_RECEIVE_TIMEOUT_S and DYNAVAL_MAX_BODY_BYTES from the app's settings.
 """
 
 import os
 from typing import Any
 
 from dynaval.entrypoints.serving import MAX_HEAD_BYTES
+from dynaval.entrypoints.worker_process import (
+    start_worker_process,
+    stop_worker_process,
+    worker_process_wanted,
+)
 
 chdir = os.path.dirname(os.path.abspath(__file__))
-wsgi_app = "wsgi:application()"
+# The task queue's consumer (it reads webhooks' tasks back from Label Studio, pushes, sweeps, runs
+# jobs) runs as one `dynaval worker` process that the master starts beside the HTTP workers, so
+# that the answering never waits on the reading back (dynaval.entrypoints.worker_process). The HTTP
+# workers then run none. DYNAVAL_WORKER_PROCESS=false: threads inside each HTTP worker instead;
+# DYNAVAL_EMBEDDED_WORKER=false: no consumer here at all (`dynaval worker` runs elsewhere).
+wsgi_app = (
+    "wsgi:application(start_background=False)" if worker_process_wanted(os.environ) else "wsgi:application()"
+)
+when_ready = start_worker_process
+on_reload = start_worker_process
+on_exit = stop_worker_process
 bind = os.environ.get("DYNAVAL_BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("DYNAVAL_WORKERS", "1"))
 # gthread, receiving each request whole before a thread sees it, so that a slow client holds no

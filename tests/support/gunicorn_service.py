@@ -89,16 +89,24 @@ class GunicornService:
             self._log = None
 
     def worker_pids(self) -> list[int]:
-        """The PIDs of gunicorn's worker processes now (children of the master, from /proc)."""
-        if self._process is None:
+        """The PIDs of gunicorn's HTTP worker processes now: the master's children forked from it
+        (the same command line), from /proc."""
+        master = self._master_pid()
+        if master is None:
             return []
-        master = self._process.pid
-        workers = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == master:
-                    workers.append(int(stat.parent.name))
-        return sorted(workers)
+        return [pid for pid in _children(master) if _command_line(pid) == _command_line(master)]
+
+    def worker_process_pids(self) -> list[int]:
+        """The PIDs of the ``dynaval worker`` processes the master started (the queue's consumer)."""
+        master = self._master_pid()
+        if master is None:
+            return []
+        return [
+            pid for pid in _children(master) if b"dynaval.entrypoints.cli\x00worker" in _command_line(pid)
+        ]
+
+    def _master_pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -114,3 +122,19 @@ class GunicornService:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def _children(parent: int) -> list[int]:
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                children.append(int(stat.parent.name))
+    return sorted(children)
+
+
+def _command_line(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -27,11 +27,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
     the job lane's consumer beside it in threads (``--job-workers``; 0: no job here)."""
     from dynaval.adapters.task_queue import start_embedded_consumer
 
-    if args.workers < 1:
+    if args.workers is not None and args.workers < 1:
         raise CommandError("--workers must be at least 1")
-    if args.job_workers < 0:
+    if args.job_workers is not None and args.job_workers < 0:
         raise CommandError("--job-workers must be 0 (this worker runs no job) or more")
     services = open_services()
+    settings = services.settings
+    args.workers = settings.queue_workers if args.workers is None else args.workers
+    args.job_workers = settings.job_workers if args.job_workers is None else args.job_workers
     job_consumer = None
     try:
         if args.job_workers > 0:
@@ -68,13 +71,15 @@ def add_service_commands(commands: Any) -> None:
         "worker",
         help="run a task-queue consumer (pushes, escalations, sweep, reconcile, jobs) apart from the service",
     )
-    worker.add_argument("--workers", type=int, default=2, help="threads running tasks (default 2)")
+    worker.add_argument(
+        "--workers", type=int, default=None, help="threads running tasks (default DYNAVAL_QUEUE_WORKERS, 2)"
+    )
     worker.add_argument(
         "--job-workers",
         type=int,
-        default=1,
+        default=None,
         help="threads running jobs (training, releases, evaluation, the gate) apart from the tasks "
-        "(default 1; 0: leave jobs to other workers)",
+        "(default DYNAVAL_JOB_WORKERS, 1; 0: leave jobs to other workers)",
     )
     worker.add_argument(
         "--no-periodic", action="store_true", help="leave the minute's sweep to other consumers"

@@ -1,0 +1,80 @@
+"""A write transaction on SQLite waits for another process's write lock in short polls of its own,
+gives up with ``Unavailable`` past the limit, and leaves SQLite's busy handler as it found it."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from dynaval.adapters.db import database as database_module
+from dynaval.adapters.db.database import SQLITE_BUSY_TIMEOUT_MS, Database
+from dynaval.domain.errors import Unavailable
+
+
+@pytest.fixture
+def sqlite_database(tmp_path: Path) -> Database:
+    database = Database(f"sqlite:///{tmp_path / 'wait.sqlite3'}")
+    with database.transaction() as connection:
+        connection.execute(text("CREATE TABLE note (id INTEGER PRIMARY KEY, body TEXT)"))
+    return database
+
+
+def other_process_lock(path: str) -> sqlite3.Connection:
+    """A connection of its own (as another process's) holding the write lock."""
+    other = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO note (body) VALUES ('theirs')")
+    return other
+
+
+def test_a_write_waits_for_another_writer_and_then_goes_ahead(
+    sqlite_database: Database, tmp_path: Path
+) -> None:
+    other = other_process_lock(str(tmp_path / "wait.sqlite3"))
+    released = threading.Event()
+
+    def release_soon() -> None:
+        time.sleep(0.3)
+        released.set()  # before the commit: the write may begin the moment it is done
+        other.commit()
+
+    releaser = threading.Thread(target=release_soon)
+    releaser.start()
+    try:
+        with sqlite_database.transaction() as connection:
+            assert released.is_set()  # it began only once the other writer was done
+            connection.execute(text("INSERT INTO note (body) VALUES ('ours')"))
+            assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == SQLITE_BUSY_TIMEOUT_MS
+    finally:
+        releaser.join()
+        other.close()
+    with sqlite_database.reading() as session:
+        assert list(session.execute(text("SELECT body FROM note ORDER BY id")).scalars()) == [
+            "theirs",
+            "ours",
+        ]
+    sqlite_database.dispose()
+
+
+def test_a_write_gives_up_past_the_limit_and_the_connection_stays_usable(
+    sqlite_database: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(database_module, "SQLITE_WRITER_WAIT_S", 0.2)
+    other = other_process_lock(str(tmp_path / "wait.sqlite3"))
+    try:
+        with pytest.raises(Unavailable, match="stayed busy"), sqlite_database.transaction() as connection:
+            connection.execute(text("INSERT INTO note (body) VALUES ('refused')"))
+    finally:
+        other.rollback()
+        other.close()
+    with sqlite_database.transaction() as connection:
+        connection.execute(text("INSERT INTO note (body) VALUES ('later')"))
+        assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == SQLITE_BUSY_TIMEOUT_MS
+    with sqlite_database.reading() as session:
+        assert list(session.execute(text("SELECT body FROM note")).scalars()) == ["later"]
+    sqlite_database.dispose()
