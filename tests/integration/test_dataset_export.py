@@ -29,6 +29,7 @@ from sqlmodel import col, select
 
 from dynaval.adapters.db import dataset_query
 from dynaval.adapters.db.orm import AnnotationRow, CandidateRow, RoundRow
+from dynaval.domain.errors import Unavailable
 from dynaval.domain.provenance import pseudonym, writer_pseudonym
 from dynaval.domain.validation.policy import DecisionPolicy
 from dynaval.entrypoints.cli import main as cli
@@ -607,3 +608,37 @@ def test_an_empty_round_exports_no_record(
         else:
             table = pq.read_table(io.BytesIO(data))
             assert table.num_rows == 0 and table.schema.names == PARQUET_COLUMNS
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_an_export_with_nothing_to_catch_up_takes_no_write_lock(seeded: Seeded, services: Services) -> None:
+    """Once a round's records are written, its export only reads: another process may hold
+    SQLite's write lock (a worker applying votes) meanwhile, and the export neither waits for it nor
+    fails; a round with marks left does wait, and then writes them."""
+    import sqlite3
+
+    from sqlalchemy.engine import make_url
+
+    from dynaval.adapters.db import database as database_module
+
+    same(list(dataset.iter_round_dataset(services, seeded.round_id)), seeded.expected, "first export")
+    path = str(make_url(services.database.url).database)
+    other = sqlite3.connect(path, timeout=0, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        same(list(dataset.iter_round_dataset(services, seeded.round_id)), seeded.expected, "while locked")
+        # A mark left (a write outside the service): the export must write it, so it waits for
+        # the lock, and here gives up (the limit made short), leaving the mark for the next one.
+        other.execute(
+            "UPDATE candidate SET rationale = rationale WHERE id = ?", (seeded.expected[0]["example_id"],)
+        )
+        other.commit()
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(database_module, "SQLITE_WRITER_WAIT_S", 0.2)
+            with pytest.raises(Unavailable, match="stayed busy"):
+                list(dataset.iter_round_dataset(services, seeded.round_id))
+    finally:
+        other.rollback()
+        other.close()
+    same(list(dataset.iter_round_dataset(services, seeded.round_id)), seeded.expected, "after")

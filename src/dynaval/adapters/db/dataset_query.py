@@ -374,6 +374,10 @@ class DatasetQuery:
             statement = statements.next_kept
             params = {**params, "key_time": times[-1], "key_id": ids[-1]}
 
+    def any_stale(self, round_id: int) -> bool:
+        with self._connection() as connection:
+            return SqlRecordStore(connection, self._statements).any_stale_of_round(round_id)
+
     @contextmanager
     def record_writes(self) -> Iterator[SqlRecordStore]:
         """A write transaction on the kept records, committed when the block ends without error."""

@@ -36,6 +36,7 @@ def _table(row: type) -> Any:
 class _Statements:
     take_own: Any
     take_of_round: Any
+    any_of_round: Any
     clear: Any
     lock: Any
     kept: Any
@@ -94,6 +95,7 @@ def _statements(dialect: str) -> _Statements:
         take_of_round=delete(stale)
         .where(stale.c.id.in_(of_round.limit(bindparam("limit")).scalar_subquery()))
         .returning(stale.c.candidate_id),
+        any_of_round=of_round.limit(1),
         clear=delete(stale).where(stale.c.candidate_id.in_(ids)),
         lock=select(candidate.c.id).where(candidate.c.id.in_(ids)).order_by(candidate.c.id).with_for_update(),
         kept=select(record.c.candidate_id, record.c.round_id, record.c.record, record.c.image_inputs).where(
@@ -161,6 +163,13 @@ class SqlRecordStore:
             self._statements.take_of_round, {"round_id": round_id, "limit": limit}
         )
         return sorted({str(i) for (i,) in rows})
+
+    def any_stale_of_round(self, round_id: int) -> bool:
+        """Whether any of the round's marks is there (a read: it takes none)."""
+        return (
+            self._connection.execute(self._statements.any_of_round, {"round_id": round_id}).first()
+            is not None
+        )
 
     def clear_stale(self, candidate_ids: Sequence[str]) -> None:
         for chunk in _chunks(candidate_ids):

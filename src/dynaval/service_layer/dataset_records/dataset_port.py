@@ -135,5 +135,8 @@ class DatasetReads(Protocol):
     def kept_pages(self, round_id: int) -> Iterator[KeptPage]:
         """The round's kept records, a page at a time, in submission order."""
 
+    def any_stale(self, round_id: int) -> bool:
+        """Whether any of the round's records is marked stale, read without a write transaction."""
+
     def record_writes(self) -> AbstractContextManager[RecordStore]:
         """A write transaction on the kept records, committed when the block ends without error."""
