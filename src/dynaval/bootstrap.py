@@ -32,7 +32,7 @@ from dynaval.service_layer.regression import revalidation, suite_jobs
 from dynaval.service_layer.releases import release_jobs
 from dynaval.service_layer.retraining import policies as retraining
 from dynaval.service_layer.services import Services
-from dynaval.service_layer.validation import pushing
+from dynaval.service_layer.validation import pushing, webhooks
 from dynaval.service_layer.validation import vote_reading as verification
 from dynaval.service_layer.validation.writer_links import WriterAnnotatorLinks
 from dynaval.settings import Settings
@@ -141,6 +141,7 @@ def background_jobs(services: Services) -> BackgroundJobs:
         push_retry_at=lambda round_id: pushing.push_retry_at(services, round_id),
         escalate=lambda round_id: pushing.apply_escalations(services, round_id),
         verify=verify,
+        take_hints=lambda round_id, task_ids, at: webhooks.take_hints(services, round_id, task_ids, at),
         sweep=sweep,
         reconcile=lambda: list(verification.reconcile_live_rounds(services)),
         run_job=lambda job_id: jobs.run_job(services, job_id),

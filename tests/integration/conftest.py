@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,9 @@ class RecordedWork:
 
     def verify_soon(self, round_id: int) -> None:
         self.verifications.append(round_id)
+
+    def hint_soon(self, round_id: int, task_ids: Collection[int], at: datetime) -> bool:
+        return False  # no worker here: the webhook records its tasks itself
 
     def run_job_soon(self, job_id: int) -> None:
         pass

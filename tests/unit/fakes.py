@@ -617,6 +617,9 @@ class RecordedWork:
     def verify_soon(self, round_id: int) -> None:
         self.verifications.append(round_id)
 
+    def hint_soon(self, round_id: int, task_ids: Collection[int], at: datetime) -> bool:
+        return False  # no worker here: the webhook records its tasks itself
+
 
 @dataclass
 class FakeLabelStudio:
@@ -689,6 +692,6 @@ def fake_services(store: FakeStore, label_studio: FakeLabelStudio | None = None,
         catalog=LabelConfigCatalog(REPO / "label_config"),
         label_studio=label_studio or FakeLabelStudio(),  # type: ignore[arg-type]
         models=ModelRegistry(factory=no_model),
-        uow=lambda *, read_only=False: FakeUnitOfWork(store),  # type: ignore[arg-type,return-value]
+        uow=lambda *, read_only=False, wait_for_writers=True: FakeUnitOfWork(store),  # type: ignore[arg-type,return-value]
         work=RecordedWork(),
     )

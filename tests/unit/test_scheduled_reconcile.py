@@ -32,6 +32,7 @@ def queued_work(
         push_retry_at=never,
         escalate=nothing,
         verify=nothing,
+        take_hints=lambda *_hint: None,
         sweep=nothing,
         reconcile=run_reconcile,
         run_job=nothing,

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -114,6 +114,8 @@ class BackgroundJobs:
     """Raise the Label Studio overlap of the round's tasks whose decision wants more votes."""
     verify: Callable[[int], object]
     """Read back from Label Studio the round's tasks that webhooks named."""
+    take_hints: Callable[[int, list[int], datetime], object]
+    """Record that webhooks named these tasks of the round at that time (then ask for their read)."""
     sweep: Callable[[], object]
     """The minute's safety net: score leftovers, push, verify and escalate every live round."""
     reconcile: Callable[[], Iterable[int]]
@@ -172,6 +174,10 @@ class QueuedWork:
                 if huey.put_if_empty(_flag("verify", round_id), "1"):
                     verify_round_task.schedule((round_id,), delay=max(1.0, self._settings.push_retry_base_s))
 
+        @huey.task(name="dynaval.take_hints")
+        def take_hints(round_id: int, task_ids: list[int], at: str) -> None:
+            jobs.take_hints(round_id, task_ids, datetime.fromisoformat(at))
+
         @job_lane.task(name="dynaval.run_job")
         def run_job(job_id: int) -> None:
             huey.get(_flag("job", job_id))  # the flags live in the main queue's store
@@ -188,6 +194,7 @@ class QueuedWork:
         self._push_round = push_round
         self._escalate_round = escalate_round
         self._verify_round = verify_round_task
+        self._take_hints = take_hints
         self._run_job = run_job
         self.sweep = sweep
 
@@ -203,6 +210,16 @@ class QueuedWork:
         # hardly more (docs/trust.md).
         delay = self._settings.verify_delay_s
         self._enqueue("verify", round_id, self._verify_round, delay_s=delay)
+
+    def hint_soon(self, round_id: int, task_ids: Collection[int], at: datetime) -> bool:
+        # One queue entry per webhook: what it says waits in the queue, not in the database, until
+        # a consumer records it.
+        try:
+            self._take_hints(round_id, sorted(task_ids), at.astimezone(UTC).isoformat())
+        except Exception as exc:
+            log.warning("could not queue the hint of round %s (recorded at once instead): %r", round_id, exc)
+            return False
+        return True
 
     def run_job_soon(self, job_id: int) -> None:
         self._enqueue("job", job_id, self._run_job)

@@ -48,6 +48,10 @@ class Unavailable(DomainError):
     code = "unavailable"
 
 
+class WritersBusy(Unavailable):
+    """Another writer holds the database's write lock, and the caller asked not to wait for it."""
+
+
 class TooManyRequests(DomainError):
     """The caller has spent its budget for now; ``retry_after_s`` says when some of it comes back."""
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from dynaval import __version__
@@ -35,6 +36,11 @@ class WorkQueue(Protocol):
     def verify_soon(self, round_id: int) -> None:
         """Read back from Label Studio the round's tasks that webhooks named."""
 
+    def hint_soon(self, round_id: int, task_ids: Collection[int], at: datetime) -> bool:
+        """Have a worker record that webhooks named these tasks at ``at`` (and then read them back):
+        for a webhook that must not wait for the database. False when the queue cannot take it (the
+        caller then records them itself)."""
+
     def run_job_soon(self, job_id: int) -> None:
         """Run the queued job (a worker takes it once, however often it is asked for)."""
 
@@ -50,6 +56,9 @@ class NoWorkQueue:
 
     def verify_soon(self, round_id: int) -> None:
         pass
+
+    def hint_soon(self, round_id: int, task_ids: Collection[int], at: datetime) -> bool:
+        return False  # no worker to take them: the caller records them
 
     def run_job_soon(self, job_id: int) -> None:
         pass  # a job stays queued until a service's worker (or ``dynaval worker``) sweeps
@@ -74,9 +83,11 @@ class Storage(Protocol):
 
 
 class UnitOfWorkFactory(Protocol):
-    def __call__(self, *, read_only: bool = False) -> UnitOfWork:
+    def __call__(self, *, read_only: bool = False, wait_for_writers: bool = True) -> UnitOfWork:
         """A new unit of work: a write transaction, or a read-only one (a snapshot on SQLite that
-        holds no write lock)."""
+        holds no write lock). ``wait_for_writers=False``: a write transaction that raises
+        :class:`~dynaval.domain.errors.WritersBusy` at its start where it would wait for another
+        writer (SQLite's one write lock) instead of waiting."""
 
 
 @dataclass

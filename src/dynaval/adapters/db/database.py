@@ -22,7 +22,7 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlmodel import Session, create_engine
 
-from dynaval.domain.errors import Unavailable
+from dynaval.domain.errors import Unavailable, WritersBusy
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 # The largest id an autoincrement INTEGER column (rounds, decisions, events) holds on every backend:
@@ -108,14 +108,18 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 FILE_LOCK_POLL_S = (0.0002, 0.002)
 """The first and the longest pause between two tries of another process's write lock."""
 READ_ONLY_OPTION = "dynaval_read_only"
+NO_WAIT_OPTION = "dynaval_no_wait"
+"""A write transaction that raises :class:`WritersBusy` at once where SQLite's write lock is taken
+(by this process or another), instead of waiting for it. PostgreSQL has no such lock: ignored."""
 
 
-def _begin_immediate(dbapi_connection: Any) -> None:
+def _begin_immediate(dbapi_connection: Any, *, wait: bool = True) -> None:
     """``BEGIN IMMEDIATE``, waiting for another process's write lock in short polls.
 
     SQLite's busy handler sleeps 1, 2, 5, 10, 15, 20, 25, 25... ms between its tries, so a write
     that another process (``dynaval worker`` reading votes back) held for 10 ms made a webhook's
     write wait 18 to 33 ms. Here the lock is tried again after 0.2 ms, doubling to 2 ms at most.
+    ``wait=False``: one try, and :class:`WritersBusy` if the lock is taken.
     """
     deadline = time.monotonic() + SQLITE_WRITER_WAIT_S
     pause = FILE_LOCK_POLL_S[0]
@@ -128,6 +132,8 @@ def _begin_immediate(dbapi_connection: Any) -> None:
             except sqlite3.OperationalError as error:
                 if error.sqlite_errorcode != sqlite3.SQLITE_BUSY:
                     raise
+                if not wait:
+                    raise WritersBusy("another writer holds the database") from error
                 if time.monotonic() >= deadline:
                     raise Unavailable(
                         f"the database stayed busy for {SQLITE_WRITER_WAIT_S:.0f} s; try again"
@@ -156,14 +162,18 @@ def _make_sqlite_transactions_immediate(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        if connection.get_execution_options().get(READ_ONLY_OPTION):
+        options = connection.get_execution_options()
+        if options.get(READ_ONLY_OPTION):
             connection.exec_driver_sql("BEGIN")
             return
-        if not writer.acquire(timeout=SQLITE_WRITER_WAIT_S):
+        wait = not options.get(NO_WAIT_OPTION)
+        if not writer.acquire(timeout=SQLITE_WRITER_WAIT_S if wait else -1, blocking=wait):
+            if not wait:
+                raise WritersBusy("another thread of this process holds the database")
             raise Unavailable(f"the database stayed busy for {SQLITE_WRITER_WAIT_S:.0f} s; try again")
         holders.add(id(connection.connection.dbapi_connection))
         try:
-            _begin_immediate(connection.connection.dbapi_connection)
+            _begin_immediate(connection.connection.dbapi_connection, wait=wait)
         except BaseException:
             _release(connection.connection.dbapi_connection)
             raise

@@ -25,7 +25,7 @@ from dynaval.adapters.db.audit import SqlAuditRepository
 from dynaval.adapters.db.candidates import SqlCandidateRepository
 from dynaval.adapters.db.capture_repository import SqlCaptureRepository
 from dynaval.adapters.db.dashboard_sessions import SqlDashboardSessions
-from dynaval.adapters.db.database import READ_ONLY_OPTION, Database
+from dynaval.adapters.db.database import NO_WAIT_OPTION, READ_ONLY_OPTION, Database
 from dynaval.adapters.db.dataset_query import statements_for
 from dynaval.adapters.db.dataset_records import SqlRecordStore, dialect_of
 from dynaval.adapters.db.gold import SqlGoldRepository
@@ -70,16 +70,24 @@ class SqlUnitOfWork:
         database: Database,
         *,
         read_only: bool = False,
+        wait_for_writers: bool = True,
         keep_records: Callable[[RecordStore], object] | None = None,
     ) -> None:
         self._database = database
         self._read_only = read_only
+        self._wait_for_writers = wait_for_writers
         self._keep_records = keep_records
 
     def __enter__(self) -> Self:
         self.session = Session(self._database.engine, expire_on_commit=False)
-        if self._read_only:
-            self.session.connection(execution_options={READ_ONLY_OPTION: True})
+        try:
+            if self._read_only:
+                self.session.connection(execution_options={READ_ONLY_OPTION: True})
+            elif not self._wait_for_writers:
+                self.session.connection(execution_options={NO_WAIT_OPTION: True})
+        except BaseException:  # WritersBusy: the block never runs, so __exit__ would not close it
+            self.session.close()
+            raise
         self.rounds = SqlRoundRepository(self.session)
         self.candidates = SqlCandidateRepository(self.session)
         self.gold = SqlGoldRepository(self.session)
@@ -140,7 +148,9 @@ def sql_units_of_work(
     """The factory the use cases open units of work with (``services.uow()``); ``keep_records``
     writes the round-dataset records a transaction made stale, before it commits."""
 
-    def open_unit(*, read_only: bool = False) -> UnitOfWork:
-        return SqlUnitOfWork(database, read_only=read_only, keep_records=keep_records)
+    def open_unit(*, read_only: bool = False, wait_for_writers: bool = True) -> UnitOfWork:
+        return SqlUnitOfWork(
+            database, read_only=read_only, wait_for_writers=wait_for_writers, keep_records=keep_records
+        )
 
     return open_unit

@@ -14,11 +14,13 @@ for shape, so a malformed one is refused and changes nothing.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Collection
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from dynaval.domain.clock import utcnow
-from dynaval.domain.errors import DomainError, NotFound
+from dynaval.domain.errors import DomainError, NotFound, WritersBusy
 from dynaval.service_layer.services import Services
 
 
@@ -81,11 +83,16 @@ def ingest_webhook(services: Services, hint: WebhookHint) -> WebhookResult:
     that is no candidate or gold item of the project's round is refused (404 naming
     ``annotation.task``); deleted annotation ids the service never stored for the round lead to no
     task and change nothing.
+
+    The answer never waits for another writer: where the database's write lock is taken (SQLite's
+    one lock, held by a worker applying a read-back), the tasks go to the task queue, and a worker
+    records them there (:func:`take_hints`). Only if the queue cannot take them either does the
+    webhook wait to record them itself.
     """
     if isinstance(hint, OtherAction):
         return WebhookResult(action=hint.action, handled=False)
     round_id = _round_of_project(services, hint.project_id)
-    with services.uow() as uow:
+    with services.uow(read_only=True) as uow:
         if isinstance(hint, AnnotationChanged):
             if not uow.task_checks.is_task_of_round(round_id, hint.task_id):
                 raise NotFound(
@@ -94,11 +101,30 @@ def ingest_webhook(services: Services, hint: WebhookHint) -> WebhookResult:
             tasks = {hint.task_id}
         else:
             tasks = uow.task_checks.tasks_of_annotations(round_id, hint.annotation_ids)
-        uow.task_checks.request(round_id, tasks, utcnow())
-        uow.commit()
     if tasks:
+        at = utcnow()
+        try:
+            _request(services, round_id, tasks, at, wait_for_writers=False)
+        except WritersBusy:
+            if not services.work.hint_soon(round_id, tasks, at):
+                _request(services, round_id, tasks, at, wait_for_writers=True)
         services.work.verify_soon(round_id)
     return WebhookResult(action=hint.action, handled=True, tasks_to_verify=len(tasks))
+
+
+def take_hints(services: Services, round_id: int, task_ids: Collection[int], at: datetime) -> None:
+    """A worker records the tasks a webhook named at ``at`` (queued because the database was busy
+    then), and asks for their read."""
+    _request(services, round_id, task_ids, at, wait_for_writers=True)
+    services.work.verify_soon(round_id)
+
+
+def _request(
+    services: Services, round_id: int, task_ids: Collection[int], at: datetime, *, wait_for_writers: bool
+) -> None:
+    with services.uow(wait_for_writers=wait_for_writers) as uow:
+        uow.task_checks.request(round_id, task_ids, at)
+        uow.commit()
 
 
 def _round_of_project(services: Services, project_id: int) -> int:
