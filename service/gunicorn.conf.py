@@ -13,7 +13,6 @@ from dynaval.entrypoints.serving import MAX_HEAD_BYTES
 from dynaval.entrypoints.worker_process import (
     start_worker_process,
     stop_worker_process,
-    worker_process_wanted,
 )
 
 chdir = os.path.dirname(os.path.abspath(__file__))
@@ -22,9 +21,7 @@ chdir = os.path.dirname(os.path.abspath(__file__))
 # that the answering never waits on the reading back (dynaval.entrypoints.worker_process). The HTTP
 # workers then run none. DYNAVAL_WORKER_PROCESS=false: threads inside each HTTP worker instead;
 # DYNAVAL_EMBEDDED_WORKER=false: no consumer here at all (`dynaval worker` runs elsewhere).
-wsgi_app = (
-    "wsgi:application(start_background=False)" if worker_process_wanted(os.environ) else "wsgi:application()"
-)
+wsgi_app = "wsgi:application()"
 when_ready = start_worker_process
 on_reload = start_worker_process
 on_exit = stop_worker_process

@@ -113,7 +113,7 @@ def test_the_master_runs_the_queue_consumer_in_a_worker_process_that_reads_votes
     finally:
         os.kill(worker, signal.SIGCONT)
     wait_until(lambda: votes(first) == 1, 60, "the worker, back, to read the vote")
-    assert waiting() == 0
+    wait_until(lambda: waiting() == 0, 30, "the read to settle the task")
 
     # A worker that dies is started again, and the new one reads back.
     os.kill(worker, signal.SIGKILL)

@@ -49,6 +49,8 @@ class RecordedWork:
 
     escalations: list[int] = field(default_factory=list)
     verifications: list[int] = field(default_factory=list)
+    hints: list[tuple[int, list[int]]] = field(default_factory=list)
+    """The hints offered to the queue (none taken: the caller records them)."""
 
     def push_soon(self, round_id: int) -> None:
         pass
@@ -60,6 +62,7 @@ class RecordedWork:
         self.verifications.append(round_id)
 
     def hint_soon(self, round_id: int, task_ids: Collection[int], at: datetime) -> bool:
+        self.hints.append((round_id, sorted(task_ids)))
         return False  # no worker here: the webhook records its tasks itself
 
     def run_job_soon(self, job_id: int) -> None:

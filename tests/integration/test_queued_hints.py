@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 
 import pytest
 from sqlalchemy.engine import make_url
@@ -79,11 +80,12 @@ def test_a_webhook_answered_while_another_process_writes_leaves_its_task_in_the_
     # Nothing in the database yet: the hint waits in the queue (no worker runs here).
     assert waiting_tasks(services) == []
     queue = services.task_queue
-    assert [task.name for task in queue.pending()] == ["dynaval.take_hints", "dynaval.verify_round"]
-    # A worker takes them in order: the task waits to be read back, then the read stores the vote.
-    take_hints = queue.dequeue()
-    queue.execute(take_hints)
+    assert [task.name for task in queue.pending()] == ["dynaval.take_hints"]
+    # A worker takes it: the task waits to be read back and its read is asked for; the read
+    # stores the vote.
+    queue.execute(queue.dequeue())
     assert waiting_tasks(services) == [21]
+    assert [task.name for task in queue.pending()] == ["dynaval.verify_round"]
     queue.execute(queue.dequeue())
     assert queued.reads == [[21]]
     assert candidate_state(services, candidate_id)[2] == [(1, "101", "negative")]
@@ -141,5 +143,30 @@ def test_with_no_queue_to_take_it_the_webhook_waits_for_the_writer_and_records_i
     with writer_elsewhere(services, for_s=0.3):
         result = ingest_webhook(services, webhook(CREATED, PROJECT, annotation))
     assert result.tasks_to_verify == 1
+    assert services.work.hints == [(round_id, [23])]  # offered to the queue, which took nothing
     assert waiting_tasks(services) == [23]
     assert services.work.verifications == [round_id]
+
+
+@SQLITE
+def test_a_late_hint_never_moves_a_newer_request_back(services: Services, queued: LabelStudioCopy) -> None:
+    """A webhook queued its hint at T0; a later one recorded the task itself at T1. The worker that
+    records the first hint afterwards leaves T1: a read that started between the two (and so may
+    miss the second change) does not settle the task."""
+    from dynaval.service_layer.validation import webhooks
+
+    round_id = add_round(services)
+    add_candidate(services, round_id, task_id=25)
+    t0 = utcnow()
+    t1 = t0 + timedelta(seconds=5)
+    with services.uow() as uow:
+        uow.task_checks.request(round_id, [25], t1)
+        uow.commit()
+    webhooks.take_hints(services, round_id, [25], t0)
+    with services.database.unit_of_work() as session:
+        [requested_at] = session.exec(select(TaskCheckRow.requested_at)).all()
+    assert as_utc(requested_at) == t1
+    with services.uow() as uow:  # a read that started between the two settles nothing
+        assert uow.task_checks.settle(round_id, [25], t0 + timedelta(seconds=1)) == 0
+        uow.commit()
+    assert waiting_tasks(services) == [25]

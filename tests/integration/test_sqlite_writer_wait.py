@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import text
 
 from dynaval.adapters.db import database as database_module
-from dynaval.adapters.db.database import SQLITE_BUSY_TIMEOUT_MS, Database
-from dynaval.domain.errors import Unavailable
+from dynaval.adapters.db.database import NO_WAIT_OPTION, SQLITE_BUSY_TIMEOUT_MS, Database
+from dynaval.domain.errors import Unavailable, WritersBusy
 
 
 @pytest.fixture
@@ -77,4 +77,61 @@ def test_a_write_gives_up_past_the_limit_and_the_connection_stays_usable(
         assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == SQLITE_BUSY_TIMEOUT_MS
     with sqlite_database.reading() as session:
         assert list(session.execute(text("SELECT body FROM note")).scalars()) == ["later"]
+    sqlite_database.dispose()
+
+
+def test_a_no_wait_write_is_refused_at_once_while_another_process_writes_and_leaks_nothing(
+    sqlite_database: Database, tmp_path: Path
+) -> None:
+    other = other_process_lock(str(tmp_path / "wait.sqlite3"))
+    try:
+        with pytest.raises(WritersBusy), sqlite_database.engine.connect() as connection:
+            connection.execution_options(**{NO_WAIT_OPTION: True}).begin()
+    finally:
+        other.rollback()
+        other.close()
+    # Neither the process's writer lock nor the file lock stayed taken: a write from another
+    # thread goes ahead (it would wait, and with this limit fail, if either had leaked).
+    written: list[str] = []
+
+    def write() -> None:
+        with sqlite_database.transaction() as connection:
+            connection.execute(text("INSERT INTO note (body) VALUES ('after')"))
+        written.append("after")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(database_module, "SQLITE_WRITER_WAIT_S", 2.0)
+        writer = threading.Thread(target=write)
+        writer.start()
+        writer.join()
+    assert written == ["after"]
+    sqlite_database.dispose()
+
+
+def test_a_no_wait_write_waits_a_moment_for_another_thread_then_is_refused(sqlite_database: Database) -> None:
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with sqlite_database.transaction() as connection:
+            connection.execute(text("INSERT INTO note (body) VALUES ('held')"))
+            holding.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(30)
+        with pytest.raises(WritersBusy), sqlite_database.engine.connect() as connection:
+            connection.execution_options(**{NO_WAIT_OPTION: True}).begin()
+    finally:
+        release.set()
+        holder.join()
+    # Once the other thread is done, a no-wait write goes ahead.
+    with (
+        sqlite_database.engine.connect() as connection,
+        connection.execution_options(**{NO_WAIT_OPTION: True}).begin(),
+    ):
+        connection.execute(text("INSERT INTO note (body) VALUES ('mine')"))
+    with sqlite_database.reading() as session:
+        assert list(session.execute(text("SELECT body FROM note ORDER BY id")).scalars()) == ["held", "mine"]
     sqlite_database.dispose()

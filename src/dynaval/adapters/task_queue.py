@@ -6,8 +6,9 @@ shared by every process on the machine; ``redis://host:port/db`` is Redis, share
 Background work on it: pushes, verification of webhooks, escalations, jobs (training...), the
 sweep and the scheduled reconcile. Work is asked for as it arises (:class:`QueuedWork`, the use
 cases' ``WorkQueue`` port): a stored candidate asks for a push of its round, a webhook asks for its
-task to be read back from Label Studio (verification), a submitted job asks for a run, a read
-whose decision wants more votes asks for an escalation. A push
+task to be read back from Label Studio (verification) and, when the database's write lock was taken
+as it came, for a worker to record that request (``dynaval.take_hints``, tried again if it fails),
+a submitted job asks for a run, a read whose decision wants more votes asks for an escalation. A push
 Label Studio fails is tried again when the round's backoff runs out, a verification Label Studio
 failed a little later. Once a minute a periodic sweep scores candidates a crash left unscored,
 pushes, verifies and escalates every live round (the safety net for lost work), and reconciles them
@@ -42,6 +43,10 @@ from dynaval.domain.errors import DomainError, Unavailable
 from dynaval.settings import Settings
 
 log = logging.getLogger(__name__)
+CONSUMER_SHUTDOWN_S = 10.0
+"""How long a stopping consumer lets its running tasks finish."""
+HINT_RETRIES = 5
+HINT_RETRY_DELAY_S = 2.0
 LAST_RECONCILE_KEY = "dynaval:last-reconcile"
 RECONCILING_KEY = "dynaval:reconciling"
 """Set (to its start time) while a scheduled reconcile runs, on any consumer."""
@@ -80,23 +85,29 @@ class EmbeddedConsumer(Consumer):  # type: ignore[misc]
         pass
 
 
+def consumer_options(*, workers: int, periodic: bool) -> dict[str, Any]:
+    """How every consumer of the service runs, in its own process or inside another: threads; an
+    idle queue polled at most twice a second per thread (huey's default backs off to 10 s, which a
+    webhook's read-back would wait); running tasks finish on SIGTERM as on Ctrl-C, for up to 10 s."""
+    return {
+        "workers": workers,
+        "worker_type": "thread",
+        "periodic": periodic,
+        "initial_delay": 0.05,
+        "backoff": 1.5,
+        "max_delay": 0.5,
+        "check_worker_health": False,
+        "shutdown_timeout": CONSUMER_SHUTDOWN_S,
+        "graceful_signal": "TERM",
+    }
+
+
 def start_embedded_consumer(
     huey: Huey, *, workers: int, periodic: bool = True, **options: Any
 ) -> EmbeddedConsumer:
     """A consumer in ``workers`` threads of this process; ``periodic`` runs the minute's sweep too
     (huey runs it at once when the consumer starts, then every minute)."""
-    consumer = EmbeddedConsumer(
-        huey,
-        workers=workers,
-        worker_type="thread",
-        periodic=periodic,
-        initial_delay=0.05,
-        backoff=1.5,
-        max_delay=0.5,  # an idle SQLite queue is polled at most twice a second per worker
-        check_worker_health=False,
-        shutdown_timeout=10.0,
-        **options,
-    )
+    consumer = EmbeddedConsumer(huey, **consumer_options(workers=workers, periodic=periodic), **options)
     consumer.start()
     log.info("task queue consumer started (%s storage, %d threads)", describe(huey), workers)
     return consumer
@@ -174,7 +185,9 @@ class QueuedWork:
                 if huey.put_if_empty(_flag("verify", round_id), "1"):
                     verify_round_task.schedule((round_id,), delay=max(1.0, self._settings.push_retry_base_s))
 
-        @huey.task(name="dynaval.take_hints")
+        # Tried again if it fails (the database busy past its limit): a hint lost here would wait
+        # for the next reconcile.
+        @huey.task(name="dynaval.take_hints", retries=HINT_RETRIES, retry_delay=HINT_RETRY_DELAY_S)
         def take_hints(round_id: int, task_ids: list[int], at: str) -> None:
             jobs.take_hints(round_id, task_ids, datetime.fromisoformat(at))
 

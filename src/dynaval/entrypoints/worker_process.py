@@ -7,7 +7,7 @@ tail of the answering grew with it (docs/benchmarks.md, "Webhook ingest"). So un
 consumer runs as one ``dynaval worker`` process that the master starts when it is ready, starts
 again if it exits (after a pause that grows while it keeps failing), and stops when the master
 stops (SIGTERM: the running tasks finish, as ``dynaval worker`` does). gunicorn's HTTP workers then
-run no consumer (``wsgi:application(start_background=False)``). The worker also ends if the
+run no consumer (``service/wsgi.py`` asks the same question). The worker also ends if the
 master is killed without stopping it (the kernel sends it SIGTERM).
 
 Nothing is lost while it is down: webhooks are still answered, their tasks wait in the database
@@ -48,7 +48,8 @@ def worker_process_wanted(environ: Mapping[str, str]) -> bool:
 
 
 def _true(value: str) -> bool:
-    return value.strip().lower() not in {"0", "false", "no", "off"}
+    """As the settings read a boolean (pydantic): these words are false; empty is the default."""
+    return value.strip().lower() not in {"0", "off", "f", "false", "n", "no"}
 
 
 def _kill_with_parent() -> Callable[[], None] | None:
@@ -147,14 +148,16 @@ class WorkerProcess:
                 with self._lock:
                     if self._stopping.is_set():
                         return
+                    # A process group of its own: a Ctrl-C meant for gunicorn's master reaches it only
+                    # through the master (on_exit), not while the master still drains its workers.
                     self._process = subprocess.Popen(
-                        self._command, stdin=subprocess.DEVNULL, preexec_fn=self._on_start
+                        self._command, stdin=subprocess.DEVNULL, preexec_fn=self._on_start, process_group=0
                     )
                     process = self._process
                 self._log.info("dynaval worker started (pid %s): the task queue's consumer", process.pid)
                 status = process.wait()
-            except OSError as error:
-                self._log.error("dynaval worker could not start: %s", error)
+            except Exception as error:  # the supervision goes on, whatever failed
+                self._log.error("dynaval worker could not start or be waited for: %r", error)
                 status = None
             if self._stopping.is_set():
                 return

@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import OperationalError as DBAPIOperationalError
 from sqlmodel import Session, create_engine
 
 from dynaval.domain.errors import Unavailable, WritersBusy
@@ -104,13 +105,23 @@ class Database:
 
 SQLITE_WRITER_WAIT_S = 30.0
 SQLITE_BUSY_TIMEOUT_MS = 30_000
-"""SQLite's own busy handler, for the rare waits other than a transaction's start (a checkpoint)."""
+"""SQLite's own busy handler, for the rare waits other than a write transaction's start (a read
+while the file is being recovered, the WAL switch at connect)."""
 FILE_LOCK_POLL_S = (0.0002, 0.002)
 """The first and the longest pause between two tries of another process's write lock."""
 READ_ONLY_OPTION = "dynaval_read_only"
 NO_WAIT_OPTION = "dynaval_no_wait"
-"""A write transaction that raises :class:`WritersBusy` at once where SQLite's write lock is taken
-(by this process or another), instead of waiting for it. PostgreSQL has no such lock: ignored."""
+"""A write transaction that raises :class:`WritersBusy` at once where another process holds SQLite's
+write lock (after a few milliseconds where another thread of this one does), instead of waiting for
+it. PostgreSQL has no such lock: ignored."""
+
+
+SQLITE_THREAD_WAIT_NO_WAIT_S = 0.005
+"""How long a no-wait transaction waits for another thread of its process."""
+
+
+def _stayed_busy() -> Unavailable:
+    return Unavailable(f"the database stayed busy for {SQLITE_WRITER_WAIT_S:.0f} s; try again")
 
 
 def _begin_immediate(dbapi_connection: Any, *, wait: bool = True) -> None:
@@ -130,14 +141,13 @@ def _begin_immediate(dbapi_connection: Any, *, wait: bool = True) -> None:
                 dbapi_connection.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.OperationalError as error:
-                if error.sqlite_errorcode != sqlite3.SQLITE_BUSY:
-                    raise
+                if error.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:  # SQLITE_BUSY_RECOVERY...
+                    # As SQLAlchemy reports a failed statement (a 503 to the API's callers).
+                    raise DBAPIOperationalError("BEGIN IMMEDIATE", None, error) from error
                 if not wait:
                     raise WritersBusy("another writer holds the database") from error
                 if time.monotonic() >= deadline:
-                    raise Unavailable(
-                        f"the database stayed busy for {SQLITE_WRITER_WAIT_S:.0f} s; try again"
-                    ) from error
+                    raise _stayed_busy() from error
             time.sleep(pause)
             pause = min(pause * 2, FILE_LOCK_POLL_S[1])
     finally:
@@ -167,10 +177,12 @@ def _make_sqlite_transactions_immediate(engine: Engine) -> None:
             connection.exec_driver_sql("BEGIN")
             return
         wait = not options.get(NO_WAIT_OPTION)
-        if not writer.acquire(timeout=SQLITE_WRITER_WAIT_S if wait else -1, blocking=wait):
+        # The threads of this process hand the lock over at once: a no-wait transaction still
+        # waits a little for them (another webhook's write), not for a long writer.
+        if not writer.acquire(timeout=SQLITE_WRITER_WAIT_S if wait else SQLITE_THREAD_WAIT_NO_WAIT_S):
             if not wait:
                 raise WritersBusy("another thread of this process holds the database")
-            raise Unavailable(f"the database stayed busy for {SQLITE_WRITER_WAIT_S:.0f} s; try again")
+            raise _stayed_busy()
         holders.add(id(connection.connection.dbapi_connection))
         try:
             _begin_immediate(connection.connection.dbapi_connection, wait=wait)

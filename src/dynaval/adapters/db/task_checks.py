@@ -18,7 +18,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import CompoundSelect, Delete, Insert, Select, bindparam, func, literal, select, union_all
+from sqlalchemy import (
+    CompoundSelect,
+    Delete,
+    Insert,
+    Select,
+    bindparam,
+    case,
+    func,
+    literal,
+    select,
+    union_all,
+)
 from sqlalchemy import delete as sa_delete
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -77,9 +88,16 @@ def _statements(dialect: str) -> _Statements:
                 gold_item.c.round_id == bindparam("round_id"),
             ),
         ).limit(1),
+        # A request keeps its latest time: a hint the task queue recorded late (it carries its
+        # webhook's time) never moves an earlier read's boundary past a newer request.
         request_check=upsert.on_conflict_do_update(
             index_elements=[check.c.task_id],
-            set_={"requested_at": upsert.excluded.requested_at},
+            set_={
+                "requested_at": case(
+                    (check.c.requested_at > upsert.excluded.requested_at, check.c.requested_at),
+                    else_=upsert.excluded.requested_at,
+                )
+            },
             # A task id is one round's: a row of another round is never taken over.
             where=check.c.round_id == upsert.excluded.round_id,
         ),

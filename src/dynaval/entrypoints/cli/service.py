@@ -25,7 +25,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     """Run a task-queue consumer in the foreground until Ctrl-C or SIGTERM (then tasks finish), with
     the job lane's consumer beside it in threads (``--job-workers``; 0: no job here)."""
-    from dynaval.adapters.task_queue import start_embedded_consumer
+    from dynaval.adapters.task_queue import consumer_options, start_embedded_consumer
 
     if args.workers is not None and args.workers < 1:
         raise CommandError("--workers must be at least 1")
@@ -42,7 +42,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 services.job_queue, workers=args.job_workers, periodic=False
             )
         consumer = services.task_queue.create_consumer(
-            workers=args.workers, worker_type="thread", periodic=not args.no_periodic
+            **consumer_options(workers=args.workers, periodic=not args.no_periodic)
         )
         consumer.run()
     finally:

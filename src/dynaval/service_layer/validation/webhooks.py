@@ -22,6 +22,7 @@ from typing import Any
 from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import DomainError, NotFound, WritersBusy
 from dynaval.service_layer.services import Services
+from dynaval.service_layer.unit_of_work import UnitOfWork
 
 
 class WebhookUnauthorized(DomainError):
@@ -84,45 +85,53 @@ def ingest_webhook(services: Services, hint: WebhookHint) -> WebhookResult:
     ``annotation.task``); deleted annotation ids the service never stored for the round lead to no
     task and change nothing.
 
-    The answer never waits for another writer: where the database's write lock is taken (SQLite's
-    one lock, held by a worker applying a read-back), the tasks go to the task queue, and a worker
-    records them there (:func:`take_hints`). Only if the queue cannot take them either does the
-    webhook wait to record them itself.
+    The answer does not wait for another process's writes: where another process holds SQLite's
+    one write lock (the worker applying a read-back), the tasks go to the task queue with the
+    webhook's time, and a worker records them (:func:`take_hints`). Only if the queue cannot take
+    them does the webhook wait to record them itself. (PostgreSQL locks rows, so there it records
+    them at once.)
     """
     if isinstance(hint, OtherAction):
         return WebhookResult(action=hint.action, handled=False)
     round_id = _round_of_project(services, hint.project_id)
-    with services.uow(read_only=True) as uow:
-        if isinstance(hint, AnnotationChanged):
-            if not uow.task_checks.is_task_of_round(round_id, hint.task_id):
-                raise NotFound(
-                    "the annotation's task is not a candidate of this round", field="annotation.task"
-                )
-            tasks = {hint.task_id}
-        else:
-            tasks = uow.task_checks.tasks_of_annotations(round_id, hint.annotation_ids)
+    at = utcnow()
+    try:
+        # One transaction, as long as no other writer holds the database.
+        with services.uow(wait_for_writers=False) as uow:
+            tasks = _tasks_named(uow, round_id, hint)
+            uow.task_checks.request(round_id, tasks, at)
+            uow.commit()
+    except WritersBusy:
+        with services.uow(read_only=True) as uow:
+            tasks = _tasks_named(uow, round_id, hint)
+        if tasks:
+            if services.work.hint_soon(round_id, tasks, at):
+                # The worker that records them asks for their read.
+                return WebhookResult(action=hint.action, handled=True, tasks_to_verify=len(tasks))
+            _request(services, round_id, tasks, at)
     if tasks:
-        at = utcnow()
-        try:
-            _request(services, round_id, tasks, at, wait_for_writers=False)
-        except WritersBusy:
-            if not services.work.hint_soon(round_id, tasks, at):
-                _request(services, round_id, tasks, at, wait_for_writers=True)
         services.work.verify_soon(round_id)
     return WebhookResult(action=hint.action, handled=True, tasks_to_verify=len(tasks))
+
+
+def _tasks_named(uow: UnitOfWork, round_id: int, hint: AnnotationChanged | AnnotationsDeleted) -> set[int]:
+    """The round's tasks the webhook names; a task that is not the round's is refused."""
+    if isinstance(hint, AnnotationChanged):
+        if not uow.task_checks.is_task_of_round(round_id, hint.task_id):
+            raise NotFound("the annotation's task is not a candidate of this round", field="annotation.task")
+        return {hint.task_id}
+    return uow.task_checks.tasks_of_annotations(round_id, hint.annotation_ids)
 
 
 def take_hints(services: Services, round_id: int, task_ids: Collection[int], at: datetime) -> None:
     """A worker records the tasks a webhook named at ``at`` (queued because the database was busy
     then), and asks for their read."""
-    _request(services, round_id, task_ids, at, wait_for_writers=True)
+    _request(services, round_id, task_ids, at)
     services.work.verify_soon(round_id)
 
 
-def _request(
-    services: Services, round_id: int, task_ids: Collection[int], at: datetime, *, wait_for_writers: bool
-) -> None:
-    with services.uow(wait_for_writers=wait_for_writers) as uow:
+def _request(services: Services, round_id: int, task_ids: Collection[int], at: datetime) -> None:
+    with services.uow() as uow:
         uow.task_checks.request(round_id, task_ids, at)
         uow.commit()
 
