@@ -7,7 +7,9 @@ service must keep up with the rate at which Label Studio itself creates annotati
 reading back must cost Label Studio little. This script measures, in one run, on this machine:
 
 1. A real Label Studio (a temporary data directory) and the dynaval service under gunicorn
-   (``service/gunicorn.conf.py`` with its defaults, a free loopback port, the tiny test model). A
+   (``service/gunicorn.conf.py`` with its defaults, a free loopback port, the tiny test model),
+   reading back in a ``dynaval worker`` process beside it (``--read-back worker``, as gunicorn's
+   master runs it) or in threads inside gunicorn's worker (``--read-back embedded``). A
    lead creates a round; the script imports its tasks into the round's Label Studio project in
    bulk, each with one real annotation (as an annotator's vote), and writes the matching
    candidates into the service's database (``in_validation``, holding no vote yet), so that each
