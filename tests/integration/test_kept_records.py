@@ -30,6 +30,7 @@ from dynaval.entrypoints.api.webhook_payload import read_webhook
 from dynaval.entrypoints.cli.main import main as cli
 from dynaval.service_layer.dataset_records import round_dataset
 from dynaval.service_layer.dataset_records.keeping import rebuild_records
+from dynaval.service_layer.dataset_records.stored_record import JSON_COLUMNS, PARQUET_COLUMNS
 from dynaval.service_layer.services import Services
 from dynaval.service_layer.validation import webhooks
 from dynaval.service_layer.validation.annotator_exclusion import set_exclusion_by_lead
@@ -98,6 +99,30 @@ def rebuilt_lines(services: Services, round_id: int) -> list[bytes]:
     """The records the builder makes now from the stored candidates and votes."""
     pages = round_dataset.built_round_dataset_pages(services, round_id)
     return [json_text(record) + b"\n" for page in pages for record in page]
+
+
+def kept_columns(services: Services, round_id: int) -> list[dict[str, Any]]:
+    """The Parquet rows as kept: read without writing any stale one first."""
+    pages = round_dataset.iter_round_dataset_columns(services, round_id, catch_up=False)
+    return [row for page in pages for row in page.batch.to_pylist()]
+
+
+def rebuilt_columns(services: Services, round_id: int) -> list[dict[str, Any]]:
+    """The Parquet rows of the records the builder makes now: the scalars as they are, the input
+    text, the nested parts as JSON text (keys sorted)."""
+    pages = round_dataset.built_round_dataset_pages(services, round_id)
+    return [
+        {
+            name: (record["inputs"] or {}).get("text")
+            if name == "text"
+            else json_text(record[name]).decode()
+            if name in ("round", *JSON_COLUMNS)
+            else record[name]
+            for name in PARQUET_COLUMNS
+        }
+        for page in pages
+        for record in page
+    ]
 
 
 def stale_marks(services: Services) -> int:
@@ -266,6 +291,7 @@ def test_kept_records_equal_a_rebuild_after_any_sequence_of_changes(
             assert exported == rebuilt_lines(services, round_id), steps
         kept = kept_lines(services, round_id)
         assert kept == rebuilt_lines(services, round_id), f"after: {steps}"
+        assert kept_columns(services, round_id) == rebuilt_columns(services, round_id), f"after: {steps}"
         accepted_at_some_step = max(accepted_at_some_step, len(kept))
     assert accepted_at_some_step >= 2, steps  # the sequence did accept examples
     assert b'"state":"frozen"' in b"".join(kept_lines(services, round_id)) or not kept_lines(
@@ -341,6 +367,7 @@ def test_concurrent_changes_leave_every_record_equal_to_a_rebuild(
         thread.join(timeout=120)
     assert not errors, errors
     assert kept_lines(services, scenario.round_id) == rebuilt_lines(services, scenario.round_id)
+    assert kept_columns(services, scenario.round_id) == rebuilt_columns(services, scenario.round_id)
 
 
 def test_a_candidate_moved_to_another_round_by_hand_leaves_its_old_rounds_next_export(
@@ -366,3 +393,52 @@ def test_a_candidate_moved_to_another_round_by_hand_leaves_its_old_rounds_next_e
     ]
     assert exported == rebuilt_lines(services, scenario.round_id)
     assert not any(moved.encode() in line for line in exported)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_records_kept_without_their_parquet_values_are_written_again_by_the_next_export(
+    services: Services, label_studio: LabelStudioCopy, fmt: str
+) -> None:
+    """As after migration 0025: the records an earlier version kept have no Parquet values, and
+    each is marked. The round's next export writes them again, and its file holds every record."""
+    scenario = Scenario(services, label_studio, seed=5)
+    for _ in range(40):
+        scenario.vote()
+    round_id = scenario.round_id
+    expected_lines, expected_rows = rebuilt_lines(services, round_id), rebuilt_columns(services, round_id)
+    assert expected_lines
+    with services.database.engine.begin() as connection:
+        connection.execute(text("DELETE FROM dataset_record_columns"))
+        connection.execute(
+            text(
+                "INSERT INTO dataset_record_stale (candidate_id, xact)"
+                " SELECT candidate_id, -1 FROM dataset_record"
+            )
+        )
+    assert kept_columns(services, round_id) == []  # read as kept: nothing yet
+    if fmt == "parquet":
+        pages = round_dataset.iter_round_dataset_columns(services, round_id)
+        assert [row for page in pages for row in page.batch.to_pylist()] == expected_rows
+    else:
+        chunks = round_dataset.iter_round_dataset_chunks(services, round_id)
+        assert [line for chunk, _ in chunks for line in chunk.splitlines(keepends=True)] == expected_lines
+    assert stale_marks(services) == 0
+    assert kept_columns(services, round_id) == expected_rows
+
+
+def test_a_rebuild_writes_again_the_records_kept_without_their_parquet_values(
+    services: Services, label_studio: LabelStudioCopy
+) -> None:
+    """A record kept with its line but without its Parquet values differs from the one built now:
+    a rebuild (with no mark to go by) reports it changed and writes it with them."""
+    scenario = Scenario(services, label_studio, seed=6)
+    for _ in range(40):
+        scenario.vote()
+    round_id = scenario.round_id
+    count = len(kept_lines(services, round_id))
+    assert count
+    with services.database.engine.begin() as connection:
+        connection.execute(text("DELETE FROM dataset_record_columns"))
+    report = rebuild_records(services.dataset_reads, services.settings, round_id)  # type: ignore[arg-type]
+    assert len(report.changes.changed) == count and report.changes.differed == count
+    assert kept_columns(services, round_id) == rebuilt_columns(services, round_id)

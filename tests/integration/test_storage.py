@@ -555,3 +555,33 @@ def test_0024_marks_every_accepted_candidate_for_its_record_and_its_triggers_mar
             )
     finally:
         db.dispose()
+
+
+def test_0025_marks_every_kept_record_for_its_parquet_values(database_url: str) -> None:
+    """0025 keeps each record's Parquet values beside its line: the records kept before have none,
+    so each is marked (no unit of work's own), for its round's next export or a rebuild to write
+    again with them. A downgrade drops the table."""
+    from sqlalchemy import text
+
+    db = Database(database_url)
+    try:
+        migrate_to(db, "0024")
+        kept, _other = stored_candidate_ids(db, 2)
+        with db.engine.begin() as connection:
+            connection.execute(text("DELETE FROM dataset_record_stale"))
+            connection.execute(
+                text(
+                    "INSERT INTO dataset_record (candidate_id, round_id, submitted_at, record, stored_at)"
+                    " SELECT id, round_id, submitted_at, :record, submitted_at FROM candidate WHERE id = :id"
+                ),
+                {"id": kept, "record": b"{}"},
+            )
+        db.migrate()
+        with db.engine.begin() as connection:
+            marks = connection.execute(text("SELECT candidate_id, xact FROM dataset_record_stale")).all()
+            values = connection.execute(text("SELECT count(*) FROM dataset_record_columns")).scalar_one()
+        assert [(str(c), int(x)) for c, x in marks] == [(kept, -1)] and values == 0
+        migrate_to(db, "0024", down=True)
+        assert "dataset_record_columns" not in set(inspect(db.engine).get_table_names())
+    finally:
+        db.dispose()

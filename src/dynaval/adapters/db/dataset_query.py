@@ -22,12 +22,10 @@ slow reader (an HTTP download) never holds one open between pages.
 from __future__ import annotations
 
 import functools
-import queue
-import threading
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 from sqlalchemy import (
@@ -51,19 +49,21 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import TypeDecorator
 
 from dynaval.adapters.db.database import MAX_SERIAL_ID, Database
+from dynaval.adapters.db.dataset_arrow import KeptArrowReads
 from dynaval.adapters.db.dataset_records import SqlRecordStore
-from dynaval.adapters.db.orm import AnnotationRow, CandidateRow, CaptureRow, DatasetRecordRow, RoundRow
+from dynaval.adapters.db.orm import AnnotationRow, CandidateRow, CaptureRow, RoundRow
+from dynaval.adapters.db.read_ahead import read_ahead as _read_ahead
 from dynaval.service_layer.dataset_records.dataset_port import (
+    ColumnPage,
     DatasetPage,
-    KeptPage,
+    KeptLines,
     RoundHeader,
 )
+from dynaval.service_layer.dataset_records.stored_record import RoundValues
 
 PAGE_SIZE = 2000
 """Candidates per page: large enough that a query's fixed cost does not count, small enough that a
 page's records (a few MB) stay far below the memory a whole round would take."""
-KEPT_PAGE_SIZE = 5000
-"""Kept records per page: a page is about 11 MB of stored bytes."""
 
 
 class _JsonText(TypeDecorator[Any]):
@@ -159,8 +159,6 @@ class _Statements:
     one: Any
     accepted_by_ids: Any
     votes: Any
-    first_kept: Any
-    next_kept: Any
 
 
 def statements_for(dialect: str) -> _Statements:
@@ -251,16 +249,6 @@ def _statements(dialect: str) -> _Statements:
             annotation.c.candidate_id, by_annotator, annotation.c.updated_at.desc(), annotation.c.id.desc()
         )
     )
-    record = _table(DatasetRecordRow)
-    if dialect == "sqlite":
-        kept_time: Any = type_coerce(record.c.submitted_at, String)
-    else:
-        kept_time = record.c.submitted_at
-    kept = select(record.c.record, record.c.image_inputs, kept_time, record.c.candidate_id).where(
-        record.c.round_id == bindparam("round_id")
-    )
-    kept_order = (record.c.submitted_at, record.c.candidate_id)
-    after_kept = tuple_(kept_time, record.c.candidate_id) > tuple_(key_time, bindparam("key_id"))
     return _Statements(
         round=select(
             round_table.c.id,
@@ -289,8 +277,6 @@ def _statements(dialect: str) -> _Statements:
         )
         .order_by(candidate.c.round_id, *order),
         votes=votes,
-        first_kept=kept.order_by(*kept_order).limit(limit),
-        next_kept=kept.where(after_kept).order_by(*kept_order).limit(limit),
     )
 
 
@@ -301,6 +287,7 @@ class DatasetQuery:
         self.database = database
         self._page_size = page_size
         self._statements = _statements("sqlite" if database.is_sqlite else "postgresql")
+        self._arrow = KeptArrowReads(database)
 
     @property
     def page_size(self) -> int:
@@ -323,7 +310,7 @@ class DatasetQuery:
         """The round's accepted candidates with their votes, a page at a time, in submission order.
 
         With ``read_ahead``, a thread of its own reads each page while the caller handles the one
-        before (see :func:`_read_ahead`).
+        before (see :func:`~dynaval.adapters.db.read_ahead.read_ahead`).
         """
         pages = self._pages(round_id)
         return _read_ahead(pages) if read_ahead else pages
@@ -354,25 +341,13 @@ class DatasetQuery:
             votes = self._votes(connection, [candidate_id])
         return int(row.round_id), DatasetPage(candidates=[row[:-1]], votes=votes)
 
-    def kept_pages(self, round_id: int) -> Iterator[KeptPage]:
+    def kept_lines(self, round_id: int) -> Iterator[KeptLines]:
         """The round's kept records in submission order, a page at a time (read one page ahead)."""
-        return _read_ahead(self._kept_pages(round_id))
+        return _read_ahead(self._arrow.kept_lines(round_id))
 
-    def _kept_pages(self, round_id: int) -> Generator[KeptPage, None, None]:
-        statements = self._statements
-        params: dict[str, Any] = {"round_id": round_id, "limit": KEPT_PAGE_SIZE}
-        statement = statements.first_kept
-        while True:
-            with self._connection() as connection:
-                rows = connection.execute(statement, params).all()
-            if not rows:
-                return
-            records, images, times, ids = zip(*rows, strict=True)
-            yield KeptPage(records=records, image_inputs=images)
-            if len(rows) < KEPT_PAGE_SIZE:
-                return
-            statement = statements.next_kept
-            params = {**params, "key_time": times[-1], "key_id": ids[-1]}
+    def kept_columns(self, round_id: int, round_values: RoundValues) -> Iterator[ColumnPage]:
+        """The round's kept records as Parquet columns, a page at a time (read one page ahead)."""
+        return _read_ahead(self._arrow.kept_columns(round_id, round_values))
 
     def any_stale(self, round_id: int) -> bool:
         with self._connection() as connection:
@@ -392,53 +367,3 @@ class DatasetQuery:
         """A Core connection in a read transaction of its own (see ``Database.reading``)."""
         with self.database.reading() as session:
             yield session.connection()
-
-
-_END = object()
-_Page = TypeVar("_Page")
-
-
-def _read_ahead(pages: Generator[_Page, None, None]) -> Iterator[_Page]:
-    """``pages``, read by a thread one page ahead of the caller.
-
-    The database's share of a page (SQLite's own work, which runs without the GIL; PostgreSQL's,
-    in the server) then overlaps the caller's building and writing of the page before. At most
-    two pages are held: the caller's and the next. An error of the read is raised to the caller;
-    when the caller stops early, the thread stops after the read in flight.
-    """
-    handoff: queue.Queue[Any] = queue.Queue(maxsize=1)
-    stopping = threading.Event()
-
-    def offer(item: Any) -> bool:
-        while not stopping.is_set():
-            try:
-                handoff.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def read() -> None:
-        try:
-            for page in pages:
-                if not offer(page):
-                    return
-            offer(_END)
-        except BaseException as exc:  # handed to the caller, which raises it
-            offer(exc)
-        finally:
-            pages.close()
-
-    reader = threading.Thread(target=read, name="dataset-read-ahead", daemon=True)
-    reader.start()
-    try:
-        while True:
-            item = handoff.get()
-            if item is _END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stopping.set()
-        reader.join()

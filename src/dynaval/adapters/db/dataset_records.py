@@ -18,7 +18,14 @@ from typing import Any
 from sqlalchemy import String, bindparam, delete, func, insert, or_, select, text, tuple_, type_coerce
 from sqlalchemy.engine import Connection
 
-from dynaval.adapters.db.orm import CandidateRow, DatasetRecordRow, DatasetRecordStaleRow, RoundRow, utcnow
+from dynaval.adapters.db.orm import (
+    CandidateRow,
+    DatasetRecordColumnsRow,
+    DatasetRecordRow,
+    DatasetRecordStaleRow,
+    RoundRow,
+    utcnow,
+)
 from dynaval.service_layer.dataset_records.dataset_port import (
     DatasetPage,
     KeptRecord,
@@ -41,7 +48,9 @@ class _Statements:
     lock: Any
     kept: Any
     remove: Any
+    remove_columns: Any
     write: Any
+    write_columns: Any
     round_ids: Any
     first_accepted: Any
     next_accepted: Any
@@ -52,6 +61,7 @@ class _Statements:
 def _statements(dialect: str) -> _Statements:
     stale = _table(DatasetRecordStaleRow)
     record = _table(DatasetRecordRow)
+    columns = _table(DatasetRecordColumnsRow)
     candidate = _table(CandidateRow)
     ids: Any = bindparam("candidate_ids", expanding=True)
     # SQLite has one writer at a time: the marks without a transaction id are this transaction's
@@ -98,10 +108,19 @@ def _statements(dialect: str) -> _Statements:
         any_of_round=of_round.limit(1),
         clear=delete(stale).where(stale.c.candidate_id.in_(ids)),
         lock=select(candidate.c.id).where(candidate.c.id.in_(ids)).order_by(candidate.c.id).with_for_update(),
-        kept=select(record.c.candidate_id, record.c.round_id, record.c.record, record.c.image_inputs).where(
-            record.c.candidate_id.in_(ids)
-        ),
+        # A record kept without its columns (by an earlier version) reads with none: it differs
+        # from the one built now, and is written again.
+        kept=select(
+            record.c.candidate_id,
+            record.c.round_id,
+            record.c.record,
+            record.c.image_inputs,
+            columns.c.columns,
+        )
+        .select_from(record.outerjoin(columns, columns.c.candidate_id == record.c.candidate_id))
+        .where(record.c.candidate_id.in_(ids)),
         remove=delete(record).where(record.c.candidate_id.in_(ids)),
+        remove_columns=delete(columns).where(columns.c.candidate_id.in_(ids)),
         # The order key is the candidate's own stored value, copied by the database as it is.
         write=insert(record).from_select(
             ["candidate_id", "round_id", "submitted_at", "record", "image_inputs", "stored_at"],
@@ -112,6 +131,15 @@ def _statements(dialect: str) -> _Statements:
                 bindparam("b_record", type_=record.c.record.type),
                 bindparam("b_image_inputs", type_=record.c.image_inputs.type),
                 bindparam("b_stored_at", type_=record.c.stored_at.type),
+            ).where(candidate.c.id == bindparam("b_candidate_id")),
+        ),
+        write_columns=insert(columns).from_select(
+            ["candidate_id", "round_id", "submitted_at", "columns"],
+            select(
+                candidate.c.id,
+                candidate.c.round_id,
+                candidate.c.submitted_at,
+                bindparam("b_columns", type_=columns.c.columns.type),
             ).where(candidate.c.id == bindparam("b_candidate_id")),
         ),
         round_ids=select(_table(RoundRow).c.id).order_by(_table(RoundRow).c.id),
@@ -201,15 +229,17 @@ class SqlRecordStore:
     def kept(self, candidate_ids: Sequence[str]) -> dict[str, KeptRecord]:
         found: dict[str, KeptRecord] = {}
         for chunk in _chunks(candidate_ids):
-            for candidate_id, round_id, record, images in self._connection.execute(
+            for candidate_id, round_id, record, images, columns in self._connection.execute(
                 self._statements.kept, {"candidate_ids": list(chunk)}
             ):
-                found[candidate_id] = KeptRecord(candidate_id, int(round_id), bytes(record), images)
+                packed = b"" if columns is None else bytes(columns)
+                found[candidate_id] = KeptRecord(candidate_id, int(round_id), bytes(record), images, packed)
         return found
 
     def replace(self, removed: Sequence[str], written: Sequence[KeptRecord]) -> None:
         for chunk in _chunks([*removed, *(r.candidate_id for r in written)]):
             self._connection.execute(self._statements.remove, {"candidate_ids": list(chunk)})
+            self._connection.execute(self._statements.remove_columns, {"candidate_ids": list(chunk)})
         if written:
             now = utcnow()
             self._connection.execute(
@@ -223,6 +253,10 @@ class SqlRecordStore:
                     }
                     for r in written
                 ],
+            )
+            self._connection.execute(
+                self._statements.write_columns,
+                [{"b_candidate_id": r.candidate_id, "b_columns": r.columns} for r in written],
             )
 
     def round_ids(self) -> list[int]:

@@ -588,6 +588,25 @@ class DatasetRecordRow(SQLModel, table=True):
     stored_at: datetime = Field(default_factory=utcnow)
 
 
+class DatasetRecordColumnsRow(SQLModel, table=True):
+    """A kept record's Parquet values, packed (``pack_columns`` of
+    :mod:`dynaval.service_layer.dataset_records.stored_record`), written with its line in the same
+    transaction: a Parquet export reads a page of them as Arrow columns, in the same order as the
+    lines, without decoding any record. A table of its own, so that a JSONL export's reads of the
+    lines stay as short as the lines."""
+
+    __tablename__ = "dataset_record_columns"
+    __table_args__ = (
+        Index("ix_dataset_record_columns_round_order", "round_id", "submitted_at", "candidate_id"),
+    )
+
+    candidate_id: str = Field(primary_key=True, max_length=36)
+    round_id: int = Field(foreign_key="round.id")
+    submitted_at: datetime
+    """The candidate's, copied as stored (the order key, as ``dataset_record``'s)."""
+    columns: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+
+
 class DatasetRecordStaleRow(SQLModel, table=True):
     """A candidate whose record must be written again: the database's triggers add one for every
     change to an accepted candidate, its annotations or its capture, whatever wrote it; the unit of

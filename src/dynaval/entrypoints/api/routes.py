@@ -419,7 +419,7 @@ def round_dataset(round_id: int) -> Any:
 def dataset_download(services: Services, round_id: int, fmt: str) -> Response:
     """The round dataset as a file download, JSONL or Parquet, streamed a page of records at a time
     (the server never holds the whole file)."""
-    pages = dataset.iter_round_dataset_chunks(services, round_id)  # 404 before any byte is sent
+    pages = dataset.iter_round_dataset_pieces(services, round_id, fmt)  # 404 before any byte is sent
 
     # The body needs neither the request nor the app context (its reads use ``services``), so it
     # is not streamed with them: two downloads' bodies may then be read and closed in any order.

@@ -110,7 +110,7 @@ def cmd_release_verify(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from dynaval.adapters.files.dataset_files import write_dataset
-    from dynaval.service_layer.dataset_records.round_dataset import count_accepted, iter_round_dataset_chunks
+    from dynaval.service_layer.dataset_records.round_dataset import count_accepted, iter_round_dataset_pieces
 
     # An export makes millions of short-lived dicts and lists, none in a cycle: reference counting
     # frees them, and the cyclic garbage collector would only walk them over and over (a third of
@@ -119,7 +119,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     gc.disable()
     services = open_storage()
     try:
-        pages = iter_round_dataset_chunks(services, args.round)  # an unknown round fails here
+        pages = iter_round_dataset_pieces(services, args.round, args.format)  # an unknown round fails here
         total = count_accepted(services, args.round)
         out = Path(args.out)
         with progress_bar(total, "example", f"exporting round {args.round}") as bar:

@@ -12,7 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from dynaval.service_layer.dataset_records.stored_record import RoundValues
 
 CANDIDATE_FIELDS = (
     "id", "inputs", "writer_label", "rationale", "writer_id", "collected_by", "submitted_at",
@@ -64,15 +67,29 @@ class KeptRecord:
     record: bytes
     image_inputs: str | None
     """JSON of the inputs that name stored images, or None."""
+    columns: bytes
+    """The record's Parquet values, packed (``pack_columns(kept_columns(record))`` of
+    :mod:`.stored_record`); empty where a record was kept without them, by an earlier version."""
 
 
 @dataclass(frozen=True)
-class KeptPage:
-    """A page of kept records, as columns."""
+class KeptLines:
+    """A page of kept records as one piece of JSONL: each record's stored line and a newline."""
 
-    records: Sequence[bytes]
-    image_inputs: Sequence[str | None]
-    """JSON of each record's inputs that name stored images, or None."""
+    lines: bytes
+    count: int
+    images: Sequence[tuple[int, str]]
+    """(index of the line in the page, JSON of its inputs that name stored images), for the
+    records that have such inputs (their URLs are signed when read); empty for text."""
+
+
+@dataclass(frozen=True)
+class ColumnPage:
+    """A page of kept records as the Parquet file's columns, every hole filled: an Arrow record
+    batch, which the service layer hands on without looking inside."""
+
+    batch: Any
+    count: int
 
 
 class RecordStore(Protocol):
@@ -132,8 +149,12 @@ class DatasetReads(Protocol):
     def candidate(self, candidate_id: str) -> tuple[int, DatasetPage] | None:
         """Any candidate's round id and a page of it alone, or None."""
 
-    def kept_pages(self, round_id: int) -> Iterator[KeptPage]:
-        """The round's kept records, a page at a time, in submission order."""
+    def kept_lines(self, round_id: int) -> Iterator[KeptLines]:
+        """The round's kept records, a page at a time, in submission order, read in one snapshot."""
+
+    def kept_columns(self, round_id: int, round_values: RoundValues) -> Iterator[ColumnPage]:
+        """The round's kept records as Parquet columns, a page at a time, in submission order, with
+        ``round_values`` filled in (and the ``round`` column added)."""
 
     def any_stale(self, round_id: int) -> bool:
         """Whether any of the round's records is marked stale, read without a write transaction."""

@@ -25,7 +25,12 @@ import orjson
 from dynaval.domain.errors import NotFound
 from dynaval.service_layer.dataset_records.dataset_port import DatasetReads, KeptRecord, RecordStore
 from dynaval.service_layer.dataset_records.record_builder import RecordBuilder
-from dynaval.service_layer.dataset_records.stored_record import image_inputs, stored_form
+from dynaval.service_layer.dataset_records.stored_record import (
+    image_inputs,
+    kept_columns,
+    pack_columns,
+    stored_form,
+)
 
 if TYPE_CHECKING:
     from dynaval.settings import Settings
@@ -105,6 +110,7 @@ def _built(store: RecordStore, settings: Settings, ids: Sequence[str]) -> dict[s
                 round_id=header.id,
                 record=stored_form(record),
                 image_inputs=orjson.dumps(images, option=orjson.OPT_SORT_KEYS).decode() if images else None,
+                columns=pack_columns(kept_columns(record)),
             )
     return built
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from dynaval.domain.errors import NotFound
-from dynaval.service_layer.dataset_records.dataset_port import DatasetReads, RoundHeader
+from dynaval.service_layer.dataset_records.dataset_port import ColumnPage, DatasetReads, RoundHeader
 from dynaval.service_layer.dataset_records.keeping import bring_round_up_to_date
 from dynaval.service_layer.dataset_records.record_builder import RecordBuilder
 from dynaval.service_layer.dataset_records.stored_record import RoundValues, with_image_urls
@@ -53,6 +53,21 @@ def count_accepted(services: DatasetServices, round_id: int) -> int:
     return query.count_accepted(round_id)
 
 
+def _opened(services: DatasetServices, round_id: int, *, catch_up: bool) -> tuple[DatasetReads, RoundValues]:
+    """The round's reads, its records brought up to date (unless ``catch_up`` is False), and its
+    values as they are now. An unknown round raises :class:`NotFound` here."""
+    query = _query(services)
+    header = _round(query, round_id)
+    if catch_up:
+        bring_round_up_to_date(query, services.settings, round_id)
+    values = RoundValues.of(
+        round_info={"id": header.id, "name": header.name, "state": header.state},
+        policy=header.policy,
+        project_id=header.label_studio_project_id,
+    )
+    return query, values
+
+
 def iter_round_dataset_chunks(
     services: DatasetServices, round_id: int, *, catch_up: bool = True
 ) -> Iterator[tuple[bytes, int]]:
@@ -64,34 +79,44 @@ def iter_round_dataset_chunks(
     ``catch_up`` is False: then the records are read as kept). The round's own fields are read
     once, now (as its state is now), and filled into a whole page at a time.
     """
-    query = _query(services)
-    header = _round(query, round_id)
+    query, values = _opened(services, round_id, catch_up=catch_up)
+    fills = values.fills()
     settings = services.settings
-    if catch_up:
-        bring_round_up_to_date(query, settings, round_id)
-    fills = RoundValues.of(
-        round_info={"id": header.id, "name": header.name, "state": header.state},
-        policy=header.policy,
-        project_id=header.label_studio_project_id,
-    ).fills()
 
     def signed(images: str) -> dict[str, str]:
         return {name: image_url(settings, ref) for name, ref in orjson.loads(images).items()}
 
     def chunks() -> Iterator[tuple[bytes, int]]:
-        for page in query.kept_pages(round_id):
-            records = page.records
-            if any(page.image_inputs):
-                records = [
-                    with_image_urls(record, signed(images)) if images else record
-                    for record, images in zip(records, page.image_inputs, strict=True)
-                ]
-            chunk = b"\n".join(records) + b"\n"
+        for page in query.kept_lines(round_id):
+            chunk = page.lines
+            if page.images:
+                lines = _lines_of(chunk)
+                for index, images in page.images:
+                    lines[index] = with_image_urls(lines[index], signed(images))
+                chunk = b"\n".join(lines) + b"\n"
             for hole, value in fills.items():
                 chunk = chunk.replace(hole, value)
-            yield chunk, len(records)
+            yield chunk, page.count
 
     return chunks()
+
+
+def iter_round_dataset_columns(
+    services: DatasetServices, round_id: int, *, catch_up: bool = True
+) -> Iterator[ColumnPage]:
+    """The round dataset as the Parquet file's columns, ordered by submission, a page at a time
+    (Arrow record batches). An unknown round raises :class:`NotFound` here, before any page; the
+    stale records are written first, as for :func:`iter_round_dataset_chunks`."""
+    query, values = _opened(services, round_id, catch_up=catch_up)
+    return query.kept_columns(round_id, values)
+
+
+def iter_round_dataset_pieces(services: DatasetServices, round_id: int, fmt: str) -> Iterator[Any]:
+    """What a file of format ``fmt`` is written from: JSON line chunks for ``jsonl``, column pages
+    for ``parquet``."""
+    if fmt == "parquet":
+        return iter_round_dataset_columns(services, round_id)
+    return iter_round_dataset_chunks(services, round_id)
 
 
 def _lines_of(chunk: bytes) -> list[bytes]:

@@ -15,11 +15,18 @@ and orjson writes it as ``\\u0001``), so replacing it finds the hole and nothing
 writer typed. An export fills the round's holes with three byte replaces over a whole page of
 lines, and an image's URLs in the few records that have them: no record is decoded or encoded
 again.
+
+Beside the line, a kept record has its Parquet values (:func:`kept_columns`): the flat values of
+the Parquet file's row, with the same holes where they fall inside them (the policy in
+``decision``, the project in ``label_studio``; ``round`` is the same for every row and is not kept),
+packed in one value (:func:`pack_columns`) that a page of rows turns into Arrow columns without a
+loop over its rows (:mod:`dynaval.adapters.db.dataset_arrow`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import struct
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +39,17 @@ PROJECT_HOLE = b"\x02"
 ROUND_HOLE = b"\x03"
 IMAGE_URLS_HOLE = b"\x04"
 _SORTED = orjson.OPT_SORT_KEYS
+
+SCALAR_COLUMNS = (
+    "example_id", "task_type", "text", "writer_label", "rationale", "writer", "collected_by", "submitted_at",
+)  # fmt: skip
+"""The Parquet row's text values, each the record's own (``text``: the input text, if any); NULL where
+the record has none."""
+JSON_COLUMNS = ("inputs", "model", "label_studio", "votes", "agreement", "decision")
+"""The Parquet row's nested parts, each as JSON text (keys sorted), so that every row group has one
+flat schema."""
+PARQUET_COLUMNS = (*SCALAR_COLUMNS, "round", *JSON_COLUMNS)
+"""The columns of a round dataset's Parquet file, in order; all of them strings."""
 
 # Written into the JSON as they are: the byte alone.
 _POLICY, _PROJECT, _ROUND, _IMAGE_URLS = map(
@@ -52,6 +70,47 @@ def stored_form(record: Mapping[str, Any]) -> bytes:
     if "image_urls" in record:
         holed["image_urls"] = _IMAGE_URLS
     return orjson.dumps(holed, option=_SORTED)
+
+
+def kept_columns(record: Mapping[str, Any]) -> tuple[str | None, ...]:
+    """The record's Parquet values (:data:`SCALAR_COLUMNS`, then :data:`JSON_COLUMNS`), with the
+    holes of :func:`stored_form` in ``label_studio`` and ``decision``; filled, each is the Parquet
+    file's value."""
+    holed = {
+        **record,
+        "decision": {**record["decision"], "policy": _POLICY},
+        "label_studio": {**record["label_studio"], "project_id": _PROJECT},
+    }
+    scalars = [
+        (record["inputs"] or {}).get("text") if name == "text" else record[name] for name in SCALAR_COLUMNS
+    ]
+    nested = [orjson.dumps(holed[name], option=_SORTED).decode() for name in JSON_COLUMNS]
+    return (*scalars, *nested)
+
+
+PACKED_HEADER = struct.Struct(f"<{len(SCALAR_COLUMNS) + len(JSON_COLUMNS)}i")
+"""The packed values' header: each value's length in bytes (little-endian int32; -1 for NULL)."""
+
+
+def pack_columns(values: Sequence[str | None]) -> bytes:
+    """The values of :func:`kept_columns` as one value: :data:`PACKED_HEADER`, then each value's
+    UTF-8 bytes, one after another (nothing for a NULL)."""
+    encoded = [None if v is None else v.encode() for v in values]
+    lengths = [-1 if v is None else len(v) for v in encoded]
+    return PACKED_HEADER.pack(*lengths) + b"".join(v for v in encoded if v is not None)
+
+
+def unpack_columns(packed: bytes) -> tuple[str | None, ...]:
+    """The values :func:`pack_columns` packed (the row-by-row reference of the columnar reading)."""
+    values: list[str | None] = []
+    at = PACKED_HEADER.size
+    for length in PACKED_HEADER.unpack_from(packed):
+        if length < 0:
+            values.append(None)
+            continue
+        values.append(packed[at : at + length].decode())
+        at += length
+    return tuple(values)
 
 
 def image_inputs(record: Mapping[str, Any]) -> dict[str, str] | None:
