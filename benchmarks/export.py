@@ -17,9 +17,10 @@ command's start (settings, database, migration check, count, export) to its end,
 interpreter's start and imports, which are printed beside it. The HTTP download (``GET
 /api/rounds/<id>/dataset?format=...``) is timed through the app on a local werkzeug server in a
 subprocess of its own, read by this process over a socket. Every file and download is checked for
-its number of records. The floor, measured in the same run, is the plain driver handing over the
-kept records an export reads (and on SQLite, for comparison, the candidates and votes the export
-built its records from before they were kept).
+its number of records. The floors, measured in the same run, are the plain driver handing over
+what an export reads (the kept lines for JSONL, the packed Parquet values for Parquet: ``sqlite3``
+on SQLite, ADBC's ``COPY`` on PostgreSQL), the disk taking the JSONL file's bytes, and on SQLite,
+for comparison, the candidates and votes the export built its records from before they were kept.
 
     .venv/bin/python benchmarks/export.py                    # 1,000,000 rows, SQLite
     .venv/bin/python benchmarks/export.py --rows 100000      # a quick run

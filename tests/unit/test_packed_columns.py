@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dynaval.adapters.db.dataset_arrow import unpacked_columns
+from dynaval.adapters.db.dataset_arrow import DamagedRecords, unpacked_columns
 from dynaval.service_layer.dataset_records.stored_record import (
     JSON_COLUMNS,
     PACKED_HEADER,
@@ -77,3 +77,18 @@ def test_a_page_read_from_inside_a_larger_buffer_with_offsets_not_from_zero() ->
     )
     columns = unpacked_columns(data, offsets)
     assert [tuple(c[i].as_py() for c in columns) for i in range(50)] == values
+
+
+@pytest.mark.parametrize("damage", ["a byte short", "shorter than its header", "the last one cut"])
+def test_a_damaged_packed_value_stops_the_page_with_what_to_do(damage: str) -> None:
+    rng = random.Random(4)
+    rows = [pack_columns(random_values(rng)) for _ in range(5)]
+    if damage == "a byte short":
+        rows[2] = rows[2][:-1]
+    elif damage == "shorter than its header":
+        rows[2] = rows[2][:10]
+    else:
+        rows[4] = rows[4][:3]
+    data, offsets = page(rows)
+    with pytest.raises(DamagedRecords, match="dynaval dataset rebuild"):
+        unpacked_columns(data, offsets)

@@ -34,6 +34,7 @@ from datetime import datetime
 from typing import Any
 
 from dynaval.adapters.db.database import Database
+from dynaval.domain.errors import Conflict
 from dynaval.service_layer.dataset_records.dataset_port import ColumnPage, KeptLines
 from dynaval.service_layer.dataset_records.stored_record import (
     JSON_COLUMNS,
@@ -64,6 +65,17 @@ class _Page:
     offsets: Any
     """numpy int64, one more than the rows."""
     images: list[tuple[int, str]]
+
+
+class DamagedRecords(Conflict):
+    """A kept record's stored Parquet values are not what ``pack_columns`` writes (a hand edit, a
+    damaged restore): the export stops with what to do rather than write wrong columns."""
+
+
+_DAMAGED = (
+    "a kept record's Parquet values do not add up to their stored length: run"
+    " `dynaval dataset rebuild` to write the round's records again"
+)
 
 
 def _page_of(rows: list[Any], *, images: bool) -> _Page:
@@ -136,6 +148,7 @@ class KeptArrowReads:
     ) -> Generator[_Page, None, None]:
         import adbc_driver_postgresql.dbapi as adbc
         import numpy as np
+        import pyarrow as pa
         import pyarrow.compute as pc
         from sqlalchemy.engine import make_url
 
@@ -156,7 +169,8 @@ class KeptArrowReads:
                     return
                 column = page.column("value").combine_chunks()
                 _validity, offsets_buffer, data = column.buffers()
-                offsets = np.frombuffer(offsets_buffer, np.int32)[
+                wide = pa.types.is_large_binary(column.type)
+                offsets = np.frombuffer(offsets_buffer, np.int64 if wide else np.int32)[
                     column.offset : column.offset + len(column) + 1
                 ]
                 found: list[tuple[int, str]] = []
@@ -185,7 +199,9 @@ class KeptArrowReads:
                 if isinstance(page.data, bytes)
                 else page.data.slice(start, end - start).to_pybytes()
             )
-            yield KeptLines(lines=bytes(data), count=len(page.offsets) - 1, images=page.images)
+            lines = KeptLines(lines=bytes(data), count=len(page.offsets) - 1, images=page.images)
+            del page, data  # the page is not held beside the lines made of it
+            yield lines
 
     def kept_columns(self, round_id: int, round_values: RoundValues) -> Generator[ColumnPage, None, None]:
         import pyarrow as pa
@@ -221,10 +237,16 @@ def unpacked_columns(data: Any, offsets: Any) -> list[Any]:
     rows = len(offsets) - 1
     starts = np.asarray(offsets[:-1], np.int64)
     buffer = pa.py_buffer(data) if isinstance(data, bytes) else data
+    if rows and int(np.diff(np.asarray(offsets, np.int64)).min()) < PACKED_HEADER.size:
+        raise DamagedRecords(_DAMAGED)
     header_bytes = np.frombuffer(buffer, np.uint8)[starts[:, None] + np.arange(PACKED_HEADER.size)[None, :]]
     header = header_bytes.view("<i4").reshape(rows, count)
     nulls = header < 0
     lengths = np.where(nulls, 0, header).astype(np.int64)
+    if not np.array_equal(
+        starts + PACKED_HEADER.size + lengths.sum(axis=1), np.asarray(offsets[1:], np.int64)
+    ):
+        raise DamagedRecords(_DAMAGED)
     # One binary array over the page, each row being (header, value 1, ..., value n): its offsets
     # are each row's start, then the start of each of its values; the last is the page's end.
     bounds = np.empty((rows, count + 1), np.int64)
