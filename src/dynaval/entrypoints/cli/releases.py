@@ -112,9 +112,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     from dynaval.adapters.files.dataset_files import write_dataset
     from dynaval.service_layer.dataset_records.round_dataset import count_accepted, iter_round_dataset_pieces
 
-    # An export makes millions of short-lived dicts and lists, none in a cycle: reference counting
-    # frees them, and the cyclic garbage collector would only walk them over and over (a third of
-    # the export's time). It is paused for the export only (main() also runs inside the tests).
+    # An export makes millions of short-lived objects, none in a cycle (a page's rows; a stale
+    # round's records built again): reference counting frees them, and the cyclic garbage collector
+    # would only walk them over and over. It is paused for the export only (main() also runs inside
+    # the tests).
     collecting = gc.isenabled()
     gc.disable()
     services = open_storage()

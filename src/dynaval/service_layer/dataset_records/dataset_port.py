@@ -150,7 +150,8 @@ class DatasetReads(Protocol):
         """Any candidate's round id and a page of it alone, or None."""
 
     def kept_lines(self, round_id: int) -> Iterator[KeptLines]:
-        """The round's kept records, a page at a time, in submission order, read in one snapshot."""
+        """The round's kept records, a page at a time, in submission order (each page read in a read
+        transaction of its own, so that a slow reader holds none open between pages)."""
 
     def kept_columns(self, round_id: int, round_values: RoundValues) -> Iterator[ColumnPage]:
         """The round's kept records as Parquet columns, a page at a time, in submission order, with
