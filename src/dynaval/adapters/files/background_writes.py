@@ -14,7 +14,10 @@ import queue
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Generic, TypeVar
+
+Piece = TypeVar("Piece", bytes, memoryview)
+"""What is handed over: bytes, or a view of a part of them (written without a copy)."""
 
 CHUNK_BYTES = 2 << 20
 """How many bytes of lines are handed to the thread at a time (whole lines: more for a longer
@@ -25,18 +28,18 @@ QUEUED_CHUNKS = 4
 """Chunks that may wait for the thread."""
 
 
-class BackgroundWork:
+class BackgroundWork(Generic[Piece]):
     """Runs calls on a thread of its own, one at a time, in the order they were handed over."""
 
     def __init__(self, name: str) -> None:
-        self._queue: queue.Queue[tuple[Callable[[bytes], None], bytes] | None] = queue.Queue(
+        self._queue: queue.Queue[tuple[Callable[[Piece], None], Piece] | None] = queue.Queue(
             maxsize=QUEUED_CHUNKS
         )
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, call: Callable[[bytes], None], chunk: bytes) -> None:
+    def submit(self, call: Callable[[Piece], None], chunk: Piece) -> None:
         """Run ``call(chunk)`` after everything handed over before."""
         self._raise_failure()
         self._queue.put((call, chunk))
@@ -80,7 +83,7 @@ class LineWriter:
     def __init__(
         self,
         path: Path,
-        work: BackgroundWork | None = None,
+        work: BackgroundWork[bytes] | None = None,
         *,
         hashed: bool = False,
         then: Callable[[bytes], None] | None = None,
@@ -89,7 +92,7 @@ class LineWriter:
         self.lines = 0
         self._handle: BinaryIO = path.open("wb")  # first: a file that cannot open starts no thread
         self._own_work = work is None
-        self._work = work if work is not None else BackgroundWork(f"write-{path.name}")
+        self._work = work if work is not None else BackgroundWork[bytes](f"write-{path.name}")
         self._digest = hashlib.sha256() if hashed else None
         self._then = then
         self._buffer = bytearray()

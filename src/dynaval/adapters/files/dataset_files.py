@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from dynaval.adapters.files.background_writes import BackgroundWork
+from dynaval.adapters.files.background_writes import CHUNK_BYTES, BackgroundWork
 from dynaval.service_layer.dataset_records.dataset_port import ColumnPage
 from dynaval.service_layer.dataset_records.stored_record import PARQUET_COLUMNS
 
@@ -58,14 +58,19 @@ def write_dataset(
     path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
     with tmp.open("wb") as handle:
-        writes = BackgroundWork("dataset-file")
+        writes = BackgroundWork[memoryview]("dataset-file")
 
-        def write(chunk: bytes) -> None:
-            handle.write(chunk)
+        def write(piece: memoryview) -> None:
+            handle.write(piece)
 
         try:
             for chunk, records in encode_dataset(pages, fmt):
-                writes.submit(write, chunk)
+                # In pieces of a few MB: the queue then holds a few MB, not a few pages (a JSONL
+                # page is 11 MB); each piece is a view, written without a copy.
+                view = memoryview(chunk)
+                for start in range(0, len(view), CHUNK_BYTES):
+                    writes.submit(write, view[start : start + CHUNK_BYTES])
+                del view, chunk
                 count += records
                 if on_page and records:
                     on_page(records)
