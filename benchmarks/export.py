@@ -598,6 +598,11 @@ def main() -> None:
     parser.add_argument("--data-dir", default=None, help="default: a temporary folder, removed at the end")
     parser.add_argument("--reuse", action="store_true", help="export the round seeded before in --data-dir")
     parser.add_argument("--seed-only", action="store_true", help="seed (into --data-dir) and stop")
+    parser.add_argument(
+        "--no-rebuild",
+        action="store_true",
+        help="with --reuse: the kept records are written already (by an earlier run's rebuild)",
+    )
     args = parser.parse_args()
     rows = int(args.rows * args.scale) if args.scale else args.rows
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
@@ -630,12 +635,13 @@ def main() -> None:
         print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} before the runs")
         # The seed wrote candidates and votes straight into the tables, as a restore would: the
         # kept records are written by the rebuild (the service writes each as its decision is made).
-        rebuilt = run_rebuild(env, round_id, folder)
-        print(
-            f"  dynaval dataset rebuild (every kept record written): {rebuilt.seconds:.1f} s "
-            f"({accepted / rebuilt.seconds:,.0f} rows/s), peak RSS {rebuilt.peak_rss_mb:.0f} MB",
-            flush=True,
-        )
+        if not (args.reuse and args.no_rebuild):
+            rebuilt = run_rebuild(env, round_id, folder)
+            print(
+                f"  dynaval dataset rebuild (every kept record written): {rebuilt.seconds:.1f} s "
+                f"({accepted / rebuilt.seconds:,.0f} rows/s), peak RSS {rebuilt.peak_rss_mb:.0f} MB",
+                flush=True,
+            )
 
         lines = []
         jsonl_size = 0

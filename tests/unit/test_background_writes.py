@@ -36,7 +36,7 @@ def test_a_failure_on_the_thread_reaches_the_caller(tmp_path: Path, monkeypatch:
         if b"bad" in chunk:
             raise ValueError("a bad chunk")
 
-    work = BackgroundWork[bytes]("test-writes")
+    work = BackgroundWork("test-writes")
     writer = LineWriter(tmp_path / "b.jsonl", work, then=refuse)
     with pytest.raises(ValueError, match="a bad chunk"):
         for i in range(10_000):  # the failure is raised at a later hand-over, or at close

@@ -34,7 +34,9 @@ def read_ahead(pages: Generator[_Page, None, None]) -> Iterator[_Page]:
     def read() -> None:
         try:
             for page in pages:
-                if not offer(page):
+                offered = offer(page)
+                del page  # not held while the next page is read: the caller may be done with it
+                if not offered:
                     return
             offer(_END)
         except BaseException as exc:  # handed to the caller, which raises it

@@ -14,10 +14,7 @@ import queue
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, Generic, TypeVar
-
-Piece = TypeVar("Piece", bytes, memoryview)
-"""What is handed over: bytes, or a view of a part of them (written without a copy)."""
+from typing import BinaryIO
 
 CHUNK_BYTES = 2 << 20
 """How many bytes of lines are handed to the thread at a time (whole lines: more for a longer
@@ -28,18 +25,17 @@ QUEUED_CHUNKS = 4
 """Chunks that may wait for the thread."""
 
 
-class BackgroundWork(Generic[Piece]):
+class BackgroundWork:
     """Runs calls on a thread of its own, one at a time, in the order they were handed over."""
 
-    def __init__(self, name: str) -> None:
-        self._queue: queue.Queue[tuple[Callable[[Piece], None], Piece] | None] = queue.Queue(
-            maxsize=QUEUED_CHUNKS
-        )
+    def __init__(self, name: str, *, queued: int = QUEUED_CHUNKS) -> None:
+        """``queued``: how many chunks may wait for the thread."""
+        self._queue: queue.Queue[tuple[Callable[[bytes], None], bytes] | None] = queue.Queue(maxsize=queued)
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, call: Callable[[Piece], None], chunk: Piece) -> None:
+    def submit(self, call: Callable[[bytes], None], chunk: bytes) -> None:
         """Run ``call(chunk)`` after everything handed over before."""
         self._raise_failure()
         self._queue.put((call, chunk))
@@ -83,7 +79,7 @@ class LineWriter:
     def __init__(
         self,
         path: Path,
-        work: BackgroundWork[bytes] | None = None,
+        work: BackgroundWork | None = None,
         *,
         hashed: bool = False,
         then: Callable[[bytes], None] | None = None,
@@ -92,7 +88,7 @@ class LineWriter:
         self.lines = 0
         self._handle: BinaryIO = path.open("wb")  # first: a file that cannot open starts no thread
         self._own_work = work is None
-        self._work = work if work is not None else BackgroundWork[bytes](f"write-{path.name}")
+        self._work = work if work is not None else BackgroundWork(f"write-{path.name}")
         self._digest = hashlib.sha256() if hashed else None
         self._then = then
         self._buffer = bytearray()

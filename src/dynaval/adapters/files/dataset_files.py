@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from dynaval.adapters.files.background_writes import CHUNK_BYTES, BackgroundWork
+from dynaval.adapters.files.background_writes import BackgroundWork
 from dynaval.service_layer.dataset_records.dataset_port import ColumnPage
 from dynaval.service_layer.dataset_records.stored_record import PARQUET_COLUMNS
 
@@ -58,19 +58,16 @@ def write_dataset(
     path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
     with tmp.open("wb") as handle:
-        writes = BackgroundWork[memoryview]("dataset-file")
+        # One page waits while another is written: a JSONL page is 11 MB, and more waiting pages
+        # would only hold memory (the writer keeps up, or the disk is the bound either way).
+        writes = BackgroundWork("dataset-file", queued=1)
 
-        def write(piece: memoryview) -> None:
-            handle.write(piece)
+        def write(chunk: bytes) -> None:
+            handle.write(chunk)
 
         try:
             for chunk, records in encode_dataset(pages, fmt):
-                # In pieces of a few MB: the queue then holds a few MB, not a few pages (a JSONL
-                # page is 11 MB); each piece is a view, written without a copy.
-                view = memoryview(chunk)
-                for start in range(0, len(view), CHUNK_BYTES):
-                    writes.submit(write, view[start : start + CHUNK_BYTES])
-                del view, chunk
+                writes.submit(write, chunk)
                 count += records
                 if on_page and records:
                     on_page(records)

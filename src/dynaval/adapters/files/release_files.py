@@ -240,7 +240,7 @@ class _SplitWriter:
     """One split's JSONL file and Parquet shards: its lines are written, hashed and turned into
     Parquet rows by the release's background work, a chunk at a time."""
 
-    def __init__(self, root: Path, split: str, parquet: _ParquetSplit, work: BackgroundWork[bytes]) -> None:
+    def __init__(self, root: Path, split: str, parquet: _ParquetSplit, work: BackgroundWork) -> None:
         self.root = root
         self.split = split
         self.parquet = parquet
@@ -282,7 +282,7 @@ class ReleaseWriter:
         self.root = root
         schema = release_features(fields, labels, image_fields).arrow_schema
         self.images = _ReleaseImages(root, image_fields, image_bytes)
-        self.work = BackgroundWork[bytes]("release-files")
+        self.work = BackgroundWork("release-files")
         self.splits: dict[str, _SplitWriter] = {}
         try:
             for split, rows in sorted(split_rows.items()):

@@ -88,15 +88,18 @@ def iter_round_dataset_chunks(
 
     def chunks() -> Iterator[tuple[bytes, int]]:
         for page in query.kept_lines(round_id):
-            chunk = page.lines
-            if page.images:
+            chunk, count, with_images = page.lines, page.count, page.images
+            del page  # each fill below makes a new copy of the page: the one before it goes
+            if with_images:
                 lines = _lines_of(chunk)
-                for index, images in page.images:
+                for index, images in with_images:
                     lines[index] = with_image_urls(lines[index], signed(images))
                 chunk = b"\n".join(lines) + b"\n"
+                del lines
             for hole, value in fills.items():
                 chunk = chunk.replace(hole, value)
-            yield chunk, page.count
+            yield chunk, count
+            del chunk
 
     return chunks()
 
