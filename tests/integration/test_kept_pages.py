@@ -6,9 +6,11 @@ columns with the round's holes filled."""
 from __future__ import annotations
 
 import random
+import threading
 from datetime import timedelta
 
 import pytest
+from flask import Flask
 from sqlalchemy import insert
 
 from dynaval.adapters.db import dataset_arrow
@@ -24,6 +26,7 @@ from dynaval.service_layer.dataset_records.stored_record import (
     pack_columns,
 )
 from dynaval.service_layer.services import Services
+from tests.fixtures.service import EXPORTER_TOKEN
 from tests.integration.test_kept_records import add_round
 from tests.support.label_studio_copy import T0
 
@@ -31,13 +34,13 @@ VALUES = (*SCALAR_COLUMNS, *JSON_COLUMNS)
 
 
 def seed_kept(services: Services, round_id: int, count: int) -> list[tuple[str, bytes, str | None, tuple]]:
-    """``count`` kept records (a third of them with image inputs, many sharing a submission time),
+    """``count`` kept records (a third of them with image inputs, five at a time sharing a submission time),
     written straight into the tables; returned in the order an export reads them."""
     rng = random.Random(round_id)
     rows = []
     for i in range(count):
         candidate_id = f"{rng.randrange(16**8):08x}-0000-4000-8000-{i:012d}"
-        submitted_at = T0 + timedelta(seconds=i // 3)
+        submitted_at = T0 + timedelta(seconds=i // 5)  # ties across the pages' boundaries
         record = b'{"decision":{"policy":' + POLICY_HOLE + b'},"n":%d,"round":' % i + ROUND_HOLE + b"}"
         images = f'{{"image":"sha256:{i:064x}"}}' if i % 3 == 1 else None
         values = tuple(
@@ -109,3 +112,25 @@ def test_an_empty_round_has_no_page(services: Services) -> None:
     reads = KeptArrowReads(services.database)
     values = RoundValues.of(round_info={"id": round_id}, policy={}, project_id=None)
     assert list(reads.kept_lines(round_id)) == [] and list(reads.kept_columns(round_id, values)) == []
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_a_download_cut_off_stops_its_reads(
+    services: Services, app: Flask, fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client gone after the first piece: closing the response stops the thread that reads the
+    pages (and, on PostgreSQL, closes its connection) at once."""
+    monkeypatch.setattr(dataset_arrow, "PAGE_ROWS", 2)
+    monkeypatch.setattr(dataset_arrow, "COLUMN_PAGE_ROWS", 2)
+    round_id = add_round(services)
+    seed_kept(services, round_id, 11)
+    response = app.test_client().get(
+        f"/api/rounds/{round_id}/dataset?format={fmt}",
+        headers={"Authorization": f"Bearer {EXPORTER_TOKEN}"},
+        buffered=False,
+    )
+    assert response.status_code == 200
+    assert next(iter(response.response))  # the first piece
+    assert any(t.name == "dataset-read-ahead" for t in threading.enumerate())
+    response.close()
+    assert not any(t.name == "dataset-read-ahead" for t in threading.enumerate())

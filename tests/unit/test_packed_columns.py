@@ -79,7 +79,9 @@ def test_a_page_read_from_inside_a_larger_buffer_with_offsets_not_from_zero() ->
     assert [tuple(c[i].as_py() for c in columns) for i in range(50)] == values
 
 
-@pytest.mark.parametrize("damage", ["a byte short", "shorter than its header", "the last one cut"])
+@pytest.mark.parametrize(
+    "damage", ["a byte short", "shorter than its header", "the last one cut", "a negative length"]
+)
 def test_a_damaged_packed_value_stops_the_page_with_what_to_do(damage: str) -> None:
     rng = random.Random(4)
     rows = [pack_columns(random_values(rng)) for _ in range(5)]
@@ -87,8 +89,12 @@ def test_a_damaged_packed_value_stops_the_page_with_what_to_do(damage: str) -> N
         rows[2] = rows[2][:-1]
     elif damage == "shorter than its header":
         rows[2] = rows[2][:10]
-    else:
+    elif damage == "the last one cut":
         rows[4] = rows[4][:3]
+    else:  # -2 in the first length, the rest adding up
+        header = list(PACKED_HEADER.unpack_from(rows[1]))
+        header[0] = -2
+        rows[1] = PACKED_HEADER.pack(*header) + rows[1][PACKED_HEADER.size :]
     data, offsets = page(rows)
     with pytest.raises(DamagedRecords, match="dynaval dataset rebuild"):
         unpacked_columns(data, offsets)

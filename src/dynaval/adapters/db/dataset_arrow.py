@@ -2,7 +2,8 @@
 hands on, at the disk's speed.
 
 An export reads a round's kept lines (``dataset_record``) or their packed Parquet values
-(``dataset_record_columns``) in submission order. Python touches a page, never a value of a row:
+(``dataset_record_columns``) in submission order. Python does a page's work in a few calls, none
+per value (on SQLite, the page's ``bytes`` objects are still picked out of its rows one by one):
 
 - **Reading.** One value per row: the line with its newline appended by the database
   (``record || x'0a'``), or the packed values. On SQLite, the standard library's ``sqlite3`` hands
@@ -110,7 +111,6 @@ class KeptArrowReads:
     def _sqlite_pages(
         self, table: str, value: str, round_id: int, *, images: bool, page_rows: int
     ) -> Generator[_Page, None, None]:
-
         where = f"FROM {table} WHERE round_id = ?"
         after = " AND (submitted_at, candidate_id) > (?, ?)"
         order = f" ORDER BY {table}.submitted_at, {table}.candidate_id"
@@ -123,7 +123,8 @@ class KeptArrowReads:
         while True:
             with self._database.reading() as session:
                 raw = session.connection().connection.driver_connection
-                assert raw is not None
+                if raw is None:
+                    raise RuntimeError("the pooled SQLite connection has no sqlite3 connection")
                 cursor = raw.cursor()
                 try:
                     rows = cursor.execute(
@@ -163,6 +164,9 @@ class KeptArrowReads:
             adbc_driver_manager.AdbcConnection(database) as connection,
             adbc_driver_manager.AdbcStatement(connection) as statement,
         ):
+            # The page keys are written as literals, whose quoting assumes the standard's strings.
+            statement.set_sql_query("SET standard_conforming_strings = on")
+            statement.execute_update()
             while True:
                 # Literals, not parameters: a query without them is read with COPY.
                 statement.set_sql_query(
@@ -186,7 +190,8 @@ class KeptArrowReads:
                 if images and pc.max(pc.binary_length(image_values)).as_py():
                     found = [(i, v) for i, v in enumerate(image_values.to_pylist()) if v]
                 time = page.column("submitted_at")[-1].as_py()
-                assert isinstance(time, datetime)
+                if not isinstance(time, datetime):
+                    raise RuntimeError(f"a kept record's submission time read as {time!r}")
                 last_id = str(page.column("candidate_id")[-1].as_py())
                 result = _Page(data=data, offsets=offsets, images=found)
                 # Nothing of the page but what the caller has is held while the caller has it.
@@ -253,7 +258,9 @@ def unpacked_columns(data: Any, offsets: Any) -> list[Any]:
         raise DamagedRecords(_DAMAGED)
     header_bytes = np.frombuffer(buffer, np.uint8)[starts[:, None] + np.arange(PACKED_HEADER.size)[None, :]]
     header = header_bytes.view("<i4").reshape(rows, count)
-    nulls = header < 0
+    if (header < -1).any():
+        raise DamagedRecords(_DAMAGED)
+    nulls = header == -1
     lengths = np.where(nulls, 0, header).astype(np.int64)
     if not np.array_equal(
         starts + PACKED_HEADER.size + lengths.sum(axis=1), np.asarray(offsets[1:], np.int64)

@@ -16,7 +16,8 @@ def read_ahead(pages: Generator[_Page, None, None]) -> Iterator[_Page]:
 
     The database's share of a page (SQLite's own work, which runs without the GIL; PostgreSQL's,
     in the server) then overlaps the caller's building and writing of the page before. At most
-    two pages are held: the caller's and the next. An error of the read is raised to the caller;
+    three pages are held: the caller's, the one waiting for it, and the one the thread has just
+    read and waits to hand over. An error of the read is raised to the caller;
     when the caller stops early, the thread stops after the read in flight.
     """
     handoff: queue.Queue[Any] = queue.Queue(maxsize=1)

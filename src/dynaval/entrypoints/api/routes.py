@@ -424,9 +424,16 @@ def dataset_download(services: Services, round_id: int, fmt: str) -> Response:
     # The body needs neither the request nor the app context (its reads use ``services``), so it
     # is not streamed with them: two downloads' bodies may then be read and closed in any order.
     def body() -> Iterator[bytes]:
-        for data, _records in encode_dataset(pages, fmt):
-            if data:
-                yield data
+        try:
+            for data, _records in encode_dataset(pages, fmt):
+                if data:
+                    yield data
+        finally:
+            # A client gone mid-download: its reading thread and connection stop now, not when the
+            # garbage collector finds them.
+            close = getattr(pages, "close", None)
+            if close is not None:
+                close()
 
     return Response(
         body(),

@@ -9,13 +9,18 @@ record outside a round dataset (any status) is built on the spot by the same bui
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
 from dynaval.domain.errors import NotFound
-from dynaval.service_layer.dataset_records.dataset_port import ColumnPage, DatasetReads, RoundHeader
+from dynaval.service_layer.dataset_records.dataset_port import (
+    ColumnPage,
+    DatasetReads,
+    KeptLines,
+    RoundHeader,
+)
 from dynaval.service_layer.dataset_records.keeping import bring_round_up_to_date
 from dynaval.service_layer.dataset_records.record_builder import RecordBuilder
 from dynaval.service_layer.dataset_records.stored_record import RoundValues, with_image_urls
@@ -86,8 +91,17 @@ def iter_round_dataset_chunks(
     def signed(images: str) -> dict[str, str]:
         return {name: image_url(settings, ref) for name, ref in orjson.loads(images).items()}
 
-    def chunks() -> Iterator[tuple[bytes, int]]:
-        for page in query.kept_lines(round_id):
+    def chunks() -> Generator[tuple[bytes, int], None, None]:
+        pages = query.kept_lines(round_id)
+        try:
+            yield from _filled(pages)
+        finally:  # a reader stopped early (a download cut off) stops the page reads now
+            close = getattr(pages, "close", None)
+            if close is not None:
+                close()
+
+    def _filled(pages: Iterator[KeptLines]) -> Generator[tuple[bytes, int], None, None]:
+        for page in pages:
             chunk, count, with_images = page.lines, page.count, page.images
             del page  # each fill below makes a new copy of the page: the one before it goes
             if with_images:
