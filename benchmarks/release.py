@@ -96,8 +96,9 @@ if os.environ.get("BENCH_PHASES"):
     def note(label, begun):
         phases[label] = phases.get(label, 0.0) + time.perf_counter() - begun
         peaks[label] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    from dynaval.domain import release_checks
-    from dynaval.service_layer import releases
+    from dynaval.adapters.files import release_files
+    from dynaval.domain.releases import checks as release_checks
+    from dynaval.service_layer.releases import catalog, releases
 
     def timed(owner, name, label, generator=False):
         inner = getattr(owner, name)
@@ -129,11 +130,11 @@ if os.environ.get("BENCH_PHASES"):
     timed(releases, "_round_figures", "round figures (service counts, alpha)")
     timed(release_checks.ReleaseTally, "round_figures", "released rows' alpha")
     timed(releases.LeakScan, "clusters", "near-duplicate pairs (the index's answer)")
-    timed(releases.ReleaseWriter, "close", "files finishing (after the last row)")
+    timed(release_files.ReleaseWriter, "close", "files finishing (after the last row)")
     timed(releases, "_store", "store release (database)")
-    timed(releases, "copy_release", "copy to --out")
+    timed(catalog, "copy_release", "copy to --out")
 
-    from dynaval.adapters import minhash_process
+    from dynaval.adapters.health import minhash_process
 
     answered = minhash_process.MinHashProcess.pairs
 

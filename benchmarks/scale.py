@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import random
 import sys
 import tempfile
@@ -62,6 +63,7 @@ from harness import (
     WEBHOOK_PATH,
     BenchmarkError,
     ChildProcess,
+    LabelStudioServer,
     Lazy,
     MemorySampler,
     PayloadFactory,
@@ -99,8 +101,18 @@ from sqlmodel import col, select
 
 from dynaval.adapters.db.database import Database
 from dynaval.adapters.db.orm import AnnotationRow, CandidateRow, RoundRow, TaskCheckRow
+from dynaval.adapters.predictor import MAX_TOKENS
+from dynaval.service_layer.validation.label_studio_port import READ_BATCH_SIZE
 
 GOAL_S = 30 * 60.0
+REST_GOAL_S = 3 * 60.0
+"""Push, decide, alpha with CI, dashboard, export and release, together."""
+SCORE_GOAL_RATIO = 0.9
+"""Scoring through the service over the model's own batched throughput on the same texts."""
+INGEST_GOAL_RATIO = 0.8
+"""Votes read back and decided by the service over Label Studio's own rate of answering the same reads."""
+MODEL_BATCH = 32
+"""The service's micro-batch (``ModelRegistry.max_batch``): the floor's forward passes are this size."""
 FINAL = ("accepted", "rejected", "flagged")
 DISAGREE_SHARE = 0.2
 FLAG_SHARE = 0.01
@@ -117,6 +129,9 @@ class Phase:
     service_rss: int = 0
     label_studio_rss: int = 0
     counted: bool = True
+    group: str = "rest"
+    """Which goal it counts toward: ``score`` and ``ingest`` against their floors, ``rest`` together
+    against :data:`REST_GOAL_S`."""
 
 
 def default_model() -> Path:
@@ -205,6 +220,126 @@ def votes_by_source(database: Database, round_id: int) -> dict[str, int]:
     return {str(source): int(count) for source, count in rows}
 
 
+@dataclass
+class Floor:
+    """A phase's floor, measured in the same run: the rate of the part of the work the service
+    cannot go below, done bare."""
+
+    what: str
+    rate: float
+    unit: str
+    detail: str
+
+
+def model_floor(model_dir: Path, texts: list[str], max_tokens: int) -> list[Floor]:
+    """The model's own batched throughput on ``texts`` (a sample of the round's): tokenizer and
+    forward pass in batches of :data:`MODEL_BATCH`, cut at ``max_tokens`` as the service cuts, no
+    service around it; once with every core for torch and once with one (the service's setting,
+    ``OMP_NUM_THREADS=1``, leaves the other core to the requests)."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    model = AutoModelForSequenceClassification.from_pretrained(str(model_dir), local_files_only=True).eval()
+    before = torch.get_num_threads()
+    floors = []
+    try:
+        for threads in (os.cpu_count() or 1, 1):
+            torch.set_num_threads(threads)
+            began = time.perf_counter()
+            with torch.inference_mode():
+                for first in range(0, len(texts), MODEL_BATCH):
+                    batch = tokenizer(
+                        texts[first : first + MODEL_BATCH],
+                        padding=True,
+                        truncation=True,
+                        max_length=max_tokens,
+                        return_tensors="pt",
+                    )
+                    torch.softmax(model(**batch).logits, dim=-1).tolist()
+            seconds = time.perf_counter() - began
+            floors.append(
+                Floor(
+                    f"model alone, {threads} torch thread{'s' if threads > 1 else ''}",
+                    len(texts) / seconds,
+                    "texts/s",
+                    f"{len(texts)} of the round's texts in batches of {MODEL_BATCH}, {seconds:.1f} s",
+                )
+            )
+    finally:
+        torch.set_num_threads(before)
+    return floors
+
+
+def label_studio_floor(server: LabelStudioServer, project_id: int, task_ids: list[int], batch: int) -> Floor:
+    """Label Studio's own rate of answering the reads the service makes to verify votes: the
+    project's JSON export restricted to ``batch`` task ids (``ids[]``), one request after another
+    as the worker sends them, over ``task_ids``; only the answer is timed (nothing parsed)."""
+    annotations = 0
+    cpu = label_studio_cpu_seconds(server)
+    began = time.perf_counter()
+    for first in range(0, len(task_ids), batch):
+        chunk = task_ids[first : first + batch]
+        body = b"".join(
+            server.client.projects.exports.download_sync(
+                project_id,
+                export_type="JSON",
+                download_all_tasks=True,
+                request_options={
+                    "timeout_in_seconds": 600,
+                    "additional_query_parameters": {"ids[]": [str(t) for t in chunk]},
+                },
+            )
+        )
+        annotations += sum(len(task.get("annotations") or []) for task in json.loads(body))
+    seconds = time.perf_counter() - began
+    cpu = label_studio_cpu_seconds(server) - cpu
+    if annotations == 0:
+        raise BenchmarkError("Label Studio answered the floor's reads with no annotation")
+    return Floor(
+        "Label Studio answering the same reads",
+        annotations / seconds,
+        "votes/s",
+        f"{len(task_ids)} tasks in reads of {batch}, {annotations} votes, {seconds:.1f} s; "
+        f"Label Studio CPU {cpu / annotations * 1000:.2f} ms per vote",
+    )
+
+
+def print_floor(floor: Floor) -> None:
+    print(f"  floor: {floor.what}: {floor.rate:.0f} {floor.unit} ({floor.detail})", flush=True)
+
+
+def ratio_line(what: str, rate: float, floor: Floor, goal: float) -> str:
+    ratio = rate / floor.rate
+    return (
+        f"  {what:22} {rate:8.0f} {floor.unit} over the floor's {floor.rate:.0f} ({floor.what}): "
+        f"{ratio:.2f}x   goal >= {goal:.1f}x: {verdict(ratio >= goal)}"
+    )
+
+
+def release_round(lead: ServiceClient, round_id: int, *, decided: bool, timeout_s: float) -> dict[str, Any]:
+    """Close and freeze the round (forcing, with a reason, when not every candidate was decided) and
+    build its release through the API, as a job; returns the job's result."""
+    lead.call("POST", f"/api/rounds/{round_id}/close")
+    freeze = {} if decided else {"force": True, "reason": "scale benchmark: decide did not finish"}
+    lead.call("POST", f"/api/rounds/{round_id}/freeze", json=freeze)
+    response = lead.request(
+        "POST", "/api/releases", json={"rounds": [round_id], "version": "1.0.0", "name": "scale-bench"}
+    )
+    job_path = "/api/jobs/" + str(response.json()["id"])
+    job: dict[str, Any] = {}
+
+    def finished() -> bool:
+        job.update(lead.call("GET", job_path))
+        return job["state"] in ("done", "failed", "cancelled")
+
+    wait_for(finished, timeout_s=timeout_s, what="the release job", interval_s=0.5)
+    if job["state"] != "done":
+        raise BenchmarkError(f"the release job ended {job['state']}: {job.get('error')}")
+    result: dict[str, Any] = job.get("result") or {}
+    return result
+
+
 def timed(call: Callable[[], Any]) -> tuple[float, Any]:
     began = time.perf_counter()
     result = call()
@@ -234,6 +369,7 @@ def run(args: argparse.Namespace) -> int:
             threads=args.threads,
             RECONCILE_INTERVAL_S=str(args.reconcile_interval),
             EMBEDDED_WORKER="false",
+            NEAR_DUPLICATE_SEMANTIC="true" if args.semantic else "false",
             LOG_LEVEL="info",
         )
         print(f"starting the service under gunicorn ({args.workers} x {args.threads}, {backend}) ...")
@@ -252,11 +388,19 @@ def run(args: argparse.Namespace) -> int:
             )
         )
 
-        def phase(name: str, seconds: float, detail: str, *, counted: bool = True) -> None:
+        def phase(
+            name: str, seconds: float, detail: str, *, counted: bool = True, group: str = "rest"
+        ) -> None:
             peaks = sampler.phase()
             phases.append(
                 Phase(
-                    name, seconds, detail, peaks["service"] + peaks["worker"], peaks["label_studio"], counted
+                    name,
+                    seconds,
+                    detail,
+                    peaks["service"] + peaks["worker"],
+                    peaks["label_studio"],
+                    counted,
+                    group,
                 )
             )
             print(
@@ -303,7 +447,17 @@ def run(args: argparse.Namespace) -> int:
             submitted.seconds,
             f"{n / submitted.seconds:.0f} candidates/s, batch request p50 {submitted.p50_ms:.0f} ms, "
             f"p99 {submitted.p99_ms:.0f} ms",
+            group="score",
         )
+        score_rate = n / submitted.seconds
+        candidates = round_candidates(database, round_id)
+        sample = candidates[:: max(1, n // min(n, args.floor_texts))][: args.floor_texts]
+        floor_texts = [text for _cid, text, _label in sample]
+        print(f"score floor: the model alone on {len(floor_texts)} of the round's texts ...", flush=True)
+        score_floors = model_floor(model_dir, floor_texts, MAX_TOKENS)
+        for floor in score_floors:
+            print_floor(floor)
+        sampler.phase()  # the floor's run is no phase's
 
         # 2. push
         print("push: starting `dynaval worker` ...", flush=True)
@@ -322,7 +476,6 @@ def run(args: argparse.Namespace) -> int:
         # 3. seeding (not timed)
         print(f"seeding: {n} tasks with {args.votes} annotations each into a second project ...", flush=True)
         began = time.perf_counter()
-        candidates = round_candidates(database, round_id)
         plan = plan_votes(rng, candidates, annotators, args.votes)
         project_id = create_project(server, "scale bench: the round's tasks, with their votes", args.votes)
         task_ids = import_tasks(
@@ -377,6 +530,7 @@ def run(args: argparse.Namespace) -> int:
             sent.seconds,
             f"{len(order)} webhooks answered, {sent.rate:.0f}/s, "
             f"p50 {sent.p50_ms:.1f} ms, p99 {sent.p99_ms:.1f} ms",
+            group="ingest",
         )
 
         # 5. decide
@@ -407,6 +561,12 @@ def run(args: argparse.Namespace) -> int:
             f"{waiting_reads(database, round_id)} tasks waiting to be read; Label Studio CPU "
             f"{(label_studio_cpu_seconds(server) - ls_cpu) / len(order) * 1000:.1f} ms per webhook",
         )
+        verified_rate = stored / verified_s
+        floor_tasks = task_ids[: min(n, args.floor_tasks)]
+        print(f"ingest floor: Label Studio reading back {len(floor_tasks)} tasks ...", flush=True)
+        ingest_floor = label_studio_floor(server, project_id, floor_tasks, READ_BATCH_SIZE)
+        print_floor(ingest_floor)
+        sampler.phase()
 
         # 6. round alpha with its CI
         seconds, report = timed(
@@ -441,7 +601,13 @@ def run(args: argparse.Namespace) -> int:
                 counted=False,
             )
 
+        # 9. release: close, freeze, and build the round's release as a job (the lexical
+        # near-duplicate check; the semantic one with --semantic)
+        seconds, released = timed(lambda: release_round(lead, round_id, decided=finished, timeout_s=4 * 3600))
+        phase("release", seconds, f"close, freeze, release job: {json.dumps(released)[:200]}")
+
         total = sum(p.seconds for p in phases if p.counted)
+        rest = sum(p.seconds for p in phases if p.counted and p.group == "rest")
         print()
         print(
             f"=== scale: {n} candidates x {args.votes} votes, {backend}, "
@@ -462,6 +628,16 @@ def run(args: argparse.Namespace) -> int:
             f"Label Studio {mib(sampler.peak['label_studio'])}, this script {mib(own_peak_rss_bytes())}"
         )
         print(f"  finished at {datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
+        print("  each phase beside its floor, measured in this run:")
+        for floor in (*score_floors, ingest_floor):
+            print_floor(floor)
+        print(ratio_line("score", score_rate, score_floors[0], SCORE_GOAL_RATIO))
+        print(ratio_line("score (1 thread)", score_rate, score_floors[1], SCORE_GOAL_RATIO))
+        print(ratio_line("ingest (read back)", verified_rate, ingest_floor, INGEST_GOAL_RATIO))
+        print(
+            f"  {'the rest':22} {rest:8.1f} s (push, decide, alpha with CI, dashboard, export, release)   "
+            f"goal <= {REST_GOAL_S / 60:.0f} min: {verdict(rest <= REST_GOAL_S)}"
+        )
         print(
             f"  total of the counted phases {total / 60:.1f} min   "
             f"goal <= {GOAL_S / 60:.0f} min: {verdict(total <= GOAL_S)}"
@@ -500,10 +676,22 @@ def main() -> int:
     )
     parser.add_argument("--workers", type=int, default=1, help="gunicorn workers")
     parser.add_argument("--threads", type=int, default=16, help="gunicorn threads per worker")
+    parser.add_argument(
+        "--floor-texts", type=int, default=2000, help="texts of the round the model's floor scores alone"
+    )
+    parser.add_argument(
+        "--floor-tasks", type=int, default=10_000, help="tasks Label Studio's floor reads back"
+    )
+    parser.add_argument(
+        "--semantic",
+        action="store_true",
+        help="the release also runs the semantic near-duplicate check (MiniLM over every row)",
+    )
     add_database_argument(parser)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
-    if min(args.candidates, args.votes, args.annotators, args.writers, args.batch, args.clients) < 1:
+    counts = (args.candidates, args.votes, args.annotators, args.writers, args.batch, args.clients)
+    if min(*counts, args.floor_texts, args.floor_tasks) < 1:
         parser.error("counts must be positive")
     if args.scale <= 0 or args.votes > args.annotators:
         parser.error("--scale must be positive and --votes at most --annotators")
