@@ -29,13 +29,31 @@ the order a round lives them, each timed on its own, with the peak RSS of every 
 6. **round alpha with CI**: ``GET /api/rounds/<id>/agreement`` (1,000 bootstrap resamples), first call.
 7. **dashboard first view**: the lead's page of the round (``/dashboard/rounds/<id>``), first view.
 8. **export**: the round dataset, ``GET /api/rounds/<id>/dataset?format=jsonl``, read whole.
+9. **release**: the lead closes and freezes the round and builds its release
+   (``POST /api/releases``, a job ``dynaval worker`` runs), timed until the job is done. The
+   release's near-duplicate check is the lexical one: the worker runs with
+   ``DYNAVAL_NEAR_DUPLICATE_SEMANTIC=false`` unless ``--semantic`` (the service keeps the default,
+   so each submission is checked semantically too).
 
-Then, beside the goal (``--no-reconcile-on-demand`` leaves it out), an on-demand reconcile
-(``POST /api/rounds/<id>/sync``) of the whole round.
+Between the phases (8 before the release: ``--no-reconcile-on-demand`` leaves it out), an
+on-demand reconcile (``POST /api/rounds/<id>/sync``) of the whole round, not counted.
 The scheduled reconcile runs every ``--reconcile-interval`` seconds (the service's default, 300)
-throughout; the votes each read stored are counted by source. Goal: phases 1, 2 and 4 to 8 in at
-most 30 minutes on one 2-core machine. Everything is stopped and removed at the end, also on error
-or Ctrl-C.
+throughout; the votes each read stored are counted by source.
+
+Two floors are measured in the same run, each while the service is idle:
+
+- **the model alone** (after 1): the round's model, loaded bare with transformers, scores
+  ``--floor-texts`` of the round's own texts in batches of 32 (the service's micro-batch), cut at
+  the service's 256 tokens; once with every core for torch and once with one (the harness runs the
+  service with ``OMP_NUM_THREADS=1``). Goal: scoring through the service at 0.9x or more of it.
+- **Label Studio answering the same reads** (after 5): the JSON export of ``--floor-tasks`` of the
+  round's tasks, 200 task ids a request (the worker's largest read), one request after another,
+  each task once; only the answers are timed. Goal: votes read back and decided by the service
+  (over ingest and decide) at 0.8x or more of it.
+
+Goals: phases 1, 2 and 4 to 9 in at most 30 minutes on one 2-core machine; score and ingest beside
+their floors as above; the rest (push, decide, alpha with CI, dashboard, export, release) in at most
+3 minutes together. Everything is stopped and removed at the end, also on error or Ctrl-C.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/scale.py                # 120,000 candidates
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/scale.py --scale 0.02   # 2,400: a quick run
@@ -369,7 +387,6 @@ def run(args: argparse.Namespace) -> int:
             threads=args.threads,
             RECONCILE_INTERVAL_S=str(args.reconcile_interval),
             EMBEDDED_WORKER="false",
-            NEAR_DUPLICATE_SEMANTIC="true" if args.semantic else "false",
             LOG_LEVEL="info",
         )
         print(f"starting the service under gunicorn ({args.workers} x {args.threads}, {backend}) ...")
@@ -462,7 +479,10 @@ def run(args: argparse.Namespace) -> int:
         # 2. push
         print("push: starting `dynaval worker` ...", flush=True)
         began = time.perf_counter()
-        worker.append(ChildProcess([str(DYNAVAL_COMMAND), "worker"], env, scratch / "worker.log"))
+        # The worker builds the release: its check is lexical unless --semantic (the service's
+        # submissions keep the default, the semantic check on).
+        worker_env = {**env, "DYNAVAL_NEAR_DUPLICATE_SEMANTIC": "true" if args.semantic else "false"}
+        worker.append(ChildProcess([str(DYNAVAL_COMMAND), "worker"], worker_env, scratch / "worker.log"))
         stack.callback(worker[0].stop)
 
         def all_pushed() -> bool:
@@ -685,7 +705,8 @@ def main() -> int:
     parser.add_argument(
         "--semantic",
         action="store_true",
-        help="the release also runs the semantic near-duplicate check (MiniLM over every row)",
+        help="the release also runs the semantic near-duplicate check (MiniLM over every row); without "
+        "it the worker, which builds the release, runs with DYNAVAL_NEAR_DUPLICATE_SEMANTIC=false",
     )
     add_database_argument(parser)
     parser.add_argument("--seed", type=int, default=7)
