@@ -7,8 +7,10 @@ and semantically (a paraphrase the lexical rule misses, with the real MiniLM enc
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
+import re
 import shutil
 import signal
 import sys
@@ -19,13 +21,16 @@ from typing import Any
 
 import pytest
 
-from dynaval.adapters.files.release_files import canonical_line, iter_jsonl
+from dynaval.adapters.files.release_files import ReleaseFolders, canonical_line, iter_jsonl
 from dynaval.adapters.health import minhash_process
-from dynaval.adapters.health.semantic_index import shared_encoder
+from dynaval.adapters.health.semantic_index import SemanticVectors, shared_encoder
 from dynaval.bootstrap import offline_services
 from dynaval.domain.health.minhash import MinHashIndex
 from dynaval.domain.health.near_duplicates import NearDuplicateRule, field_shingles, similarity
+from dynaval.domain.health.semantic_duplicates import to_bytes
 from dynaval.domain.releases.splits import NEAR_DUPLICATE
+from dynaval.service_layer.health import semantic_leaks
+from dynaval.service_layer.health.release_leaks import LeakScan
 from dynaval.service_layer.releases.releases import ReleaseRequest, create_release
 from dynaval.service_layer.releases.verification import verify_release
 from dynaval.service_layer.services import Services
@@ -318,6 +323,74 @@ def test_a_planted_paraphrase_is_kept_out_of_crossing_splits(services: Services)
     # Lexically alone, the same rows put the pair across splits.
     lexical_rows = placed(build(lexical_only, [seeded.round_id], "1.0.0", name="lexical-again"))
     assert {lexical_rows[c][0].split("_r")[0] for c in (first, second)} == {"train", "test"}
+
+
+def candidate_texts(services: Services, candidate_ids: Sequence[str]) -> dict[str, str]:
+    with services.uow(read_only=True) as uow:
+        stored = uow.near_duplicates.examples(candidate_ids)
+    return {candidate_id: stored[candidate_id].inputs["text"] for candidate_id in candidate_ids}
+
+
+def store_vectors(services: Services, texts: Mapping[str, str]) -> None:
+    """The vectors the submission check stores for these candidates (float16), made as it makes them."""
+    vectors = SemanticVectors(shared_encoder()).encode([{"text": t} for t in texts.values()], ["text"])
+    with services.uow() as uow:
+        for candidate_id, vector in zip(texts, vectors, strict=True):
+            uow.near_duplicates.add(candidate_id, "sentiment", [], to_bytes(vector))
+        uow.commit()
+
+
+def stored_vectors_of(services: Services, example_ids: Sequence[str]) -> dict[str, bytes]:
+    with services.uow(read_only=True) as uow:
+        return uow.near_duplicates.vectors_of(example_ids)
+
+
+def test_a_build_stands_on_the_vectors_stored_at_submission_and_verify_agrees(
+    services: Services, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert services.database is not None
+    seeded = seed_frozen_round(
+        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=120,
+        writers=30, rng=random.Random(1), name="round one",
+    )  # fmt: skip
+    first = seeded.candidate_ids[0]
+    second = next(c for c in seeded.candidate_ids if seeded.writers[c] != seeded.writers[first])
+    set_text(services, first, HOTEL[0])
+    set_text(services, second, HOTEL[1])  # a paraphrase by another writer
+    texts = candidate_texts(services, seeded.candidate_ids)
+    store_vectors(services, texts)
+    assert len(stored_vectors_of(services, [*seeded.candidate_ids, "no-such-candidate"])) == 120
+
+    with caplog.at_level(logging.INFO, logger=semantic_leaks.__name__):
+        root = build(services, [seeded.round_id], "1.0.0")
+    [said] = [r.getMessage() for r in caplog.records if r.name == semantic_leaks.__name__]
+    on_store, rows, encoded, again = map(int, re.findall(r"\d+", said))
+    # Most rows stood on their stored vectors; the encoded ones are those near a neighbour (the
+    # planted paraphrase's two among them).
+    assert rows == 120 and encoded == again and 2 <= again < 60 and on_store == rows - again
+    # Verify encodes every row afresh and finds no pair across splits that the build left there.
+    assert verify_release(root, offline_services()) == []
+    manifest = json.loads((root / "manifest.json").read_text())
+    withheld = {e["example_id"]: e["reason"] for e in manifest["withheld"]["examples"]}
+    kinds = {split.split("_r")[0] for c, (split, _row) in placed(root).items() if c in (first, second)}
+    assert len(kinds) == 1 or NEAR_DUPLICATE in {withheld.get(first), withheld.get(second)}
+
+    # The round's rows scanned with every row encoded: the same pairs and the same clusters.
+    def scan(stored: semantic_leaks.StoredVectors | None) -> LeakScan:
+        leaks = LeakScan(
+            fields=["text"], encoder=shared_encoder, reader=ReleaseFolders(), stored_vectors=stored
+        )
+        for candidate_id, text in sorted(texts.items()):
+            leaks.add(candidate_id, {"example_id": candidate_id, "text": text})
+        return leaks
+
+    on_vectors, encoding_all = scan(lambda ids: stored_vectors_of(services, ids)), scan(None)
+    assert on_vectors.pairs() == encoding_all.pairs()
+    assert on_vectors.clusters() == encoding_all.clusters()
+    assert (min(first, second), max(first, second), "semantic") in {
+        (a, b, kind) for a, b, _sim, kind in on_vectors.pairs()
+    }
+    assert on_vectors.vectors is not None and on_vectors.vectors.from_store == on_store
 
 
 def test_verify_names_a_paraphrase_planted_across_splits(services: Services, tmp_path: Path) -> None:

@@ -505,6 +505,10 @@ class FakeNearDuplicateIndex:
         ]
         return rows[:limit] if limit is not None else rows
 
+    def vectors_of(self, candidate_ids: Collection[str]) -> dict[str, bytes]:
+        latest = {c: v for c, _t, v in self.store.near_duplicate_vectors}
+        return {c: v for c in candidate_ids if (v := latest.get(c)) is not None}
+
     def keys_after(
         self, task_type: str, seq: int, *, limit: int | None = None
     ) -> list[tuple[int, str, bytes | None]]:

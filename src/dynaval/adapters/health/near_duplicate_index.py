@@ -101,6 +101,17 @@ class SqlNearDuplicateIndex:
         """The examples of ``task_type`` indexed after ``seq``: ``(seq, candidate id, vector)``, in order."""
         return self._after(task_type, seq, NearDuplicateExampleRow.embedding, limit)
 
+    def vectors_of(self, candidate_ids: Collection[str]) -> dict[str, bytes]:
+        """The stored vectors of these candidates (those with none are left out)."""
+        if not candidate_ids:
+            return {}
+        table: Any = NearDuplicateExampleRow.__table__  # type: ignore[attr-defined]
+        statement = sa_select(table.c.candidate_id, table.c.embedding).where(
+            table.c.candidate_id.in_(bindparam("ids", expanding=True)), table.c.embedding.is_not(None)
+        )
+        rows = self._session.connection().execute(statement, {"ids": list(candidate_ids)}).all()
+        return {candidate_id: bytes(vector) for candidate_id, vector in rows}
+
     def keys_after(
         self, task_type: str, seq: int, *, limit: int | None = None
     ) -> list[tuple[int, str, bytes | None]]:

@@ -26,7 +26,7 @@ from dynaval.domain.health.semantic_duplicates import SemanticRule
 from dynaval.domain.releases.release import Release, SplitKind, split_kind_of
 from dynaval.service_layer.files import ReleaseReader
 from dynaval.service_layer.health.ports import Encoder, ReleaseIndex
-from dynaval.service_layer.health.semantic_leaks import SemanticRows
+from dynaval.service_layer.health.semantic_leaks import SemanticRows, StoredVectors
 
 _EARLIER = "earlier\x1f"
 MAX_LISTED = 100
@@ -193,6 +193,9 @@ class LeakScan:
     rule for the manifest)."""
     index_kind: str = "lexical"
     index_rule: dict[str, Any] | None = None
+    stored_vectors: StoredVectors | None = None
+    """The vectors stored at submission for rows' examples, which stand in for encoding them where
+    no pair can hang on their rounding (:class:`SemanticRows`); ``None``: every row is encoded."""
     index: ReleaseIndex = field(init=False)
     vectors: SemanticRows | None = field(init=False)
     earlier: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -203,7 +206,9 @@ class LeakScan:
     def __post_init__(self) -> None:
         self.index = self.make_index(self.rule)
         self.vectors = (
-            SemanticRows(self.fields, self.semantic, self.encoder) if self.semantic is not None else None
+            SemanticRows(self.fields, self.semantic, self.encoder, self.stored_vectors)
+            if self.semantic is not None
+            else None
         )
 
     def add(self, example_id: str, row: Mapping[str, Any]) -> None:

@@ -42,6 +42,11 @@ class NearDuplicateIndex(Protocol):
         ``(seq, candidate id, vector)``, in order."""
         ...
 
+    def vectors_of(self, candidate_ids: Collection[str]) -> dict[str, bytes]:
+        """The stored vectors of these candidates (float16 bytes; the candidates with none, or not
+        indexed, are left out): what a release's semantic check reads instead of encoding again."""
+        ...
+
     def keys_after(
         self, task_type: str, seq: int, *, limit: int | None = None
     ) -> list[tuple[int, str, bytes | None]]:

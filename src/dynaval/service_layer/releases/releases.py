@@ -414,7 +414,14 @@ def _leak_scan(services: Services, request: ReleaseRequest, task_type: TaskType)
         make_index=services.release_index,
         encoder=services.encoder,
         reader=services.release_files,
+        stored_vectors=lambda ids: _stored_vectors(services, ids),
     )
+
+
+def _stored_vectors(services: Services, example_ids: Sequence[str]) -> dict[str, bytes]:
+    """The vectors the submission check stored for these examples (the semantic check's, float16)."""
+    with services.uow(read_only=True) as uow:
+        return uow.near_duplicates.vectors_of(example_ids)
 
 
 def _trained_in_train(
