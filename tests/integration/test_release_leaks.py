@@ -390,7 +390,7 @@ def test_a_build_stands_on_the_vectors_stored_at_submission_and_verify_agrees(
     assert (min(first, second), max(first, second), "semantic") in {
         (a, b, kind) for a, b, _sim, kind in on_vectors.pairs()
     }
-    assert on_vectors.vectors is not None and on_vectors.vectors.from_store == on_store
+    assert on_vectors.vectors is not None and on_vectors.vectors.on_store_count == on_store
 
 
 def test_verify_names_a_paraphrase_planted_across_splits(services: Services, tmp_path: Path) -> None:

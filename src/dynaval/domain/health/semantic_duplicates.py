@@ -146,17 +146,19 @@ STORED_DTYPE = numpy.float16
 """How a vector is stored: half the bytes of float32, cosines within about 1e-3."""
 
 STORED_MARGIN: float = 2e-3
-"""How far a per-field cosine of stored (float16) vectors can lie from the same cosine of the
-float32 vectors they were rounded from; twice the bound, for the float32 sums of a search.
+"""How far a cosine of stored (float16) vectors can lie from the same cosine of the float32 vectors
+they were rounded from, with room to spare: twice the bound below.
 
-Rounding to float16 moves each component of a vector by at most 2**-11 of it (a normal float16;
-a component below 2**-14, subnormal, by at most 2**-25 outright), so a field's block ``a`` moves by
-at most ``2**-11 * |a|``, and the dot product of two blocks by at most
-``(2 * 2**-11 + 2**-22) * |a| * |b|``: with the rule's blocks (unit vectors over ``sqrt(fields)``),
-a per-field cosine by at most 9.8e-4 (plus at most 384 * 2**-25 * 2, about 2.3e-5, from subnormal
-components). A pair whose stored cosine lies below ``threshold - STORED_MARGIN`` is below the
-threshold; one at or above it is decided on float32 vectors
-(:class:`~dynaval.service_layer.health.semantic_leaks.SemanticRows`)."""
+Rounding to float16 moves each component of a vector by at most 2**-11 of it (round to nearest; a
+component below 2**-14, subnormal in float16, by at most 2**-25 outright). So a field's block ``a``
+moves by at most ``2**-11 * |a|`` (plus the subnormal part), and the dot product of two blocks by at
+most ``(2 * 2**-11 + 2**-22) * |a| * |b|``: with the rule's blocks (unit vectors over
+``sqrt(fields)``), a per-field cosine, and so their mean, which the index ranks by, by at most
+9.8e-4; the subnormal components add at most ``2 * 2**-25 * sqrt(384 * fields)``, under 3e-6. The
+other half of the margin absorbs the float32 sums of a search and the encoder's own variation (a
+text encoded among other texts is padded with them, which moves its last bits). A pair whose stored
+cosine lies below ``threshold - STORED_MARGIN`` is below the threshold; one at or above it is
+decided on encoded vectors (:class:`~dynaval.service_layer.health.semantic_leaks.SemanticRows`)."""
 
 
 def to_bytes(vector: npt.NDArray[numpy.float32]) -> bytes:
