@@ -13,7 +13,7 @@ confirmations, and its clusters lose no link). At ``release verify`` the pairs a
 are searched without a cap, kind against kind (:meth:`SemanticRows.crossing_pairs`).
 Encoding is the cost: on two free cores MiniLM encodes about 300 short rows a second (3,000
 one-field rows took 8.8 s quiet and 189 s under load; docs/releases.md, "Cost"), the search a small
-part of it.
+part of it at that size (past 20,000 rows, one search a row is most of the rest; docs/benchmarks.md).
 
 So at ``release create`` a row whose example has a vector stored at submission (float16, by the
 submission check; ``stored``) is not encoded again: its stored vector stands in for it. Rounding
