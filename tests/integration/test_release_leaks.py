@@ -34,7 +34,7 @@ from dynaval.service_layer.health.release_leaks import LeakScan
 from dynaval.service_layer.releases.releases import ReleaseRequest, create_release
 from dynaval.service_layer.releases.verification import verify_release
 from dynaval.service_layer.services import Services
-from tests.support.release_seed import seed_frozen_round, set_inputs
+from tests.support.release_seed import SeededRound, seed_frozen_round, set_inputs
 
 SENTIMENT = ["positive", "negative", "neutral"]
 TRICK = "honestly the plot was not bad at all even if the ending felt rushed and the music too loud"
@@ -43,6 +43,24 @@ TRICK = "honestly the plot was not bad at all even if the ending felt rushed and
 def set_text(services: Services, candidate_id: str, text: str) -> None:
     assert services.database is not None
     set_inputs(services.database, candidate_id, {"text": text})
+
+
+def round_one(services: Services) -> SeededRound:
+    """The frozen sentiment round most tests here start from: 120 accepted examples by 30 writers."""
+    assert services.database is not None
+    return seed_frozen_round(
+        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=120,
+        writers=30, rng=random.Random(1), name="round one",
+    )  # fmt: skip
+
+
+def plant_pair(services: Services, seeded: SeededRound, texts: tuple[str, str]) -> tuple[str, str]:
+    """Give two of the round's examples, by different writers, these texts: their ids."""
+    first = seeded.candidate_ids[0]
+    second = next(c for c in seeded.candidate_ids if seeded.writers[c] != seeded.writers[first])
+    set_text(services, first, texts[0])
+    set_text(services, second, texts[1])
+    return first, second
 
 
 def build(services: Services, rounds: list[int], version: str, name: str | None = None) -> Path:
@@ -62,14 +80,9 @@ def placed(root: Path) -> dict[str, tuple[str, dict[str, Any]]]:
 
 def test_a_planted_near_duplicate_pair_stays_in_one_kind_of_split(services: Services) -> None:
     assert services.database is not None
-    seeded = seed_frozen_round(
-        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=120,
-        writers=30, rng=random.Random(1), name="round one",
-    )  # fmt: skip
-    first = seeded.candidate_ids[0]
-    second = next(c for c in seeded.candidate_ids if seeded.writers[c] != seeded.writers[first])
-    set_text(services, first, TRICK)
-    set_text(services, second, TRICK.replace("rushed", "hurried"))  # a one-word edit, another writer
+    seeded = round_one(services)
+    # A one-word edit, by another writer.
+    first, second = plant_pair(services, seeded, (TRICK, TRICK.replace("rushed", "hurried")))
 
     root = build(services, [seeded.round_id], "1.0.0")
     assert verify_release(root, offline_services()) == []
@@ -92,10 +105,7 @@ def planted_across_splits(
     row, written by hand, and its ``near-duplicates`` findings; checks there is exactly one, naming
     both rows, and that the manifest's count is reported as wrong."""
     assert services.database is not None
-    seeded = seed_frozen_round(
-        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=120,
-        writers=30, rng=random.Random(1), name="round one",
-    )  # fmt: skip
+    seeded = round_one(services)
     root = build(services, [seeded.round_id], "1.0.0")
     tampered = tmp_path / "tampered"
     shutil.copytree(root, tampered)
@@ -162,10 +172,7 @@ def copied_from_an_earlier_test(services: Services, earlier_text: str, copy_text
     train) wrote ``copy_text``; its release, checked to withhold the copy as a near-duplicate and to
     verify clean. Returns that release's manifest."""
     assert services.database is not None
-    one = seed_frozen_round(
-        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=120,
-        writers=30, rng=random.Random(1), name="round one",
-    )  # fmt: skip
+    one = round_one(services)
     earlier = build(services, [one.round_id], "1.0.0", name="earlier")
     earlier_rows = placed(earlier)
     test_id = next(i for i, (split, _row) in earlier_rows.items() if split.startswith("test_"))
@@ -230,10 +237,7 @@ def test_a_build_whose_index_process_is_killed_stops_and_keeps_nothing(
     """As if the kernel killed the index's process for memory: the build names it and keeps no file
     and no row; the same version builds once the process can run."""
     assert services.database is not None
-    seeded = seed_frozen_round(
-        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=120,
-        writers=30, rng=random.Random(1), name="round one",
-    )  # fmt: skip
+    seeded = round_one(services)
     monkeypatch.setattr(minhash_process, "START_AFTER_ROWS", 1)
     answer = minhash_process.MinHashProcess.pairs
 
@@ -284,10 +288,7 @@ def lexically_apart(pair: tuple[str, str]) -> bool:
 def test_a_planted_paraphrase_is_kept_out_of_crossing_splits(services: Services) -> None:
     assert services.database is not None
     assert lexically_apart(HOTEL)
-    seeded = seed_frozen_round(
-        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=120,
-        writers=30, rng=random.Random(1), name="round one",
-    )  # fmt: skip
+    seeded = round_one(services)
     # A release with the semantic check turned off by the settings: its manifest and card say so,
     # and it shows a train writer and a test writer (a writer stays in one kind of split).
     lexical_only = replace(
@@ -349,14 +350,8 @@ def test_a_build_stands_on_the_vectors_stored_at_submission_and_verify_agrees(
     services: Services, caplog: pytest.LogCaptureFixture
 ) -> None:
     assert services.database is not None
-    seeded = seed_frozen_round(
-        services.database, task_type="sentiment", labels=SENTIMENT, fields=["text"], accepted=120,
-        writers=30, rng=random.Random(1), name="round one",
-    )  # fmt: skip
-    first = seeded.candidate_ids[0]
-    second = next(c for c in seeded.candidate_ids if seeded.writers[c] != seeded.writers[first])
-    set_text(services, first, HOTEL[0])
-    set_text(services, second, HOTEL[1])  # a paraphrase by another writer
+    seeded = round_one(services)
+    first, second = plant_pair(services, seeded, HOTEL)  # a paraphrase by another writer
     texts = candidate_texts(services, seeded.candidate_ids)
     store_vectors(services, texts)
     assert len(stored_vectors_of(services, [*seeded.candidate_ids, "no-such-candidate"])) == 120
