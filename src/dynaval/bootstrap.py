@@ -12,12 +12,13 @@ from dynaval.adapters.files.corpus_files import TextCorpora
 from dynaval.adapters.files.release_files import ReleaseFolders
 from dynaval.adapters.health.minhash_process import MinHashProcess
 from dynaval.adapters.health.semantic_index import SemanticVectors, shared_encoder
+from dynaval.adapters.hint_inbox import HintInbox
 from dynaval.adapters.images.image_files import ImageFolder
 from dynaval.adapters.images.pillow_images import PillowImages
 from dynaval.adapters.label_config import LabelConfigCatalog
 from dynaval.adapters.label_studio import LabelStudioGateway, SdkLabelStudioGateway
 from dynaval.adapters.predictor import ModelRegistry, PredictorFactory, load_model_folder
-from dynaval.adapters.task_queue import BackgroundJobs, QueuedWork, job_lane, make_huey
+from dynaval.adapters.task_queue import BackgroundJobs, QueuedWork, hint_lane, job_lane, make_huey
 from dynaval.domain.health.band_keys import BandKeyIndex
 from dynaval.domain.images.image import ImageLimits
 from dynaval.domain.jobs.job import JobKind
@@ -93,8 +94,9 @@ def bootstrap(
     # The task queue's tasks call the use cases, which ask for work through services.work.
     services.task_queue = make_huey(settings.queue_url, settings.data_dir, settings.queue_name)
     services.job_queue = job_lane(services.task_queue, settings.queue_url, settings.data_dir)
+    hints = HintInbox(hint_lane(services.task_queue, settings.queue_url, settings.data_dir))
     services.work = QueuedWork(
-        services.task_queue, settings, background_jobs(services), job_lane=services.job_queue
+        services.task_queue, settings, background_jobs(services), job_lane=services.job_queue, hints=hints
     )
     return services
 
@@ -141,7 +143,7 @@ def background_jobs(services: Services) -> BackgroundJobs:
         push_retry_at=lambda round_id: pushing.push_retry_at(services, round_id),
         escalate=lambda round_id: pushing.apply_escalations(services, round_id),
         verify=verify,
-        take_hints=lambda round_id, task_ids, at: webhooks.take_hints(services, round_id, task_ids, at),
+        take_hints=lambda hints: webhooks.take_hints(services, hints),
         sweep=sweep,
         reconcile=lambda: list(verification.reconcile_live_rounds(services)),
         run_job=lambda job_id: jobs.run_job(services, job_id),

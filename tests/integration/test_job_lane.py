@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from dynaval.adapters.hint_inbox import HintInbox
 from dynaval.adapters.task_queue import (
     BackgroundJobs,
     QueuedWork,
+    hint_lane,
     job_lane,
     make_huey,
     start_embedded_consumer,
@@ -73,7 +75,9 @@ def test_a_long_job_leaves_the_queues_one_thread_to_pushes(tmp_path: Path, recor
     main = make_huey("", tmp_path, "lane-test")
     lane = job_lane(main, "", tmp_path)
     assert lane.name == "lane-test-jobs" and (tmp_path / "queue.sqlite3").is_file()
-    work = QueuedWork(main, settings, recorder.background(), job_lane=lane)
+    work = QueuedWork(
+        main, settings, recorder.background(), job_lane=lane, hints=HintInbox(hint_lane(main, "", tmp_path))
+    )
     consumers = [
         start_embedded_consumer(main, workers=settings.queue_workers, periodic=False),
         start_embedded_consumer(lane, workers=settings.job_workers, periodic=False),
@@ -102,7 +106,9 @@ def test_a_consumer_of_the_task_queue_alone_never_takes_a_job(tmp_path: Path, re
     settings = Settings(development=True, data_dir=tmp_path, queue_workers=1, job_workers=0)
     main = make_huey("", tmp_path, "lane-test")
     lane = job_lane(main, "", tmp_path)
-    work = QueuedWork(main, settings, recorder.background(), job_lane=lane)
+    work = QueuedWork(
+        main, settings, recorder.background(), job_lane=lane, hints=HintInbox(hint_lane(main, "", tmp_path))
+    )
     consumer = start_embedded_consumer(main, workers=1, periodic=False)
     try:
         work.run_job_soon(7)

@@ -80,7 +80,8 @@ def test_a_webhook_answered_while_another_process_writes_leaves_its_task_in_the_
     # Nothing in the database yet: the hint waits in the queue (no worker runs here).
     assert waiting_tasks(services) == []
     queue = services.task_queue
-    assert [task.name for task in queue.pending()] == ["dynaval.take_hints"]
+    assert [task.name for task in queue.pending()] == ["dynaval.take_queued_hints"]
+    assert services.work.hints.size() == 1
     # A worker takes it: the task waits to be read back and its read is asked for; the read
     # stores the vote.
     queue.execute(queue.dequeue())
@@ -107,7 +108,7 @@ def test_a_hint_from_the_queue_keeps_the_webhooks_time(services: Services, queue
     time.sleep(0.2)
     queue = services.task_queue
     task = queue.dequeue()
-    assert task is not None and task.name == "dynaval.take_hints"
+    assert task is not None and task.name == "dynaval.take_queued_hints"
     queue.execute(task)
     with services.database.unit_of_work() as session:
         [requested_at] = session.exec(select(TaskCheckRow.requested_at)).all()
@@ -162,7 +163,7 @@ def test_a_late_hint_never_moves_a_newer_request_back(services: Services, queued
     with services.uow() as uow:
         uow.task_checks.request(round_id, [25], t1)
         uow.commit()
-    webhooks.take_hints(services, round_id, [25], t0)
+    webhooks.take_hints(services, [(round_id, [25], t0)])
     with services.database.unit_of_work() as session:
         [requested_at] = session.exec(select(TaskCheckRow.requested_at)).all()
     assert as_utc(requested_at) == t1

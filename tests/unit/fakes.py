@@ -420,8 +420,12 @@ class FakeTaskChecks:
         self.store = store
 
     def request(self, round_id: int, task_ids: Sequence[int], at: datetime) -> None:
-        for task_id in task_ids:
-            self.store.task_checks[(round_id, task_id)] = at
+        self.request_each(round_id, dict.fromkeys(task_ids, at))
+
+    def request_each(self, round_id: int, times: Mapping[int, datetime]) -> None:
+        for task_id, at in times.items():  # a request waiting keeps the later time, as stored
+            waiting = self.store.task_checks.get((round_id, task_id))
+            self.store.task_checks[(round_id, task_id)] = at if waiting is None else max(waiting, at)
 
     def pending(self, round_id: int, *, until: datetime, limit: int) -> list[int]:
         waiting = sorted(

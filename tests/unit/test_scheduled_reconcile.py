@@ -7,6 +7,7 @@ from datetime import datetime
 
 from huey import MemoryHuey
 
+from dynaval.adapters.hint_inbox import HintInbox
 from dynaval.adapters.task_queue import RECONCILING_KEY, BackgroundJobs, QueuedWork
 from dynaval.settings import Settings
 
@@ -38,7 +39,13 @@ def queued_work(
         run_job=nothing,
     )
     settings = Settings(development=True, reconcile_interval_s=0.01)
-    work = QueuedWork(huey, settings, jobs, job_lane=MemoryHuey(immediate=False))
+    work = QueuedWork(
+        huey,
+        settings,
+        jobs,
+        job_lane=MemoryHuey(immediate=False),
+        hints=HintInbox(MemoryHuey(immediate=False)),
+    )
     nested.append(work)
     return work, jobs
 

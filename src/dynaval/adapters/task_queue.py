@@ -6,15 +6,17 @@ shared by every process on the machine; ``redis://host:port/db`` is Redis, share
 Background work on it: pushes, verification of webhooks, escalations, jobs (training...), the
 sweep and the scheduled reconcile. Work is asked for as it arises (:class:`QueuedWork`, the use
 cases' ``WorkQueue`` port): a stored candidate asks for a push of its round, a webhook asks for its
-task to be read back from Label Studio (verification) and, when the database's write lock was taken
-as it came, for a worker to record that request (``dynaval.take_hints``, tried again if it fails),
-a submitted job asks for a run, a read whose decision wants more votes asks for an escalation. A push
-Label Studio fails is tried again when the round's backoff runs out, a verification Label Studio
-failed a little later. Once a minute a periodic sweep scores candidates a crash left unscored,
-pushes, verifies and escalates every live round (the safety net for lost work), and reconciles them
-every ``DYNAVAL_RECONCILE_INTERVAL_S``. Every task is idempotent: the push lease, row locks and
-Label Studio lookups keep several consumers, on one machine or several, from doing the same work
-twice. What each task runs is a use case, handed in by the composition root (:class:`BackgroundJobs`).
+task to be read back from Label Studio (verification) and, when the database's write lock was
+taken as it came, for a worker to record that request (the hint waits in the hint inbox,
+:mod:`dynaval.adapters.hint_inbox`, and ``dynaval.take_queued_hints`` records many in one
+transaction), a submitted job asks for a run, a read whose decision wants more votes asks for an
+escalation. A push Label Studio fails is tried again when the round's backoff runs out, a
+verification Label Studio failed a little later. Once a minute a periodic sweep records hints left
+in the inbox, scores candidates a crash left unscored, pushes, verifies and escalates every live
+round (the safety net for lost work), and reconciles them every ``DYNAVAL_RECONCILE_INTERVAL_S``.
+Every task is idempotent: the push lease, row locks and Label Studio lookups keep several
+consumers, on one machine or several, from doing the same work twice. What each task runs is a use
+case, handed in by the composition root (:class:`BackgroundJobs`).
 
 Jobs (training, a release's build, an evaluation, the gate) run for minutes: they go to a lane of
 their own, a second queue on the same storage (``<name>-jobs``) with its own threads
@@ -39,6 +41,7 @@ from typing import Any
 from huey import Huey, RedisHuey, SqliteHuey, crontab
 from huey.consumer import Consumer
 
+from dynaval.adapters.hint_inbox import HintInbox, QueuedHint
 from dynaval.domain.errors import DomainError, Unavailable
 from dynaval.settings import Settings
 
@@ -47,6 +50,11 @@ CONSUMER_SHUTDOWN_S = 10.0
 """How long a stopping consumer lets its running tasks finish."""
 HINT_RETRIES = 5
 HINT_RETRY_DELAY_S = 2.0
+HINT_BATCH = 2000
+"""Hints a worker records in one transaction: at most this many upserts hold the write lock."""
+HINT_BATCHES_PER_TASK = 10
+"""Batches one ``take_queued_hints`` task records before it asks for another (and lets the queue's
+other tasks in between)."""
 LAST_RECONCILE_KEY = "dynaval:last-reconcile"
 RECONCILING_KEY = "dynaval:reconciling"
 """Set (to its start time) while a scheduled reconcile runs, on any consumer."""
@@ -67,6 +75,12 @@ def make_huey(queue_url: str, data_dir: Path, name: str = "dynaval") -> Huey:
 def job_lane(huey: Huey, queue_url: str, data_dir: Path) -> Huey:
     """The queue jobs go to: beside ``huey``, on the same storage, named ``<its name>-jobs``."""
     return make_huey(queue_url, data_dir, f"{huey.name}-jobs")
+
+
+def hint_lane(huey: Huey, queue_url: str, data_dir: Path) -> Huey:
+    """Where the hint inbox keeps its hints: beside ``huey``, on the same storage, named
+    ``<its name>-hints``. No consumer reads it (the hints are messages, not tasks)."""
+    return make_huey(queue_url, data_dir, f"{huey.name}-hints")
 
 
 def describe(huey: Huey) -> str:
@@ -125,8 +139,9 @@ class BackgroundJobs:
     """Raise the Label Studio overlap of the round's tasks whose decision wants more votes."""
     verify: Callable[[int], object]
     """Read back from Label Studio the round's tasks that webhooks named."""
-    take_hints: Callable[[int, list[int], datetime], object]
-    """Record that webhooks named these tasks of the round at that time (then ask for their read)."""
+    take_hints: Callable[[list[QueuedHint]], object]
+    """Record, in one transaction, that webhooks named these tasks at these times (then ask for
+    their rounds' reads)."""
     sweep: Callable[[], object]
     """The minute's safety net: score leftovers, push, verify and escalate every live round."""
     reconcile: Callable[[], Iterable[int]]
@@ -144,9 +159,13 @@ class QueuedWork:
     minute's sweep does the work.
     """
 
-    def __init__(self, huey: Huey, settings: Settings, jobs: BackgroundJobs, *, job_lane: Huey) -> None:
+    def __init__(
+        self, huey: Huey, settings: Settings, jobs: BackgroundJobs, *, job_lane: Huey, hints: HintInbox
+    ) -> None:
         self._huey = huey
         self._settings = settings
+        self._jobs = jobs
+        self.hints = hints
 
         @huey.task(name="dynaval.push_round")
         def push_round(round_id: int, retry: bool = False) -> None:
@@ -185,11 +204,16 @@ class QueuedWork:
                 if huey.put_if_empty(_flag("verify", round_id), "1"):
                     verify_round_task.schedule((round_id,), delay=max(1.0, self._settings.push_retry_base_s))
 
-        # Tried again if it fails (the database busy past its limit): a hint lost here would wait
-        # for the next reconcile.
+        @huey.task(name="dynaval.take_queued_hints")
+        def take_queued_hints() -> None:
+            huey.get(HINTS_FLAG)  # from now on a new hint asks again
+            self.take_queued_hints()
+
+        # One hint per task, as versions before the hint inbox queued them: what such a version
+        # left in the queue is still recorded. Tried again if it fails.
         @huey.task(name="dynaval.take_hints", retries=HINT_RETRIES, retry_delay=HINT_RETRY_DELAY_S)
         def take_hints(round_id: int, task_ids: list[int], at: str) -> None:
-            jobs.take_hints(round_id, task_ids, datetime.fromisoformat(at))
+            jobs.take_hints([QueuedHint(round_id, tuple(task_ids), datetime.fromisoformat(at))])
 
         @job_lane.task(name="dynaval.run_job")
         def run_job(job_id: int) -> None:
@@ -199,6 +223,7 @@ class QueuedWork:
         @huey.periodic_task(crontab(minute="*"), name="dynaval.sweep")
         def sweep() -> None:
             try:
+                self.take_queued_hints()  # hints whose task was lost (a worker killed mid-batch)
                 jobs.sweep()
                 self._reconcile_when_due(jobs)
             except DomainError as exc:
@@ -207,7 +232,7 @@ class QueuedWork:
         self._push_round = push_round
         self._escalate_round = escalate_round
         self._verify_round = verify_round_task
-        self._take_hints = take_hints
+        self._take_queued_hints = take_queued_hints
         self._run_job = run_job
         self.sweep = sweep
 
@@ -225,32 +250,74 @@ class QueuedWork:
         self._enqueue("verify", round_id, self._verify_round, delay_s=delay)
 
     def hint_soon(self, round_id: int, task_ids: Collection[int], at: datetime) -> bool:
-        # One queue entry per webhook: what it says waits in the queue, not in the database, until
-        # a consumer records it.
+        # What the webhook says waits in the inbox, not in the database, until a worker records it
+        # with the hints beside it. One task takes them: a webhook that finds it asked for (a read,
+        # no write) asks for nothing more.
         try:
-            self._take_hints(round_id, sorted(task_ids), at.astimezone(UTC).isoformat())
+            self.hints.put(round_id, task_ids, at)
         except Exception as exc:
             log.warning("could not queue the hint of round %s (recorded at once instead): %r", round_id, exc)
             return False
+        try:
+            asked = self._huey.get(HINTS_FLAG, peek=True) is not None
+        except Exception:
+            asked = False
+        if not asked:
+            self._enqueue_flagged(HINTS_FLAG, self._take_queued_hints, ())
         return True
+
+    def take_queued_hints(self) -> int:
+        """Record the inbox's hints, ``HINT_BATCH`` in a transaction, up to ``HINT_BATCHES_PER_TASK``
+        batches (then the task is asked for again); returns how many were recorded. Hints whose
+        transaction failed go back to the inbox, and their task is asked for again a little later."""
+        recorded = 0
+        for _batch in range(HINT_BATCHES_PER_TASK):
+            hints = self.hints.take(HINT_BATCH)
+            if not hints:
+                return recorded
+            try:
+                self._jobs.take_hints(hints)
+            except Exception as exc:
+                self.hints.put_back(hints)
+                log.warning(
+                    "%d hints not recorded, taken again in %.0f s: %r", len(hints), HINT_RETRY_DELAY_S, exc
+                )
+                self._enqueue_flagged(HINTS_FLAG, self._take_queued_hints, (), delay_s=HINT_RETRY_DELAY_S)
+                return recorded
+            recorded += len(hints)
+        self._enqueue_flagged(HINTS_FLAG, self._take_queued_hints, ())  # more may wait
+        return recorded
 
     def run_job_soon(self, job_id: int) -> None:
         self._enqueue("job", job_id, self._run_job)
 
     def _enqueue(self, kind: str, round_id: int, task: Any, *, delay_s: float = 0.0) -> None:
-        flag = _flag(kind, round_id)
+        self._enqueue_flagged(
+            _flag(kind, round_id), task, (round_id,), delay_s=delay_s, what=f"{kind} of round {round_id}"
+        )
+
+    def _enqueue_flagged(
+        self,
+        flag: str,
+        task: Any,
+        args: tuple[Any, ...],
+        *,
+        delay_s: float = 0.0,
+        what: str = "the hints' recording",
+    ) -> None:
+        """Enqueue ``task(*args)`` unless its ``flag`` says it waits already (the task clears it)."""
         try:
             if self._huey.put_if_empty(flag, "1"):
                 try:
                     if delay_s > 0:
-                        task.schedule((round_id,), delay=delay_s)
+                        task.schedule(args, delay=delay_s)
                     else:
-                        task(round_id)
+                        task(*args)
                 except Exception:
                     self._huey.get(flag)  # not enqueued: the next caller must try again
                     raise
         except Exception as exc:  # the work is not lost: the sweep finds it
-            log.warning("could not enqueue %s of round %s (the sweep will do it): %r", kind, round_id, exc)
+            log.warning("could not enqueue %s (the sweep will do it): %r", what, exc)
 
     def _reconcile_when_due(self, jobs: BackgroundJobs) -> None:
         interval = self._settings.reconcile_interval_s
@@ -279,6 +346,10 @@ class QueuedWork:
                 jobs.escalate(round_id)
         finally:
             self._huey.get(RECONCILING_KEY)
+
+
+HINTS_FLAG = "dynaval:hints-enqueued"
+"""Set while a ``take_queued_hints`` task waits in the queue."""
 
 
 def _flag(kind: str, round_id: int) -> str:

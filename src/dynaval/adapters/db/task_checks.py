@@ -13,7 +13,7 @@ stream); they are built once per SQL dialect.
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -170,10 +170,16 @@ class SqlTaskChecks:
         return found
 
     def request(self, round_id: int, task_ids: Iterable[int], at: datetime) -> None:
-        """Ask for these tasks of the round to be read back from Label Studio (again, if waiting)."""
+        """Ask for these tasks of the round to be read back from Label Studio (again, if waiting). A
+        request already waiting keeps the later of the two times."""
+        self.request_each(round_id, dict.fromkeys(task_ids, at))
+
+    def request_each(self, round_id: int, times: Mapping[int, datetime]) -> None:
+        """:meth:`request` for many tasks of the round at once, each at its own time (task -> time):
+        one statement for them all."""
         rows = [
-            {"task_id": task_id, "round_id": round_id, "requested_at": at}
-            for task_id in sorted(set(task_ids))
+            {"task_id": task_id, "round_id": round_id, "requested_at": times[task_id]}
+            for task_id in sorted(times)
         ]
         if rows:
             connection = self._connection

@@ -209,6 +209,9 @@ class TaskChecks(Protocol):
     def request(self, round_id: int, task_ids: Iterable[int], at: datetime) -> None:
         """Ask for these tasks of the round to be read back from Label Studio (again, if waiting)."""
 
+    def request_each(self, round_id: int, times: Mapping[int, datetime]) -> None:
+        """:meth:`request` for many tasks of the round at once, each at its own time (task -> time)."""
+
     def pending(self, round_id: int, *, until: datetime, limit: int) -> list[int]:
         """Tasks of the round asked for at or before ``until``, the longest-waiting first."""
 

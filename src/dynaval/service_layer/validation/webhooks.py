@@ -14,7 +14,7 @@ for shape, so a malformed one is refused and changes nothing.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -123,11 +123,22 @@ def _tasks_named(uow: UnitOfWork, round_id: int, hint: AnnotationChanged | Annot
     return uow.task_checks.tasks_of_annotations(round_id, hint.annotation_ids)
 
 
-def take_hints(services: Services, round_id: int, task_ids: Collection[int], at: datetime) -> None:
-    """A worker records the tasks a webhook named at ``at`` (queued because the database was busy
-    then), and asks for their read."""
-    _request(services, round_id, task_ids, at)
-    services.work.verify_soon(round_id)
+def take_hints(services: Services, hints: Iterable[tuple[int, Collection[int], datetime]]) -> None:
+    """A worker records, in one transaction, the tasks that webhooks named (``(round, tasks, at)``
+    each, queued because the database was busy then), and asks for their rounds' reads. A task
+    named by several keeps the latest time: a read that started before it must not settle it."""
+    latest: dict[int, dict[int, datetime]] = {}
+    for round_id, task_ids, at in hints:
+        times = latest.setdefault(round_id, {})
+        for task_id in task_ids:
+            if task_id not in times or times[task_id] < at:
+                times[task_id] = at
+    with services.uow() as uow:
+        for round_id, times in latest.items():
+            uow.task_checks.request_each(round_id, times)
+        uow.commit()
+    for round_id in latest:
+        services.work.verify_soon(round_id)
 
 
 def _request(services: Services, round_id: int, task_ids: Collection[int], at: datetime) -> None:
