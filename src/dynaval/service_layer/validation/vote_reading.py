@@ -369,7 +369,9 @@ def _apply_candidates(
                 "read_at": read_at,
             }
         )
-        writes.history.append({"candidate_id": candidate.id, **asdict(entry)})
+        # The entry's values as they are (``asdict`` deep-copies each ballot: a fifth of a read's
+        # time); the row is written at once and nothing changes them meanwhile.
+        writes.history.append({"candidate_id": candidate.id, **vars(entry)})
         report.decisions_changed += 1
         wants_more_votes |= candidate.wants_more_annotations
     uow.votes.write(writes)
