@@ -125,7 +125,7 @@ def verify_round(services: Services, round_id: int, *, batch_size: int = READ_BA
         by_id = {task.task_id: task for task in read}
         report.tasks_missing += sum(1 for task_id in task_ids if task_id not in by_id)
         found = [by_id[t] for t in task_ids if t in by_id]
-        _apply_read(services, target, found, read_at, report, "verification", chunk_tasks=VERIFY_CHUNK_TASKS)
+        _apply_read(services, target, found, read_at, report, "verification")
         with services.uow() as uow:
             uow.task_checks.settle(round_id, task_ids, read_at)
             uow.commit()
@@ -190,13 +190,11 @@ def reconcile_live_rounds(services: Services) -> dict[int, ReadReport]:
 # --------------------------------------------------------------- applying Label Studio's copy
 
 CHUNK_TASKS = 50
-"""Candidates' tasks applied per transaction by a reconcile: enough to amortise the statements."""
-
-VERIFY_CHUNK_TASKS = 10
-"""The same for the read-back of the tasks webhooks named, which runs while webhooks arrive: each
-chunk holds the write lock (SQLite's, in the process) while it decides its candidates, and a webhook
-that must write waits for it. Ten tasks keep that wait short; the webhook benchmark's tail at 30
-times Label Studio's rate is still above its goal (docs/benchmarks.md)."""
+"""Candidates' tasks applied per transaction, by a reconcile and by the read-back of the tasks
+webhooks named: enough to amortise the statements (ten a transaction cost the read-back nearly
+twice the CPU per vote). A webhook never waits for such a transaction: where SQLite's write lock
+is taken it leaves its hint in the inbox (after at most 5 ms for its own process's threads), and
+PostgreSQL locks rows."""
 
 
 def _apply_read(
