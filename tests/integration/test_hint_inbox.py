@@ -168,6 +168,27 @@ def test_a_task_named_by_several_queued_hints_keeps_the_latest_time(
 
 
 @SQLITE
+def test_a_hint_recorded_after_a_read_that_covers_it_asks_for_no_second_read(
+    services: Services, queued: LabelStudioCopy
+) -> None:
+    """Behind a backlog a hint is recorded after the worker already read its task: a read that
+    started at or after the webhook's time saw what it announced (as a read settles the requests
+    made before it), so the task is not read again."""
+    round_id = add_round(services)
+    read_at = T0 + timedelta(seconds=5)
+    for task_id in (44, 45, 46):
+        add_candidate(services, round_id, task_id=task_id, label_studio_read_at=read_at)
+    add_candidate(services, round_id, task_id=47)  # never read
+    assert isinstance(services.work, QueuedWork)
+    services.work.hints.put(round_id, [44], T0 + timedelta(seconds=3))  # before the read began
+    services.work.hints.put(round_id, [45], read_at)  # as it began
+    services.work.hints.put(round_id, [46], T0 + timedelta(seconds=6))  # during or after it
+    services.work.hints.put(round_id, [47], T0)
+    assert services.work.take_queued_hints() == 4
+    assert waiting_tasks(services) == [46, 47]
+
+
+@SQLITE
 def test_a_task_left_by_a_version_before_the_inbox_is_still_recorded(
     services: Services, queued: LabelStudioCopy
 ) -> None:

@@ -422,6 +422,15 @@ class FakeTaskChecks:
     def request(self, round_id: int, task_ids: Sequence[int], at: datetime) -> None:
         self.request_each(round_id, dict.fromkeys(task_ids, at))
 
+    def last_read(self, round_id: int, task_ids: Collection[int]) -> dict[int, datetime]:
+        return {
+            c.label_studio_task_id: c.label_studio_read_at
+            for c in self.store.candidates.values()
+            if c.round_id == round_id
+            and c.label_studio_task_id in task_ids
+            and c.label_studio_read_at is not None
+        }
+
     def request_each(self, round_id: int, times: Mapping[int, datetime]) -> None:
         for task_id, at in times.items():  # a request waiting keeps the later time, as stored
             waiting = self.store.task_checks.get((round_id, task_id))

@@ -174,6 +174,22 @@ class SqlTaskChecks:
         request already waiting keeps the later of the two times."""
         self.request_each(round_id, dict.fromkeys(task_ids, at))
 
+    def last_read(self, round_id: int, task_ids: Collection[int]) -> dict[int, datetime]:
+        """When the stored copy of each of these candidates' tasks of the round was read from Label
+        Studio (the read's start); a task never read, or a gold item's, is absent."""
+        candidate = _table(CandidateRow)
+        statement = select(candidate.c.label_studio_task_id, candidate.c.label_studio_read_at).where(
+            candidate.c.round_id == round_id,
+            candidate.c.label_studio_task_id.in_(bindparam("task_ids", expanding=True)),
+            candidate.c.label_studio_read_at.is_not(None),
+        )
+        ids = sorted(set(task_ids))
+        found: dict[int, datetime] = {}
+        for start in range(0, len(ids), _IN_CHUNK):
+            rows = self._connection.execute(statement, {"task_ids": ids[start : start + _IN_CHUNK]})
+            found.update((int(task_id), as_utc(read_at)) for task_id, read_at in rows)
+        return found
+
     def request_each(self, round_id: int, times: Mapping[int, datetime]) -> None:
         """:meth:`request` for many tasks of the round at once, each at its own time (task -> time):
         one statement for them all."""

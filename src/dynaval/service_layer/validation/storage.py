@@ -209,6 +209,10 @@ class TaskChecks(Protocol):
     def request(self, round_id: int, task_ids: Iterable[int], at: datetime) -> None:
         """Ask for these tasks of the round to be read back from Label Studio (again, if waiting)."""
 
+    def last_read(self, round_id: int, task_ids: Collection[int]) -> dict[int, datetime]:
+        """When the stored copy of each of these candidates' tasks of the round was read from Label
+        Studio (the read's start); a task never read, or a gold item's, is absent."""
+
     def request_each(self, round_id: int, times: Mapping[int, datetime]) -> None:
         """:meth:`request` for many tasks of the round at once, each at its own time (task -> time)."""
 

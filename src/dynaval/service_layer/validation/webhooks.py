@@ -126,7 +126,10 @@ def _tasks_named(uow: UnitOfWork, round_id: int, hint: AnnotationChanged | Annot
 def take_hints(services: Services, hints: Iterable[tuple[int, Collection[int], datetime]]) -> None:
     """A worker records, in one transaction, the tasks that webhooks named (``(round, tasks, at)``
     each, queued because the database was busy then), and asks for their rounds' reads. A task
-    named by several keeps the latest time: a read that started before it must not settle it."""
+    named by several keeps the latest time: a read that started before it must not settle it. A
+    task whose stored copy was read since (a read that started at or after that time, as a read
+    settles the requests made before it) is not asked for again: a hint recorded late, behind a
+    backlog, would otherwise have every such task read twice."""
     latest: dict[int, dict[int, datetime]] = {}
     for round_id, task_ids, at in hints:
         times = latest.setdefault(round_id, {})
@@ -135,7 +138,10 @@ def take_hints(services: Services, hints: Iterable[tuple[int, Collection[int], d
                 times[task_id] = at
     with services.uow() as uow:
         for round_id, times in latest.items():
-            uow.task_checks.request_each(round_id, times)
+            read = uow.task_checks.last_read(round_id, times)
+            uow.task_checks.request_each(
+                round_id, {task: at for task, at in times.items() if task not in read or read[task] < at}
+            )
         uow.commit()
     for round_id in latest:
         services.work.verify_soon(round_id)
