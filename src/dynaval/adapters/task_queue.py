@@ -49,12 +49,16 @@ log = logging.getLogger(__name__)
 CONSUMER_SHUTDOWN_S = 10.0
 """How long a stopping consumer lets its running tasks finish."""
 HINT_RETRIES = 5
+"""Tries of a hint an older version queued as a task of its own (``dynaval.take_hints``)."""
 HINT_RETRY_DELAY_S = 2.0
 HINT_BATCH = 2000
-"""Hints a worker records in one transaction: at most this many upserts hold the write lock."""
+"""Hints a worker records in one transaction (a hint names one task, or a deletion's tasks)."""
 HINT_BATCHES_PER_TASK = 10
 """Batches one ``take_queued_hints`` task records before it asks for another (and lets the queue's
 other tasks in between)."""
+HINTS_FLAG = "dynaval:hints-enqueued"
+"""Set while a ``take_queued_hints`` task waits in the queue (cleared by the task as it starts, and
+by the minute's sweep)."""
 LAST_RECONCILE_KEY = "dynaval:last-reconcile"
 RECONCILING_KEY = "dynaval:reconciling"
 """Set (to its start time) while a scheduled reconcile runs, on any consumer."""
@@ -222,8 +226,8 @@ class QueuedWork:
 
         @huey.periodic_task(crontab(minute="*"), name="dynaval.sweep")
         def sweep() -> None:
+            self._sweep_hints()
             try:
-                self.take_queued_hints()  # hints whose task was lost (a worker killed mid-batch)
                 jobs.sweep()
                 self._reconcile_when_due(jobs)
             except DomainError as exc:
@@ -265,6 +269,19 @@ class QueuedWork:
         if not asked:
             self._enqueue_flagged(HINTS_FLAG, self._take_queued_hints, ())
         return True
+
+    def _sweep_hints(self) -> None:
+        """The sweep's part for the inbox: record what waits there, and clear the flag first. A flag
+        that outlived its task (a worker killed as it took it, a consumer of an older version that
+        dropped it) would otherwise leave the inbox to this sweep alone; the task is asked for
+        again if more wait. A failing inbox never holds up the rest of the sweep."""
+        try:
+            self._huey.get(HINTS_FLAG)
+            self.take_queued_hints()
+        except Exception as exc:
+            log.warning(
+                "the sweep could not take the hint inbox's hints (the next sweep tries again): %r", exc
+            )
 
     def take_queued_hints(self) -> int:
         """Record the inbox's hints, ``HINT_BATCH`` in a transaction, up to ``HINT_BATCHES_PER_TASK``
@@ -346,10 +363,6 @@ class QueuedWork:
                 jobs.escalate(round_id)
         finally:
             self._huey.get(RECONCILING_KEY)
-
-
-HINTS_FLAG = "dynaval:hints-enqueued"
-"""Set while a ``take_queued_hints`` task waits in the queue."""
 
 
 def _flag(kind: str, round_id: int) -> str:

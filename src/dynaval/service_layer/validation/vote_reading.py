@@ -206,7 +206,6 @@ def _apply_read(
     source: str,
     *,
     progress: Callable[[int, int], None] | None = None,
-    chunk_tasks: int = CHUNK_TASKS,
 ) -> None:
     """Apply each task's copy: candidates' tasks in chunks, gold items' one by one (they are few);
     then the gold rule for the annotators whose gold answers changed, and escalations."""
@@ -225,8 +224,8 @@ def _apply_read(
     done = 0
     wants_more_votes = False
     candidate_tasks = [t for t in tasks if kinds.get(t.task_id) == "candidate"]
-    for start in range(0, len(candidate_tasks), chunk_tasks):
-        chunk = candidate_tasks[start : start + chunk_tasks]
+    for start in range(0, len(candidate_tasks), CHUNK_TASKS):
+        chunk = candidate_tasks[start : start + CHUNK_TASKS]
         with services.uow() as uow:
             wants_more_votes |= _apply_candidates(uow, target, chunk, read_at, report, source, links)
             uow.commit()

@@ -136,14 +136,16 @@ def take_hints(services: Services, hints: Iterable[tuple[int, Collection[int], d
         for task_id in task_ids:
             if task_id not in times or times[task_id] < at:
                 times[task_id] = at
+    asked: list[int] = []
     with services.uow() as uow:
         for round_id, times in latest.items():
             read = uow.task_checks.last_read(round_id, times)
-            uow.task_checks.request_each(
-                round_id, {task: at for task, at in times.items() if task not in read or read[task] < at}
-            )
+            unread = {task: at for task, at in times.items() if task not in read or read[task] < at}
+            if unread:
+                uow.task_checks.request_each(round_id, unread)
+                asked.append(round_id)
         uow.commit()
-    for round_id in latest:
+    for round_id in asked:
         services.work.verify_soon(round_id)
 
 
