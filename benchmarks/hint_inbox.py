@@ -37,9 +37,9 @@ from typing import Any
 
 from harness import REPO_ROOT  # noqa: F401 (puts the repository on the path, for tests.support)
 from sqlalchemy import delete, select
-from tests.support.rows import candidate_row
+from tests.support.rows import candidate_row, round_row
 
-from dynaval.adapters.db.orm import RoundRow, TaskCheckRow, as_utc
+from dynaval.adapters.db.orm import TaskCheckRow, as_utc
 from dynaval.adapters.task_queue import QueuedWork
 from dynaval.bootstrap import bootstrap
 from dynaval.service_layer.services import Services
@@ -52,16 +52,7 @@ T0 = datetime(2026, 12, 7, tzinfo=UTC)
 
 def add_round(services: Services) -> int:
     with services.database.unit_of_work() as session:
-        row = RoundRow(
-            name="hints",
-            task_type="sentiment",
-            model_dir="/models/x",
-            model_name="x",
-            model_hash="sha256:0",
-            labels=["positive", "negative", "neutral"],
-            policy={"min_votes": 3, "max_votes": 5},
-            label_studio_project_id=1,
-        )
+        row = round_row(name="hints")
         session.add(row)
         session.commit()
         assert row.id is not None

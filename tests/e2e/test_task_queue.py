@@ -11,13 +11,11 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from dynaval.bootstrap import bootstrap
 from dynaval.entrypoints.app import create_app
@@ -32,27 +30,16 @@ from tests.e2e.test_faults_push import (
 )
 from tests.fixtures.service import LiveService
 from tests.support.label_studio_server import LabelStudioServer, free_port
+from tests.support.redis_queues import REDIS_URL, redis_queue_name
 
 pytestmark = pytest.mark.labelstudio
-REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 @pytest.fixture
 def queue_name() -> Iterator[str]:
     """A queue of this test's own on the shared Redis, deleted afterwards."""
-    name = f"dynaval-test-{uuid.uuid4().hex[:10]}"
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        pytest.fail(f"Redis does not answer at {REDIS_URL}: {exc}", pytrace=False)
-    try:
+    with redis_queue_name("dynavaltest") as name:
         yield name
-    finally:
-        keys = list(client.scan_iter(match=f"*{name}*"))
-        if keys:
-            client.delete(*keys)
-        client.close()
 
 
 def test_a_separate_worker_process_does_the_pushes_through_redis(

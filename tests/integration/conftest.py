@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from flask import Flask
 
+from dynaval.adapters.task_queue import QueuedWork
 from dynaval.bootstrap import bootstrap
 from dynaval.entrypoints.app import create_app
 from dynaval.service_layer.services import Services
@@ -76,3 +77,14 @@ def label_studio(services: Services) -> Iterator[LabelStudioCopy]:
     services.label_studio = copy  # type: ignore[assignment]
     services.work = RecordedWork()
     yield copy
+
+
+@pytest.fixture
+def queued(services: Services) -> LabelStudioCopy:
+    """A Label Studio copy, with the composition root's real task queue and hint inbox (huey on
+    SQLite in the test's folder) and no consumer: what is queued stays there until the test runs
+    it."""
+    copy = LabelStudioCopy(project_id=PROJECT)
+    services.label_studio = copy  # type: ignore[assignment]
+    assert isinstance(services.work, QueuedWork)
+    return copy

@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-import redis
 from huey import Huey, RedisHuey
 from sqlalchemy import event
 from sqlmodel import select
@@ -33,9 +32,9 @@ from tests.integration.test_verified_votes import (
     waiting_tasks,
 )
 from tests.support.label_studio_copy import LabelStudioCopy, annotation_json, webhook
+from tests.support.redis_queues import REDIS_URL, redis_queue_name
 
 SQLITE = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-REDIS_URL = "redis://127.0.0.1:6379/0"
 T0 = datetime(2026, 12, 7, 6, 0, tzinfo=UTC)
 
 
@@ -52,22 +51,11 @@ class QueueStorage:
 def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[QueueStorage]:
     """huey's SQLite file in the test's folder, or the shared Redis under queue names of the test's
     own, their keys deleted afterwards."""
-    name = f"inboxtest{uuid.uuid4().hex[:10]}"
     if request.param == "sqlite":
-        yield QueueStorage("", name, tmp_path)
+        yield QueueStorage("", f"inboxtest{uuid.uuid4().hex[:10]}", tmp_path)
         return
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        pytest.fail(f"Redis does not answer at {REDIS_URL}: {exc}", pytrace=False)
-    try:
+    with redis_queue_name("inboxtest") as name:
         yield QueueStorage(REDIS_URL, name, tmp_path)
-    finally:
-        keys = list(client.scan_iter(match=f"*{name}*"))
-        if keys:
-            client.delete(*keys)
-        client.close()
 
 
 def open_lane(storage: QueueStorage) -> Huey:
@@ -138,16 +126,6 @@ def test_a_message_that_is_not_a_hint_is_dropped_and_the_rest_are_taken(
     inbox.put(4, [2], T0)
     assert inbox.take(10) == [QueuedHint(4, (1,), T0), QueuedHint(4, (2,), T0)]
     assert caplog.text.count("a message that is not a hint dropped") == 2 and inbox.size() == 0
-
-
-@pytest.fixture
-def queued(services: Services) -> LabelStudioCopy:
-    """The composition root's real task queue and hint inbox (huey on SQLite in the test's folder),
-    no consumer: what is queued stays there until the test runs it."""
-    copy = LabelStudioCopy(project_id=PROJECT)
-    services.label_studio = copy  # type: ignore[assignment]
-    assert isinstance(services.work, QueuedWork)
-    return copy
 
 
 def commits_during(services: Services) -> list[int]:

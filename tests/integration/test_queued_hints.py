@@ -16,7 +16,6 @@ from sqlalchemy.engine import make_url
 from sqlmodel import select
 
 from dynaval.adapters.db.orm import TaskCheckRow, as_utc
-from dynaval.adapters.task_queue import QueuedWork
 from dynaval.domain.clock import utcnow
 from dynaval.service_layer.services import Services
 from tests.integration.conftest import PROJECT, RecordedWork
@@ -52,16 +51,6 @@ def writer_elsewhere(services: Services, *, for_s: float | None = None) -> Itera
         else:
             other.commit()
         other.close()
-
-
-@pytest.fixture
-def queued(services: Services) -> LabelStudioCopy:
-    """A Label Studio copy, with the composition root's real task queue (huey on SQLite in the
-    test's folder) and no consumer: what is queued stays there until the test runs it."""
-    copy = LabelStudioCopy(project_id=PROJECT)
-    services.label_studio = copy  # type: ignore[assignment]
-    assert isinstance(services.work, QueuedWork)
-    return copy
 
 
 @SQLITE

@@ -27,7 +27,6 @@ from dynaval.adapters.db.orm import (
     DecisionRow,
     GoldAnswerRow,
     GoldItemRow,
-    RoundRow,
     TaskCheckRow,
 )
 from dynaval.adapters.label_studio import LabelStudioUnavailable
@@ -41,7 +40,7 @@ from dynaval.service_layer.validation import webhooks
 from dynaval.service_layer.validation.vote_reading import reconcile_round, verify_round
 from tests.integration.conftest import PROJECT, RecordedWork
 from tests.support.label_studio_copy import T0, LabelStudioCopy, annotation_json, deletion_webhook, webhook
-from tests.support.rows import candidate_row
+from tests.support.rows import candidate_row, round_row
 from tests.support.waiting import wait_for
 
 CREATED, UPDATED = "ANNOTATION_CREATED", "ANNOTATION_UPDATED"
@@ -54,16 +53,7 @@ def ingest_webhook(services: Services, payload: object) -> webhooks.WebhookResul
 
 def add_round(services: Services, project_id: int = PROJECT) -> int:
     with services.database.unit_of_work() as session:
-        row = RoundRow(
-            name=f"round for project {project_id}",
-            task_type="sentiment",
-            model_dir="/models/x",
-            model_name="x",
-            model_hash="sha256:0",
-            labels=["positive", "negative", "neutral"],
-            policy={"min_votes": 3, "max_votes": 5},
-            label_studio_project_id=project_id,
-        )
+        row = round_row(name=f"round for project {project_id}", label_studio_project_id=project_id)
         session.add(row)
         session.commit()
         assert row.id is not None
