@@ -23,10 +23,10 @@ With ``--phases`` (the default) the create child also times its phases by wrappi
 functions: reading the rows from the database and shaping them (``_rows``), placing them
 (``plan_splits``), the service's round figures (``_round_figures``: counts and the round's alpha),
 the near-duplicate pairs (``LeakScan.clusters``: waiting for the index's answer, and grouping it),
-the released rows' alpha (``ReleaseTally.round_figures``), the files' finishing once the last row
+the released rows' alpha (``PlacedFigures.round_figures``), the files' finishing once the last row
 is handed to them (``ReleaseWriter.close``), storing the release in the database (``_store``) and
 the copy to ``--out`` (``copy_release``); the rest is mostly the second pass over the rows (each
-row to its split's files, and the tally).
+row copied to its split's files).
 Each release (the copy and the one kept in the data folder) is removed after its repeat.
 
 A build of over 20,000 rows hashes its MinHash index in a child process of its own
@@ -97,7 +97,7 @@ if os.environ.get("BENCH_PHASES"):
         phases[label] = phases.get(label, 0.0) + time.perf_counter() - begun
         peaks[label] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     from dynaval.adapters.files import release_files
-    from dynaval.domain.releases import checks as release_checks
+    from dynaval.domain.releases import build_tally
     from dynaval.service_layer.releases import catalog, releases
 
     def timed(owner, name, label, generator=False):
@@ -128,7 +128,7 @@ if os.environ.get("BENCH_PHASES"):
     timed(releases, "_rows", "read rows (database, shaping)", generator=True)
     timed(releases, "plan_splits", "place rows (plan_splits)")
     timed(releases, "_round_figures", "round figures (service counts, alpha)")
-    timed(release_checks.ReleaseTally, "round_figures", "released rows' alpha")
+    timed(build_tally.PlacedFigures, "round_figures", "released rows' alpha")
     timed(releases.LeakScan, "clusters", "near-duplicate pairs (the index's answer)")
     timed(release_files.ReleaseWriter, "close", "files finishing (after the last row)")
     timed(releases, "_store", "store release (database)")

@@ -118,6 +118,9 @@ class ReleaseFiles(ReleaseReader, Protocol):
     def scratch_rows(self, path: Path) -> RowSink:
         """A new file of lines at ``path``, written on a thread beside the caller."""
 
+    def iter_lines(self, path: Path) -> Iterator[bytes]:
+        """Each line of a file :meth:`scratch_rows` wrote, without its newline, as it was added."""
+
     def remove(self, path: Path) -> None:
         """Remove a scratch file (one :meth:`scratch_rows` wrote)."""
 

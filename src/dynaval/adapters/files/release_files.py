@@ -353,6 +353,13 @@ def iter_jsonl(path: Path) -> Iterator[tuple[bytes, dict[str, Any]]]:
                 yield line, orjson.loads(line)
 
 
+def iter_lines(path: Path) -> Iterator[bytes]:
+    """Each line of a file of lines (one :class:`LineWriter` wrote), without its newline."""
+    with path.open("rb") as handle:
+        for raw in handle:
+            yield raw[:-1] if raw.endswith(b"\n") else raw
+
+
 def parquet_column(path: Path, column: str) -> list[Any]:
     import pyarrow.parquet as pq
 
@@ -434,6 +441,9 @@ class ReleaseFolders:
 
     def scratch_rows(self, path: Path) -> RowSink:
         return LineWriter(path)
+
+    def iter_lines(self, path: Path) -> Iterator[bytes]:
+        return iter_lines(path)
 
     def remove(self, path: Path) -> None:
         path.unlink()

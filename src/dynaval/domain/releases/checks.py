@@ -168,6 +168,10 @@ class ReleaseTally:
             for split, f in sorted(self.splits.items())
         }
 
+    def released_writers(self) -> set[str]:
+        """The writers of the rows in any split."""
+        return set().union(*(f.writers for f in self.splits.values()))
+
     def round_figures(self, seed: int) -> dict[int, dict[str, Any]]:
         """Per round index: the released rows and the alpha of their counted votes, with its 95% CI."""
         figures: dict[int, dict[str, Any]] = {}

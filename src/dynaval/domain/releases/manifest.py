@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from dynaval.domain.releases.checks import ALPHA_RESAMPLES, ReleaseTally
+from dynaval.domain.releases.checks import ALPHA_RESAMPLES
 from dynaval.domain.releases.release import RELEASE_FORMAT, Release, SplitKind, SplitRule
 from dynaval.domain.releases.splits import SplitPlan
 
@@ -16,6 +16,20 @@ CONTENT_HASH_RULE = (
     "sha256 over the concatenated SHA-256 digests of every row's JSONL line (without its newline), in "
     "example_id order"
 )
+
+
+class RowFigures(Protocol):
+    """What the rows as written say of themselves (a build's
+    :class:`~dynaval.domain.releases.build_tally.PlacedFigures`, or a
+    :class:`~dynaval.domain.releases.checks.ReleaseTally` of the files)."""
+
+    def round_figures(self, seed: int) -> dict[int, dict[str, Any]]: ...
+
+    def split_figures(self) -> dict[str, dict[str, Any]]: ...
+
+    def released_writers(self) -> set[str]: ...
+
+    def content_hash(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -37,7 +51,7 @@ def release_manifest(
     identity: ReleaseIdentity,
     *,
     rounds: Sequence[tuple[int, Mapping[str, Any]]],
-    tally: ReleaseTally,
+    tally: RowFigures,
     placed: SplitPlan,
     writers: Mapping[str, SplitKind],
     rule: SplitRule,
@@ -54,9 +68,8 @@ def release_manifest(
     (``images/<sha256>.png`` and the file's SHA-256) and which fields are images; a text release's
     manifest has neither key, as before images existed."""
     released_figures = tally.round_figures(rule.seed)
-    released_writers = {
-        w: k for w, k in writers.items() if any(w in f.writers for f in tally.splits.values())
-    }
+    in_splits = tally.released_writers()
+    released_writers = {w: k for w, k in writers.items() if w in in_splits}
     parent = identity.parent
     return {
         "format": RELEASE_FORMAT,

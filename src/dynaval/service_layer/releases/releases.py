@@ -28,8 +28,9 @@ from dynaval.domain.health.near_duplicates import NearDuplicateRule
 from dynaval.domain.health.semantic_duplicates import SemanticRule
 from dynaval.domain.images.near_copies import ImagePairIndex, NearCopyRule
 from dynaval.domain.provenance import pseudonym, writer_pseudonym
+from dynaval.domain.releases.build_tally import BuildTally, PlacedFigures
 from dynaval.domain.releases.card import render_card
-from dynaval.domain.releases.checks import ALPHA_RESAMPLES, ReleaseTally
+from dynaval.domain.releases.checks import ALPHA_RESAMPLES
 from dynaval.domain.releases.manifest import ReleaseIdentity, release_manifest
 from dynaval.domain.releases.release import (
     Release,
@@ -248,13 +249,11 @@ def _build(
     leaks = _leak_scan(services, request, task_type)
     try:
         progress.step("reading and placing the examples")
-        placed, near_duplicates = _place(services, request, plan, rows_file, leaks, progress)
+        placed, near_duplicates, tally = _place(services, request, plan, rows_file, leaks, progress)
     finally:
         leaks.close()  # the index's process ends, the pairs found or not
     progress.step("writing the splits", len(placed.splits))
-    files, images, tally = _write_splits(
-        services, request.rule, task_type, staging.out, rows_file, placed, progress
-    )
+    files, images = _write_splits(services, task_type, staging.out, rows_file, placed, tally, progress)
     progress.step("writing the manifest and the card")
     identity = ReleaseIdentity(
         name=plan.name,
@@ -295,15 +294,19 @@ def _place(
     rows_file: Path,
     leaks: LeakScan,
     progress: Progress,
-) -> tuple[SplitPlan, dict[str, Any]]:
-    """Read every row once into ``rows_file`` and the leak scan, then place every example: the plan,
-    and the manifest's ``near_duplicates``."""
-    fields = services.catalog.get(plan.task_type).data_fields
+) -> tuple[SplitPlan, dict[str, Any], PlacedFigures]:
+    """Read every row once into ``rows_file``, the leak scan and the rows' figures, then place every
+    example: the plan, the manifest's ``near_duplicates``, and the figures of the placed rows."""
+    task_type = services.catalog.get(plan.task_type)
+    fields = task_type.data_fields
     inputs: list[SplitInput] = []
+    tally = BuildTally(task_type.labels)
     scratch_rows = services.release_files.scratch_rows(rows_file)  # written on a thread beside the reading
     try:
         for read, row in enumerate(_rows(services, plan), start=1):
-            scratch_rows.add(canonical_line(row))
+            line = canonical_line(row)
+            scratch_rows.add(line)
+            tally.add(line, row)
             inputs.append(_split_input(row, fields))
             leaks.add(row["example_id"], row)
             if read % PROGRESS_EVERY_ROWS == 0:
@@ -323,6 +326,7 @@ def _place(
         inputs, writer_kinds=plan.writer_kinds, fixed=plan.fixed, rule=request.rule, placed_near=placed_near
     )
     del inputs
+    figures = tally.placed([placed.splits.get(example_id) for example_id in tally.ids])
     withheld = sum(1 for reason in placed.withheld.values() if reason == NEAR_DUPLICATE)
     near_duplicates = leaks.report(placed.splits, withheld=withheld)
     if not placed.splits:
@@ -330,23 +334,22 @@ def _place(
             "these rounds hold no accepted example that can go into a split: nothing to release",
             field="rounds",
         )
-    return placed, near_duplicates
+    return placed, near_duplicates, figures
 
 
 def _write_splits(
     services: Services,
-    rule: SplitRule,
     task_type: TaskType,
     out: Path,
     rows_file: Path,
     placed: SplitPlan,
+    figures: PlacedFigures,
     progress: Progress,
-) -> tuple[list[WrittenFile], list[WrittenFile], ReleaseTally]:
+) -> tuple[list[WrittenFile], list[WrittenFile]]:
     """The placed rows into the release's split files, in the order they were read: the files
-    written, the images (an image task type's), and the figures of what they hold."""
+    written, and the images (an image task type's). Each line is copied as it is: its row's split
+    is known by its place in the file, and its figures were taken as it was read."""
     fields, labels = task_type.data_fields, task_type.labels
-    # Figures only: the rows were just placed by the rules `verify` checks on the files.
-    tally = ReleaseTally(fields=fields, labels=labels, rule=rule, checks=False)
     image_fields = _image_fields(task_type)
     writer = services.release_files.split_files(
         out,
@@ -358,11 +361,10 @@ def _write_splits(
     )
     try:
         written = 0
-        for line, row in services.release_files.iter_rows(rows_file):
-            split = placed.splits.get(row["example_id"])
+        lines = services.release_files.iter_lines(rows_file)
+        for line, split in zip(lines, figures.split_order(), strict=True):
             if split is not None:
                 writer.add(split, line)
-                tally.add(split, line, row)
                 written += 1
                 if written % PROGRESS_EVERY_ROWS == 0:
                     progress.advance(written)
@@ -371,7 +373,7 @@ def _write_splits(
         writer.abort()
         raise
     services.release_files.remove(rows_file)  # its disk space back before the Parquet files
-    return files, writer.image_files(), tally
+    return files, writer.image_files()
 
 
 def _image_fields(task_type: TaskType) -> tuple[str, ...]:
