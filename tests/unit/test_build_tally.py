@@ -53,11 +53,14 @@ def _both(rows: list[tuple[str | None, dict[str, Any]]]) -> tuple[Any, ReleaseTa
     build = BuildTally(LABELS)
     reference = ReleaseTally(fields=["text"], labels=LABELS, rule=SplitRule(), checks=False)
     for split, row in rows:
-        line = canonical_line(row)
-        build.add(line, row)
+        build.add(row)
         if split is not None:
-            reference.add(split, line, row)
-    return build.placed([split for split, _row in rows]), reference
+            reference.add(split, canonical_line(row), row)
+    placed = build.placed([split for split, _row in rows])
+    for split, row in rows:  # the second pass: each placed row's line, in the order read
+        if split is not None:
+            placed.add_line(canonical_line(row))
+    return placed, reference
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
@@ -120,6 +123,17 @@ def test_nothing_placed_gives_empty_figures() -> None:
 def test_a_split_for_every_row_is_required() -> None:
     build = BuildTally(LABELS)
     for _split, row in _rows(random.Random(8), 3):
-        build.add(canonical_line(row), row)
+        build.add(row)
     with pytest.raises(ValueError, match="2 splits for 3 rows"):
         build.placed(["train_r1", None])
+
+
+def test_the_content_hash_needs_every_placed_rows_line() -> None:
+    build = BuildTally(LABELS)
+    rows = _rows(random.Random(9), 30)
+    for _split, row in rows:
+        build.add(row)
+    placed = build.placed([split for split, _row in rows])
+    placed.add_line(b"{}")
+    with pytest.raises(RuntimeError, match="1 lines added for"):
+        placed.content_hash()

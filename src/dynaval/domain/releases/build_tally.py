@@ -5,7 +5,10 @@ manifest states of the rows as written (each split's rows, label counts and writ
 released rows and the alpha of their counted votes; the content hash) is a function of each row's
 few codes and its split. So :class:`BuildTally` keeps those codes as integer columns while the rows
 are read, and :meth:`BuildTally.placed` folds them with numpy once the splits are known. The second
-pass over the rows then only copies each line into its split's files, without reading it again.
+pass over the rows then only copies each line into its split's files, without reading it again, and
+hands each placed line to :meth:`PlacedFigures.add_line` for the content hash (a row's digest is
+taken there, so that the first pass, which also holds every row's placement input, does not hold
+32 bytes a row more).
 
 The figures are those a :class:`~dynaval.domain.releases.checks.ReleaseTally` gives when it is
 handed the placed rows in the order they were read, which is how ``verify`` makes them from the
@@ -32,19 +35,19 @@ NOT_PLACED = -1
 Codes = npt.NDArray[np.int64]
 
 
-def _codes(values: array[int]) -> Codes:
-    return np.frombuffer(values, dtype=np.dtype(values.typecode)).astype(np.int64)
+def _codes(values: array[int]) -> npt.NDArray[np.int32]:
+    """A column's codes as a numpy view (no copy: a million rows' votes are millions of codes)."""
+    return np.frombuffer(values, dtype=np.int32)
 
 
 class BuildTally:
-    """Each row's codes, in the order the rows are read: its digest, round, label and writer, and
-    its counted votes (a vote's row, annotator and label)."""
+    """Each row's codes, in the order the rows are read: its round, label and writer, and its
+    counted votes (a vote's row, annotator and label)."""
 
     def __init__(self, labels: Sequence[str]) -> None:
         self.labels = tuple(labels)
         self._label_names = frozenset(self.labels)
         self.ids: list[str] = []
-        self._digests = bytearray()
         self._rounds = array("i")
         self._row_labels = array("i")
         self._writers = array("i")
@@ -59,11 +62,10 @@ class BuildTally:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def add(self, line: bytes, row: Mapping[str, Any]) -> None:
-        """One row as read (``line``: its canonical JSONL line, without the newline)."""
+    def add(self, row: Mapping[str, Any]) -> None:
+        """One release row, as read."""
         ordinal = len(self.ids)
         self.ids.append(row["example_id"])
-        self._digests += row_digest(line)
         self._rounds.append(int(row["round"]))
         codes = self._row_label_codes
         self._row_labels.append(codes.setdefault(row["label"], len(codes)))
@@ -102,6 +104,7 @@ class PlacedFigures:
         self._names = list(names)
         self._splits = split_codes
         self._placed = split_codes != NOT_PLACED
+        self._digests = bytearray()
 
     def split_order(self) -> list[str | None]:
         """Each row's split in the order read (``None``: in no split)."""
@@ -142,10 +145,20 @@ class PlacedFigures:
         present = np.unique(_codes(tally._writers)[self._placed])
         return set(names[present].tolist()) if len(names) else set()
 
+    def add_line(self, line: bytes) -> None:
+        """The next placed row's canonical line (without its newline), in the order read: its
+        digest, for :meth:`content_hash`."""
+        self._digests += row_digest(line)
+
     def content_hash(self) -> str:
-        ids, digests = self._tally.ids, self._tally._digests
+        """Once every placed row's line is added."""
+        ids, digests = self._tally.ids, self._digests
+        placed = int(np.count_nonzero(self._placed))
+        if len(digests) != 32 * placed:
+            raise RuntimeError(f"{len(digests) // 32} lines added for {placed} placed rows")
         return content_hash(
-            (ids[i], bytes(digests[32 * i : 32 * i + 32])) for i in np.flatnonzero(self._placed).tolist()
+            (ids[i], bytes(digests[32 * k : 32 * k + 32]))
+            for k, i in enumerate(np.flatnonzero(self._placed).tolist())
         )
 
     def round_figures(self, seed: int) -> dict[int, dict[str, Any]]:
@@ -162,9 +175,8 @@ class PlacedFigures:
         for round_index in np.unique(rounds[self._placed]).tolist():
             in_round = self._placed & (rounds == round_index)
             counted = in_round[vote_rows]
-            _, items = np.unique(vote_rows[counted], return_inverse=True)
             votes = VoteColumns(
-                items=items.astype(np.int64),
+                items=_numbered(vote_rows[counted]),
                 annotators=annotators[counted],
                 labels=label_names[vote_labels[counted]],
             )
@@ -177,3 +189,13 @@ class PlacedFigures:
                 "alpha": estimate.to_dict(),
             }
         return figures
+
+
+def _numbered(rows: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
+    """Rows (in read order, so ascending) numbered 0, 1, 2... as they first come."""
+    if rows.size == 0:
+        return rows
+    first = np.empty(rows.size, dtype=np.bool_)
+    first[0] = True
+    np.not_equal(rows[1:], rows[:-1], out=first[1:])
+    return np.cumsum(first, dtype=np.int32) - 1

@@ -306,7 +306,7 @@ def _place(
         for read, row in enumerate(_rows(services, plan), start=1):
             line = canonical_line(row)
             scratch_rows.add(line)
-            tally.add(line, row)
+            tally.add(row)
             inputs.append(_split_input(row, fields))
             leaks.add(row["example_id"], row)
             if read % PROGRESS_EVERY_ROWS == 0:
@@ -365,6 +365,7 @@ def _write_splits(
         for line, split in zip(lines, figures.split_order(), strict=True):
             if split is not None:
                 writer.add(split, line)
+                figures.add_line(line)
                 written += 1
                 if written % PROGRESS_EVERY_ROWS == 0:
                     progress.advance(written)
