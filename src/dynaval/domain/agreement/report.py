@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -28,6 +28,7 @@ from dynaval.domain.agreement.encoding import (
     CodedVotes,
     Domain,
     Id,
+    IntArray,
     Label,
     Level,
     Values,
@@ -207,6 +208,35 @@ def round_alpha(
         del coded  # alpha needs only the tally from here on: let the vote codes go
         patterns = pairable_patterns(tally, distinct=bootstrap > 0)
     return _estimate(shape, patterns, checked_level, bootstrap, seed)
+
+
+def coded_nominal_alpha(
+    item: IntArray,
+    label: IntArray,
+    *,
+    items: int,
+    annotators: int,
+    labels: Sequence[Label],
+    bootstrap: int = 1000,
+    seed: int | None = 0,
+) -> AlphaEstimate:
+    """:func:`round_alpha` at the nominal level of votes already coded, from their per-item label
+    counts, without reading the columns again: ``item[k]`` (in ``range(items)``, each item with a
+    vote) and ``label[k]`` (its position in ``labels``) make vote k; the votes come from
+    ``annotators`` distinct annotators, each with at most one vote per item (the caller's word: not
+    checked here). The estimate is ``round_alpha``'s for the votes these codes stand for: how a
+    build counts a million rows' votes without a copy of each column."""
+    _check_bootstrap(bootstrap, seed)
+    domain = check_values("nominal", list(labels))
+    assert domain is not None
+    if item.size != label.size:
+        raise ValueError(f"{item.size} item codes for {label.size} label codes")
+    shape = _Shape(int(item.size), annotators, domain)
+    n_labels = max(len(domain.labels), 1)
+    patterns = dense_patterns(item, label, items, n_labels) if bootstrap else None
+    if patterns is None:
+        patterns = pairable_patterns(tally_items(item, label, items, n_labels), distinct=bootstrap > 0)
+    return _estimate(shape, patterns, "nominal", bootstrap, seed)
 
 
 def agreement_report(

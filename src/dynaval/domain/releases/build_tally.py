@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dynaval.domain.agreement.encoding import VoteColumns
-from dynaval.domain.agreement.report import round_alpha
+from dynaval.domain.agreement.report import coded_nominal_alpha
 from dynaval.domain.releases.checks import ALPHA_RESAMPLES
 from dynaval.domain.releases.release import content_hash, row_digest, split_kind_of
 
@@ -170,18 +169,21 @@ class PlacedFigures:
         vote_rows = _codes(tally._vote_rows)
         annotators = _codes(tally._vote_annotators)
         vote_labels = _codes(tally._vote_labels)
-        label_names = np.array(list(tally._vote_label_codes) or [""], dtype=object)
+        # Each label code's position among the task's labels (only the task's labels are kept).
+        position = np.array([tally.labels.index(name) for name in tally._vote_label_codes], dtype=np.intp)
         figures: dict[int, dict[str, Any]] = {}
         for round_index in np.unique(rounds[self._placed]).tolist():
             in_round = self._placed & (rounds == round_index)
             counted = in_round[vote_rows]
-            votes = VoteColumns(
-                items=_numbered(vote_rows[counted]),
-                annotators=annotators[counted],
-                labels=label_names[vote_labels[counted]],
-            )
-            estimate = round_alpha(
-                votes, level="nominal", values=list(tally.labels), bootstrap=ALPHA_RESAMPLES, seed=seed
+            items = _numbered(vote_rows[counted])
+            estimate = coded_nominal_alpha(
+                items,
+                position[vote_labels[counted]],
+                items=int(items[-1]) + 1 if items.size else 0,
+                annotators=int(np.count_nonzero(np.bincount(annotators[counted]))),
+                labels=tally.labels,
+                bootstrap=ALPHA_RESAMPLES,
+                seed=seed,
             )
             figures[int(round_index)] = {
                 "rows": int(np.count_nonzero(in_round)),
@@ -191,11 +193,11 @@ class PlacedFigures:
         return figures
 
 
-def _numbered(rows: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
+def _numbered(rows: npt.NDArray[np.int32]) -> npt.NDArray[np.intp]:
     """Rows (in read order, so ascending) numbered 0, 1, 2... as they first come."""
     if rows.size == 0:
-        return rows
+        return np.zeros(0, dtype=np.intp)
     first = np.empty(rows.size, dtype=np.bool_)
     first[0] = True
     np.not_equal(rows[1:], rows[:-1], out=first[1:])
-    return np.cumsum(first, dtype=np.int32) - 1
+    return np.cumsum(first, dtype=np.intp) - 1

@@ -1,0 +1,68 @@
+"""Alpha from votes already coded (a build's integer columns) is round_alpha's of the votes they
+stand for: the same estimate, interval and counts, without the columns read again."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dynaval.domain.agreement.report import coded_nominal_alpha, round_alpha
+
+LABELS = ["positive", "negative", "neutral", "mixed"]
+
+
+def _votes(seed: int, items: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Items 0.. in order, each with 1 to 4 votes by distinct annotators (some single: not pairable)."""
+    rng = np.random.default_rng(seed)
+    item, annotator, label = [], [], []
+    for i in range(items):
+        truth = int(rng.integers(len(LABELS)))
+        for who in rng.choice(12, size=int(rng.integers(1, 5)), replace=False):
+            item.append(i)
+            annotator.append(int(who))
+            label.append(truth if rng.random() < 0.7 else int(rng.integers(len(LABELS))))
+    return np.array(item, dtype=np.intp), np.array(annotator), np.array(label, dtype=np.intp)
+
+
+@pytest.mark.parametrize(("seed", "bootstrap"), [(1, 1000), (2, 200), (3, 0)])
+def test_the_coded_estimate_is_round_alphas(seed: int, bootstrap: int) -> None:
+    item, annotator, label = _votes(seed, 300)
+    names = np.array(LABELS, dtype=object)
+    expected = round_alpha(
+        [(f"item-{i}", f"annotator-{a}", names[v]) for i, a, v in zip(item, annotator, label, strict=True)],
+        level="nominal",
+        values=LABELS,
+        bootstrap=bootstrap,
+        seed=5,
+    )
+    coded = coded_nominal_alpha(
+        item,
+        label,
+        items=300,
+        annotators=len(set(annotator.tolist())),
+        labels=LABELS,
+        bootstrap=bootstrap,
+        seed=5,
+    )
+    assert coded.to_dict() == expected.to_dict()
+    assert expected.alpha is not None
+
+
+def test_no_votes_and_one_label_are_undefined_as_round_alpha_says() -> None:
+    none = np.zeros(0, dtype=np.intp)
+    assert (
+        coded_nominal_alpha(none, none, items=0, annotators=0, labels=LABELS).to_dict()
+        == round_alpha([], level="nominal", values=LABELS).to_dict()
+    )
+    same = np.zeros(4, dtype=np.intp)
+    votes = [("a", "x", "positive"), ("a", "y", "positive"), ("b", "x", "positive"), ("b", "y", "positive")]
+    coded = coded_nominal_alpha(np.array([0, 0, 1, 1]), same, items=2, annotators=2, labels=LABELS)
+    assert coded.to_dict() == round_alpha(votes, level="nominal", values=LABELS).to_dict()
+    assert coded.undefined_reason is not None
+
+
+def test_columns_of_two_lengths_are_refused() -> None:
+    with pytest.raises(ValueError, match="3 item codes for 2 label codes"):
+        coded_nominal_alpha(
+            np.zeros(3, dtype=np.intp), np.zeros(2, dtype=np.intp), items=1, annotators=3, labels=LABELS
+        )
