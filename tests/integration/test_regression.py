@@ -86,6 +86,9 @@ def test_a_release_puts_its_dev_and_test_examples_in_the_suite(services: Service
         assert c.inputs == {"text": by_id[c.id]["text"]}
         assert c.source == "release:dynaval-sentiment@1.0.0"
         assert c.round_model_prediction == by_id[c.id]["model_prediction"] != c.label
+        assert not c.suspect and not c.confirmed and c.retired_at is None
+    added = {c.added_at for c in cases}  # all at the release's storing
+    assert len(added) == 1 and None not in added
     assert regression_suite.sync_suite(services) == 0  # idempotent: nothing more to take
 
 

@@ -34,6 +34,10 @@ class RegressionRepository(Protocol):
         """Every dev and test example of every release (or of one), as a case not yet stored."""
         ...
 
+    def add_released_cases(self, release_id: int, *, at: datetime) -> int:
+        """:meth:`add_cases` of ``released_examples(release_id)``, copied by the database."""
+        ...
+
     def add_cases(self, cases: Iterable[RegressionCase], *, at: datetime) -> int:
         """Add the cases the suite lacks; how many were added."""
         ...

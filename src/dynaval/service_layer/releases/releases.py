@@ -51,7 +51,6 @@ from dynaval.service_layer.files import ReleaseStaging, WrittenFile
 from dynaval.service_layer.health.release_leaks import LeakScan
 from dynaval.service_layer.images import stored_images
 from dynaval.service_layer.progress import Progress, Unwatched
-from dynaval.service_layer.regression.suite import take_cases
 from dynaval.service_layer.services import Services
 
 log = logging.getLogger(__name__)
@@ -491,8 +490,7 @@ def _store(
             uow.releases.assign_writers(plan.task_type, placed.new_writers, release_id=release.id, at=now)
             # The release's dev and test examples join the regression suite with it.
             uow.flush()
-            release_id = release.id
-            take_cases(uow, at=now, sources=(lambda u: u.regression.released_examples(release_id),))
+            uow.regression.add_released_cases(release.id, at=now)
             uow.commit()
     except StorageConflict:
         raise Conflict(
