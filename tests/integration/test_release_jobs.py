@@ -74,7 +74,7 @@ def test_a_release_job_is_checked_queued_built_and_names_its_release(services: S
     done = jobs.run_job(services, job.id)
     assert done is not None and done.state is JobState.DONE, done
     assert steps == [
-        "counting each round's figures", "reading and placing the examples", "writing the splits",
+        "reading the examples", "counting each round's figures", "placing the examples", "writing the splits",
         "writing the manifest and the card",
     ]  # fmt: skip
     assert done.result is not None

@@ -239,17 +239,18 @@ def test_a_build_whose_index_process_is_killed_stops_and_keeps_nothing(
     assert services.database is not None
     seeded = round_one(services)
     monkeypatch.setattr(minhash_process, "START_AFTER_ROWS", 1)
-    answer = minhash_process.MinHashProcess.pairs
+    ask = minhash_process.MinHashProcess.ask
 
     killed: list[int] = []
 
-    def killed_first(index: minhash_process.MinHashProcess) -> list[tuple[str, str, float]]:
+    def killed_first(index: minhash_process.MinHashProcess) -> None:
+        """Killed as the build asks for the pairs (it reads them after the round's figures)."""
         assert index.pid is not None
         os.kill(index.pid, signal.SIGKILL)
         killed.append(index.pid)
-        return answer(index)
+        ask(index)
 
-    monkeypatch.setattr(minhash_process.MinHashProcess, "pairs", killed_first)
+    monkeypatch.setattr(minhash_process.MinHashProcess, "ask", killed_first)
     with pytest.raises(minhash_process.IndexProcessFailed, match="ended without answering"):
         build(services, [seeded.round_id], "1.0.0")
     releases = services.settings.data_dir / "releases"
@@ -258,7 +259,7 @@ def test_a_build_whose_index_process_is_killed_stops_and_keeps_nothing(
         assert uow.releases.all() == []
     assert killed and not Path(f"/proc/{killed[0]}").exists()
 
-    monkeypatch.setattr(minhash_process.MinHashProcess, "pairs", answer)
+    monkeypatch.setattr(minhash_process.MinHashProcess, "ask", ask)
     root = build(services, [seeded.round_id], "1.0.0")
     assert verify_release(root, offline_services()) == []
 

@@ -83,6 +83,35 @@ def test_the_pairs_are_the_in_process_index_pairs(start_after: int) -> None:
         index.pairs()
 
 
+@pytest.mark.parametrize("start_after", [50, 10_000], ids=["child process", "in process"])
+def test_pairs_asked_for_ahead_are_the_same_and_no_row_comes_after(start_after: int) -> None:
+    """A build asks for the pairs, does other work while the child finds them, then reads them."""
+    rule = NearDuplicateRule(threshold=0.6)
+    examples = rows(3_000, seed=11)
+    index = MinHashProcess(rule, start_after=start_after)
+    try:
+        for key, inputs in examples:
+            index.add_inputs(key, inputs, NLI)
+        index.ask()
+        index.ask()  # twice is harmless
+        with pytest.raises(RuntimeError, match="takes no more rows"):
+            index.add_inputs("late", {"premise": "a", "hypothesis": "b"}, NLI)
+        assert index.pairs() == in_process_pairs(examples, rule)
+    finally:
+        index.close()
+
+
+def test_closing_after_asking_ends_the_child() -> None:
+    """A build that fails while the child finds its pairs closes the index: the child goes too."""
+    index = MinHashProcess(start_after=10)
+    for key, inputs in rows(5_000):
+        index.add_inputs(key, inputs, NLI)
+    pid = index.pid
+    index.ask()
+    index.close()
+    assert gone(pid)
+
+
 def test_a_failure_in_the_child_is_raised_in_the_caller() -> None:
     index = MinHashProcess(start_after=10)
     try:

@@ -65,6 +65,8 @@ class MinHashProcess:
         self._fields: tuple[str, ...] | None = None
         self._batch: list[_Row] = []
         self._pairs: list[Pair] | None = None
+        self._asked = False
+        """Whether the child was asked for its pairs (it works on them while the caller goes on)."""
         self._closed = False
         self._child: subprocess.Popen[bytes] | None = None
         self._errors: IO[bytes] | None = None
@@ -77,8 +79,8 @@ class MinHashProcess:
     def add_inputs(self, key: str, inputs: Mapping[str, Any], fields: Sequence[str]) -> None:
         """Index the example with these input ``fields`` under ``key`` (as ``MinHashIndex.add_inputs``)."""
         self._check_open()
-        if self._pairs is not None:
-            raise RuntimeError("the near-duplicate index has given its pairs and takes no more rows")
+        if self._pairs is not None or self._asked:
+            raise RuntimeError("the near-duplicate index has been asked for its pairs and takes no more rows")
         if self._fields is None:
             self._fields = tuple(fields)
         elif tuple(fields) != self._fields:
@@ -90,6 +92,16 @@ class MinHashProcess:
         elif len(self._batch) >= BATCH_ROWS:
             self._send_batch()
 
+    def ask(self) -> None:
+        """Every row is added: the child (if one was started) starts finding the pairs, on its own
+        core, while the caller does other work; :meth:`pairs` then waits for its answer. Below
+        ``start_after`` rows there is no child, and the pairs are found when asked for."""
+        self._check_open()
+        if self._child is not None and self._pairs is None and not self._asked:
+            self._send_batch()
+            self._send(("pairs",))
+        self._asked = True  # no row may come after: the pairs asked for would not hold it
+
     def pairs(self) -> list[Pair]:
         """Every confirmed pair ``(a, b, similarity)``, as ``MinHashIndex.pairs()`` gives them."""
         self._check_open()
@@ -98,8 +110,7 @@ class MinHashProcess:
                 self._pairs = _pairs_of(self.rule, self._fields or (), self._batch)
                 self._batch = []
             else:
-                self._send_batch()
-                self._send(("pairs",))
+                self.ask()
                 _kind, self._pairs, self.peak_rss_mb = self._receive()
         return self._pairs
 

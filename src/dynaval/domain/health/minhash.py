@@ -196,6 +196,9 @@ class MinHashIndex:
                 found.append(Match(self._hashed[row], round(value, 4)))
         return sorted(found, key=lambda m: (-m.similarity, m.key))
 
+    def ask(self) -> None:
+        """Nothing to start: this index finds its pairs when :meth:`pairs` is called."""
+
     def pairs(
         self, keep: Callable[[str, str], bool] = lambda _a, _b: True
     ) -> Iterator[tuple[str, str, float]]:

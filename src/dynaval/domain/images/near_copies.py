@@ -222,6 +222,9 @@ class ImagePairIndex:
             self.keys.append(key)
             self.prints.append(found)
 
+    def ask(self) -> None:
+        """Nothing to start: this index finds its pairs when :meth:`pairs` is called."""
+
     def pairs(self, keep: Callable[[str, str], bool] = lambda _a, _b: True) -> list[tuple[str, str, float]]:
         """Every pair within the rule, where ``keep`` allows it: ``(a, b, similarity)`` with ``a``
         before ``b`` in key order, the pairs in that order."""

@@ -64,6 +64,10 @@ class ReleaseIndex(Protocol):
 
     def add_inputs(self, key: str, inputs: Mapping[str, Any], fields: Sequence[str]) -> None: ...
 
+    def ask(self) -> None:
+        """Every row is added: an index that works beside the caller starts finding its pairs now,
+        and :meth:`pairs` then waits for them; an index in the caller's process does nothing."""
+
     def pairs(self) -> Iterable[tuple[str, str, float]]: ...
 
     def close(self) -> None: ...

@@ -217,6 +217,11 @@ class LeakScan:
         if self.vectors is not None:
             self.vectors.add(example_id, row)
 
+    def ask(self) -> None:
+        """Every row (the earlier releases' too) is added: the lexical index may start finding its
+        pairs beside the caller (:meth:`ReleaseIndex.ask`), to be read by :meth:`clusters`."""
+        self.index.ask()
+
     def add_earlier(self, releases: Sequence[Release]) -> None:
         counts: dict[int | None, int] = {}
         for release, split, row in earlier_test_rows(releases, self.reader):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -238,17 +238,21 @@ def _build(
     """The release's files, written into ``staging.out``: its manifest as stored, and where each
     example went."""
     task_type = services.catalog.get(plan.task_type)
-    # The service's figures first: their read of every vote is done and freed before the rows'.
-    progress.step("counting each round's figures", len(plan.rounds))
-    service_figures = {}
-    for done, r in enumerate(plan.rounds, start=1):
-        service_figures[r.id] = _round_figures(services, r, request.rule.seed)
-        progress.advance(done)
+    service_figures: dict[int | None, dict[str, Any]] = {}
+
+    def count_figures() -> None:
+        progress.step("counting each round's figures", len(plan.rounds))
+        for done, r in enumerate(plan.rounds, start=1):
+            service_figures[r.id] = _round_figures(services, r, request.rule.seed)
+            progress.advance(done)
+
     rows_file = staging.scratch / "rows.jsonl"
     leaks = _leak_scan(services, request, task_type)
     try:
-        progress.step("reading and placing the examples")
-        placed, near_duplicates, tally = _place(services, request, plan, rows_file, leaks, progress)
+        progress.step("reading the examples")
+        placed, near_duplicates, tally = _place(
+            services, request, plan, rows_file, leaks, progress, meanwhile=count_figures
+        )
     finally:
         leaks.close()  # the index's process ends, the pairs found or not
     progress.step("writing the splits", len(placed.splits))
@@ -293,9 +297,13 @@ def _place(
     rows_file: Path,
     leaks: LeakScan,
     progress: Progress,
+    *,
+    meanwhile: Callable[[], None],
 ) -> tuple[SplitPlan, dict[str, Any], PlacedFigures]:
     """Read every row once into ``rows_file``, the leak scan and the rows' figures, then place every
-    example: the plan, the manifest's ``near_duplicates``, and the figures of the placed rows."""
+    example: the plan, the manifest's ``near_duplicates``, and the figures of the placed rows.
+    ``meanwhile`` runs between the two, while the near-duplicate index's process (a large build's)
+    finds its pairs on the other core: the build's thread would otherwise only wait for them."""
     task_type = services.catalog.get(plan.task_type)
     fields = task_type.data_fields
     inputs: list[SplitInput] = []
@@ -315,6 +323,9 @@ def _place(
         scratch_rows.abort()
         raise
     leaks.add_earlier(plan.earlier)
+    leaks.ask()
+    meanwhile()
+    progress.step("placing the examples")
     near_keys, placed_near = leaks.clusters()
     placed_near = {**_trained_in_train(inputs, near_keys, plan.trained), **placed_near}
     if near_keys:
