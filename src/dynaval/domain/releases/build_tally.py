@@ -34,9 +34,9 @@ NOT_PLACED = -1
 Codes = npt.NDArray[np.int64]
 
 
-def _codes(values: array[int]) -> npt.NDArray[np.int32]:
+def _codes(values: array[int]) -> npt.NDArray[np.intc]:
     """A column's codes as a numpy view (no copy: a million rows' votes are millions of codes)."""
-    return np.frombuffer(values, dtype=np.int32)
+    return np.frombuffer(values, dtype=np.intc)  # array("i") holds C ints
 
 
 class BuildTally:
@@ -193,7 +193,7 @@ class PlacedFigures:
         return figures
 
 
-def _numbered(rows: npt.NDArray[np.int32]) -> npt.NDArray[np.intp]:
+def _numbered(rows: npt.NDArray[np.intc]) -> npt.NDArray[np.intp]:
     """Rows (in read order, so ascending) numbered 0, 1, 2... as they first come."""
     if rows.size == 0:
         return np.zeros(0, dtype=np.intp)

@@ -3,8 +3,10 @@
 ``create_release`` checks the request (frozen rounds of one task type, a new version), finds the
 parent (the newest release of the task type whose rounds are all among the requested ones: its
 splits are kept unchanged), reads each round's accepted examples once into a scratch file of
-release rows, places every example (:mod:`dynaval.domain.releases.splits`), writes the files
-(:mod:`dynaval.adapters.files.release_files`), the manifest and the card, and then stores the release,
+release rows (their figures taken as integer columns, :mod:`dynaval.domain.releases.build_tally`),
+counts each round's figures while the near-duplicate index finds its pairs, places every example
+(:mod:`dynaval.domain.releases.splits`), copies each placed line into the files
+(:mod:`dynaval.adapters.files.release_files`), writes the manifest and the card, and then stores the release,
 where it put each example, and the writers it placed for the first time. The files are built in a
 scratch folder and renamed into place before the database commit; a failure on the way removes
 them, so a release is either whole (files and rows) or absent.
@@ -250,13 +252,13 @@ def _build(
     leaks = _leak_scan(services, request, task_type)
     try:
         progress.step("reading the examples")
-        placed, near_duplicates, tally = _place(
+        placed, near_duplicates, figures = _place(
             services, request, plan, rows_file, leaks, progress, meanwhile=count_figures
         )
     finally:
         leaks.close()  # the index's process ends, the pairs found or not
     progress.step("writing the splits", len(placed.splits))
-    files, images = _write_splits(services, task_type, staging.out, rows_file, placed, tally, progress)
+    files, images = _write_splits(services, task_type, staging.out, rows_file, placed, figures, progress)
     progress.step("writing the manifest and the card")
     identity = ReleaseIdentity(
         name=plan.name,
@@ -272,7 +274,7 @@ def _build(
     manifest = release_manifest(
         identity,
         rounds=[(plan.indices[r.id], service_figures[r.id]) for r in plan.rounds if r.id is not None],
-        tally=tally,
+        tally=figures,
         placed=placed,
         writers={**plan.writer_kinds, **placed.new_writers},
         rule=request.rule,
