@@ -125,34 +125,22 @@ class SqlRegressionRepository:
 
     # ------------------------------------------------------------------------------- cases
 
-    def released_examples(self, release_id: int | None = None) -> Iterator[RegressionCase]:
-        """Every dev and test example of every release (or of one) that the suite lacks, as a case
-        (its source the first release that held it); the candidate row gives its inputs, label and
-        the round model's answer. Plain columns, and the known cases left out by the database: the
-        sync before every evaluation is a cheap query when nothing is new."""
-        known = select(RegressionCaseRow.id).where(
-            col(RegressionCaseRow.id) == col(ReleaseExampleRow.example_id)
-        )
-        query = (
-            sa_select(
-                col(ReleaseExampleRow.example_id),
-                col(ReleaseExampleRow.split),
-                col(ReleaseRow.name),
-                col(ReleaseRow.version),
-                col(ReleaseRow.task_type),
-                col(CandidateRow.round_id),
-                col(CandidateRow.inputs),
-                col(CandidateRow.writer_label),
-                col(CandidateRow.model_prediction),
-            )
-            .join(ReleaseRow, col(ReleaseRow.id) == col(ReleaseExampleRow.release_id))
-            .join(CandidateRow, col(CandidateRow.id) == col(ReleaseExampleRow.example_id))
-            .where(or_(*(col(ReleaseExampleRow.split).startswith(p) for p in SUITE_SPLITS)))
-            .where(~known.exists())
-            .order_by(col(ReleaseExampleRow.release_id), col(ReleaseExampleRow.example_id))
-        )
-        if release_id is not None:
-            query = query.where(col(ReleaseExampleRow.release_id) == release_id)
+    def released_examples(self) -> Iterator[RegressionCase]:
+        """Every dev and test example of every release that the suite lacks, as a case (its source
+        the first release that held it); the candidate row gives its inputs, label and the round
+        model's answer. Plain columns, and the known cases left out by the database: the sync
+        before every evaluation is a cheap query when nothing is new."""
+        query = _suite_examples(
+            col(ReleaseExampleRow.example_id),
+            col(ReleaseExampleRow.split),
+            col(ReleaseRow.name),
+            col(ReleaseRow.version),
+            col(ReleaseRow.task_type),
+            col(CandidateRow.round_id),
+            col(CandidateRow.inputs),
+            col(CandidateRow.writer_label),
+            col(CandidateRow.model_prediction),
+        ).order_by(col(ReleaseExampleRow.release_id), col(ReleaseExampleRow.example_id))
         for (
             example_id,
             split,
@@ -181,29 +169,19 @@ class SqlRegressionRepository:
         them (a million-row release's 200,000 cases, as objects and dicts, took 125 MB and seconds
         here). How many were added."""
         table = RegressionCaseRow.__table__  # type: ignore[attr-defined]
-        known = select(RegressionCaseRow.id).where(
-            col(RegressionCaseRow.id) == col(ReleaseExampleRow.example_id)
-        )
-        chosen = (
-            sa_select(
-                col(ReleaseExampleRow.example_id),
-                col(CandidateRow.round_id),
-                col(ReleaseExampleRow.split),
-                col(ReleaseRow.task_type),
-                col(CandidateRow.inputs),
-                col(CandidateRow.writer_label),
-                literal("release:") + col(ReleaseRow.name) + literal("@") + col(ReleaseRow.version),
-                col(CandidateRow.model_prediction),
-                literal(at, type_=table.c.added_at.type),
-                literal(False, type_=table.c.suspect.type),
-                literal(False, type_=table.c.confirmed.type),
-            )
-            .join(ReleaseRow, col(ReleaseRow.id) == col(ReleaseExampleRow.release_id))
-            .join(CandidateRow, col(CandidateRow.id) == col(ReleaseExampleRow.example_id))
-            .where(col(ReleaseExampleRow.release_id) == release_id)
-            .where(or_(*(col(ReleaseExampleRow.split).startswith(p) for p in SUITE_SPLITS)))
-            .where(~known.exists())
-        )
+        chosen = _suite_examples(
+            col(ReleaseExampleRow.example_id),
+            col(CandidateRow.round_id),
+            col(ReleaseExampleRow.split),
+            col(ReleaseRow.task_type),
+            col(CandidateRow.inputs),
+            col(CandidateRow.writer_label),
+            literal("release:") + col(ReleaseRow.name) + literal("@") + col(ReleaseRow.version),
+            col(CandidateRow.model_prediction),
+            literal(at, type_=table.c.added_at.type),
+            literal(False, type_=table.c.suspect.type),
+            literal(False, type_=table.c.confirmed.type),
+        ).where(col(ReleaseExampleRow.release_id) == release_id)
         columns = ["id", "round_id", "split", "task_type", "inputs", "label", "source"]
         columns += ["round_model_prediction", "added_at", "suspect", "confirmed"]
         result = self._session.execute(insert(table).from_select(columns, chosen))
@@ -464,3 +442,17 @@ def _gate_run(row: GateRunRow) -> dict[str, Any]:
         "created_at": as_utc(row.created_at).isoformat(),
         "created_by": row.created_by,
     }
+
+
+def _suite_examples(*columns: Any) -> Any:
+    """``columns`` of the released dev and test examples the suite lacks (a release's example
+    joined to its release and its candidate): the one rule of which released examples become
+    cases, for :meth:`SqlRegressionRepository.released_examples` and ``add_released_cases``."""
+    known = select(RegressionCaseRow.id).where(col(RegressionCaseRow.id) == col(ReleaseExampleRow.example_id))
+    return (
+        sa_select(*columns)
+        .join(ReleaseRow, col(ReleaseRow.id) == col(ReleaseExampleRow.release_id))
+        .join(CandidateRow, col(CandidateRow.id) == col(ReleaseExampleRow.example_id))
+        .where(or_(*(col(ReleaseExampleRow.split).startswith(p) for p in SUITE_SPLITS)))
+        .where(~known.exists())
+    )

@@ -58,9 +58,6 @@ class BuildTally:
         self._annotator_codes: dict[str, int] = {}
         self._vote_label_codes: dict[str, int] = {}
 
-    def __len__(self) -> int:
-        return len(self.ids)
-
     def add(self, row: Mapping[str, Any]) -> None:
         """One release row, as read."""
         ordinal = len(self.ids)

@@ -30,12 +30,13 @@ class RegressionRepository(Protocol):
 
     def save_model(self, model: RegisteredModel) -> None: ...
 
-    def released_examples(self, release_id: int | None = None) -> Iterable[RegressionCase]:
-        """Every dev and test example of every release (or of one), as a case not yet stored."""
+    def released_examples(self) -> Iterable[RegressionCase]:
+        """Every dev and test example of every release, as a case not yet stored."""
         ...
 
     def add_released_cases(self, release_id: int, *, at: datetime) -> int:
-        """:meth:`add_cases` of ``released_examples(release_id)``, copied by the database."""
+        """:meth:`add_cases` of the release's examples among :meth:`released_examples`, copied by
+        the database."""
         ...
 
     def add_cases(self, cases: Iterable[RegressionCase], *, at: datetime) -> int:
