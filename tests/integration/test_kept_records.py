@@ -26,6 +26,7 @@ from dynaval.adapters.db.orm import CandidateRow, DatasetRecordStaleRow, RoundRo
 from dynaval.adapters.files.dataset_files import json_text
 from dynaval.domain.errors import DomainError
 from dynaval.domain.provenance import pseudonym
+from dynaval.domain.releases.rows import kept_release_line
 from dynaval.entrypoints.api.webhook_payload import read_webhook
 from dynaval.entrypoints.cli.main import main as cli
 from dynaval.service_layer.dataset_records import round_dataset
@@ -123,6 +124,20 @@ def rebuilt_columns(services: Services, round_id: int) -> list[dict[str, Any]]:
         for page in pages
         for record in page
     ]
+
+
+def kept_release_lines(services: Services, round_id: int) -> list[bytes]:
+    """The release lines as kept (holes and all): read without writing any stale record first."""
+    assert services.dataset_reads is not None
+    pages = services.dataset_reads.kept_release_lines(round_id)
+    assert pages is not None, "a kept record has no release line"
+    return [line for page in pages for line in page.lines.splitlines(keepends=True)]
+
+
+def rebuilt_release_lines(services: Services, round_id: int) -> list[bytes]:
+    """The release lines of the records the builder makes now."""
+    pages = round_dataset.built_round_dataset_pages(services, round_id)
+    return [kept_release_line(record) + b"\n" for page in pages for record in page]
 
 
 def stale_marks(services: Services) -> int:
@@ -292,6 +307,7 @@ def test_kept_records_equal_a_rebuild_after_any_sequence_of_changes(
         kept = kept_lines(services, round_id)
         assert kept == rebuilt_lines(services, round_id), f"after: {steps}"
         assert kept_columns(services, round_id) == rebuilt_columns(services, round_id), f"after: {steps}"
+        assert kept_release_lines(services, round_id) == rebuilt_release_lines(services, round_id), steps
         accepted_at_some_step = max(accepted_at_some_step, len(kept))
     assert accepted_at_some_step >= 2, steps  # the sequence did accept examples
     assert b'"state":"frozen"' in b"".join(kept_lines(services, round_id)) or not kept_lines(
@@ -368,6 +384,9 @@ def test_concurrent_changes_leave_every_record_equal_to_a_rebuild(
     assert not errors, errors
     assert kept_lines(services, scenario.round_id) == rebuilt_lines(services, scenario.round_id)
     assert kept_columns(services, scenario.round_id) == rebuilt_columns(services, scenario.round_id)
+    assert kept_release_lines(services, scenario.round_id) == rebuilt_release_lines(
+        services, scenario.round_id
+    )
 
 
 def test_a_candidate_moved_to_another_round_by_hand_leaves_its_old_rounds_next_export(
@@ -442,3 +461,39 @@ def test_a_rebuild_writes_again_the_records_kept_without_their_parquet_values(
     report = rebuild_records(services.dataset_reads, services.settings, round_id)  # type: ignore[arg-type]
     assert len(report.changes.changed) == count and report.changes.differed == count
     assert kept_columns(services, round_id) == rebuilt_columns(services, round_id)
+
+
+def test_records_kept_without_their_release_lines_are_written_again_before_a_release_reads_them(
+    services: Services, label_studio: LabelStudioCopy
+) -> None:
+    """As after migration 0026: the records an earlier version kept have no release lines, and each
+    is marked. Until they are written again a build is told that the round's lines are not all
+    kept; reading the round's release lines (as a build does) writes them first. A rebuild, with no
+    mark to go by, reports a record without its line as changed."""
+    scenario = Scenario(services, label_studio, seed=5)
+    for _ in range(40):
+        scenario.vote()
+    round_id = scenario.round_id
+    expected = rebuilt_release_lines(services, round_id)
+    assert expected and kept_release_lines(services, round_id) == expected
+    assert services.dataset_reads is not None
+    with services.database.engine.begin() as connection:
+        connection.execute(text("DELETE FROM dataset_record_release"))
+        connection.execute(
+            text(
+                "INSERT INTO dataset_record_stale (candidate_id, xact)"
+                " SELECT candidate_id, -1 FROM dataset_record"
+            )
+        )
+    assert services.dataset_reads.kept_release_lines(round_id) is None
+    found = round_dataset.kept_release_pages(services, round_id)
+    assert found is not None and found[0].id == round_id
+    assert [line for chunk in found[1] for line in chunk.splitlines(keepends=True)] == expected
+    assert stale_marks(services) == 0
+
+    with services.database.engine.begin() as connection:
+        connection.execute(text("DELETE FROM dataset_record_release"))
+    assert round_dataset.kept_release_pages(services, round_id) is None  # no mark: made from the records
+    report = rebuild_records(services.dataset_reads, services.settings, round_id)  # type: ignore[arg-type]
+    assert len(report.changes.changed) == len(expected) == report.changes.differed
+    assert kept_release_lines(services, round_id) == expected

@@ -136,6 +136,89 @@ def test_a_second_release_extends_the_first_with_sticky_writers(services: Servic
     assert refused.value.field == "version"
 
 
+def test_a_builds_lines_are_those_it_would_make_from_the_records(
+    services: Services, round_one: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build reads the release lines kept with the records: each line it writes is the one
+    ``release_row`` makes from the record itself, with an excluded annotator's votes not counted, the
+    vote of a writer's own Label Studio account left out, and a text that reads as an image's path
+    made from its record. A round whose records are not all kept with a line is built from the
+    records, into the same files."""
+    from sqlalchemy import text
+    from sqlmodel import select
+
+    from dynaval.adapters.db.orm import AnnotatorStatusRow, CandidateRow
+    from dynaval.domain.provenance import pseudonym, writer_pseudonym
+    from dynaval.domain.releases.rows import canonical_line, release_row
+    from dynaval.service_layer.dataset_records import round_dataset
+    from dynaval.service_layer.releases import releases
+    from tests.support.release_seed import set_inputs
+
+    assert services.database is not None
+    with services.database.unit_of_work() as session:
+        first, second, third = session.exec(
+            select(CandidateRow).where(CandidateRow.status == "accepted").order_by(CandidateRow.submitted_at)
+        ).all()[:3]
+        writer, second_id, third_id = first.writer_id, second.id, third.id
+        session.add(
+            AnnotatorStatusRow(
+                round_id=round_one, annotator_id="101", excluded=True, decided_by="lead", reason="t"
+            )
+        )
+        session.commit()
+    set_inputs(services.database, second_id, {"text": "images/" + "ab" * 32 + ".png"})
+    # A line that names only its example (kept where no release row could be made of the record).
+    assert round_dataset.kept_release_pages(services, round_one) is not None  # the records written
+    with services.database.engine.begin() as connection:
+        connection.execute(
+            text("UPDATE dataset_record_release SET line = :line WHERE candidate_id = :id"),
+            {"line": b'{"example_id":"' + third_id.encode() + b'"}', "id": third_id},
+        )
+    monkeypatch.setattr(services, "writer_annotators", lambda: {writer: "102"})
+    reading: list[Any] = []  # the rounds whose rows were made from their records
+    monkeypatch.setattr(
+        releases,
+        "iter_round_dataset_pages",
+        lambda *a: reading.append(a) or round_dataset.iter_round_dataset_pages(*a),
+    )
+
+    root = release(services, [round_one], "1.0.0")
+    assert not reading
+    assert verify_release(root, offline_services()) == []
+    written = {
+        row["example_id"]: line for path in (root / "jsonl").glob("*.jsonl") for line, row in iter_jsonl(path)
+    }
+    secret = services.settings.pseudonym_secret
+    expected = {}
+    for page in round_dataset.built_round_dataset_pages(services, round_one):
+        for record in page:
+            own = record["writer"] == writer_pseudonym(secret, writer, None)
+            expected[record["example_id"]] = canonical_line(
+                release_row(
+                    record,
+                    round_index=1,
+                    fields=["text"],
+                    excluded_annotators={pseudonym(secret, "annotator", "101")},
+                    writer_annotator=pseudonym(secret, "annotator", "102") if own else None,
+                )
+            )
+    assert written and written == {example_id: expected[example_id] for example_id in written}
+    rows = [row for split_rows in rows_of(root).values() for row in split_rows]
+    assert any(not vote["counted"] for row in rows for vote in row["votes"])
+    assert any(row["writer_annotator"] for row in rows)
+
+    # Records kept without their release lines (by an earlier version): built from the records.
+    with services.database.engine.begin() as connection:
+        connection.execute(
+            text("DELETE FROM dataset_record_release WHERE candidate_id = :id"), {"id": second_id}
+        )
+    assert services.dataset_reads is not None and services.dataset_reads.kept_release_lines(round_one) is None
+    again = release(services, [round_one], "1.0.1")  # a child of 1.0.0: its places, the same files
+    assert reading
+    for path in sorted((root / "jsonl").glob("*.jsonl")):
+        assert (again / "jsonl" / path.name).read_bytes() == path.read_bytes()
+
+
 def test_only_frozen_rounds_of_one_task_are_released(services: Services, round_one: int) -> None:
     assert services.database is not None
     nli_round = seed_frozen_round(

@@ -585,3 +585,37 @@ def test_0025_marks_every_kept_record_for_its_parquet_values(database_url: str) 
         assert "dataset_record_columns" not in set(inspect(db.engine).get_table_names())
     finally:
         db.dispose()
+
+
+def test_0026_marks_every_kept_record_for_its_release_line(database_url: str) -> None:
+    """0026 keeps each record's release line beside it: the records kept before have none, so each
+    is marked once (a record 0025 marked already is not marked again). A downgrade drops the table."""
+    from sqlalchemy import text
+
+    db = Database(database_url)
+    try:
+        migrate_to(db, "0025")
+        kept, marked = stored_candidate_ids(db, 2)
+        with db.engine.begin() as connection:
+            connection.execute(text("DELETE FROM dataset_record_stale"))
+            for candidate_id in (kept, marked):
+                connection.execute(
+                    text(
+                        "INSERT INTO dataset_record (candidate_id, round_id, submitted_at, record, stored_at)"
+                        " SELECT id, round_id, submitted_at, :record, submitted_at FROM candidate"
+                        " WHERE id = :id"
+                    ),
+                    {"id": candidate_id, "record": b"{}"},
+                )
+            connection.execute(
+                text("INSERT INTO dataset_record_stale (candidate_id, xact) VALUES (:id, -1)"), {"id": marked}
+            )
+        db.migrate()
+        with db.engine.begin() as connection:
+            marks = connection.execute(text("SELECT candidate_id, xact FROM dataset_record_stale")).all()
+            lines = connection.execute(text("SELECT count(*) FROM dataset_record_release")).scalar_one()
+        assert sorted((str(c), int(x)) for c, x in marks) == sorted([(kept, -1), (marked, -1)]) and lines == 0
+        migrate_to(db, "0025", down=True)
+        assert "dataset_record_release" not in set(inspect(db.engine).get_table_names())
+    finally:
+        db.dispose()

@@ -206,10 +206,20 @@ class KeptArrowReads:
                 )
 
     def kept_lines(self, round_id: int) -> Generator[KeptLines, None, None]:
+        return self._lines("dataset_record", "record", round_id, images=True)
+
+    def kept_release_lines(self, round_id: int) -> Generator[KeptLines, None, None]:
+        return self._lines("dataset_record_release", "line", round_id, images=False)
+
+    def _lines(
+        self, table: str, column: str, round_id: int, *, images: bool
+    ) -> Generator[KeptLines, None, None]:
         line = (
-            "CAST(record || x'0a' AS BLOB)" if self._database.is_sqlite else "record || decode('0a', 'hex')"
+            f"CAST({column} || x'0a' AS BLOB)"
+            if self._database.is_sqlite
+            else f"{column} || decode('0a', 'hex')"
         )
-        for page in self._pages("dataset_record", line, round_id, images=True, rows=PAGE_ROWS):
+        for page in self._pages(table, line, round_id, images=images, rows=PAGE_ROWS):
             start, end = int(page.offsets[0]), int(page.offsets[-1])
             data = (
                 page.data

@@ -51,7 +51,14 @@ from sqlalchemy.types import TypeDecorator
 from dynaval.adapters.db.database import MAX_SERIAL_ID, Database
 from dynaval.adapters.db.dataset_arrow import KeptArrowReads
 from dynaval.adapters.db.dataset_records import SqlRecordStore
-from dynaval.adapters.db.orm import AnnotationRow, CandidateRow, CaptureRow, RoundRow
+from dynaval.adapters.db.orm import (
+    AnnotationRow,
+    CandidateRow,
+    CaptureRow,
+    DatasetRecordReleaseRow,
+    DatasetRecordRow,
+    RoundRow,
+)
 from dynaval.adapters.db.read_ahead import read_ahead as _read_ahead
 from dynaval.service_layer.dataset_records.dataset_port import (
     ColumnPage,
@@ -159,6 +166,8 @@ class _Statements:
     one: Any
     accepted_by_ids: Any
     votes: Any
+    kept_count: Any
+    release_line_count: Any
 
 
 def statements_for(dialect: str) -> _Statements:
@@ -277,7 +286,13 @@ def _statements(dialect: str) -> _Statements:
         )
         .order_by(candidate.c.round_id, *order),
         votes=votes,
+        kept_count=_round_count(_table(DatasetRecordRow)),
+        release_line_count=_round_count(_table(DatasetRecordReleaseRow)),
     )
+
+
+def _round_count(table: Any) -> Any:
+    return select(func.count()).select_from(table).where(table.c.round_id == bindparam("round_id"))
 
 
 class DatasetQuery:
@@ -348,6 +363,18 @@ class DatasetQuery:
     def kept_columns(self, round_id: int, round_values: RoundValues) -> Iterator[ColumnPage]:
         """The round's kept records as Parquet columns, a page at a time (read one page ahead)."""
         return _read_ahead(self._arrow.kept_columns(round_id, round_values))
+
+    def kept_release_lines(self, round_id: int) -> Iterator[KeptLines] | None:
+        """The round's kept release lines, a page at a time (read one page ahead); None when fewer
+        are kept than records (the two are written and removed together, so then some record was
+        kept without one, by an earlier version)."""
+        with self._connection() as connection:
+            params = {"round_id": round_id}
+            records = connection.execute(self._statements.kept_count, params).scalar_one()
+            lines = connection.execute(self._statements.release_line_count, params).scalar_one()
+        if records != lines:
+            return None
+        return _read_ahead(self._arrow.kept_release_lines(round_id))
 
     def any_stale(self, round_id: int) -> bool:
         with self._connection() as connection:

@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection
 from dynaval.adapters.db.orm import (
     CandidateRow,
     DatasetRecordColumnsRow,
+    DatasetRecordReleaseRow,
     DatasetRecordRow,
     DatasetRecordStaleRow,
     RoundRow,
@@ -49,8 +50,10 @@ class _Statements:
     kept: Any
     remove: Any
     remove_columns: Any
+    remove_release: Any
     write: Any
     write_columns: Any
+    write_release: Any
     round_ids: Any
     first_accepted: Any
     next_accepted: Any
@@ -62,6 +65,7 @@ def _statements(dialect: str) -> _Statements:
     stale = _table(DatasetRecordStaleRow)
     record = _table(DatasetRecordRow)
     columns = _table(DatasetRecordColumnsRow)
+    release = _table(DatasetRecordReleaseRow)
     candidate = _table(CandidateRow)
     ids: Any = bindparam("candidate_ids", expanding=True)
     # SQLite has one writer at a time: the marks without a transaction id are this transaction's
@@ -108,19 +112,25 @@ def _statements(dialect: str) -> _Statements:
         any_of_round=of_round.limit(1),
         clear=delete(stale).where(stale.c.candidate_id.in_(ids)),
         lock=select(candidate.c.id).where(candidate.c.id.in_(ids)).order_by(candidate.c.id).with_for_update(),
-        # A record kept without its columns (by an earlier version) reads with none: it differs
-        # from the one built now, and is written again.
+        # A record kept without its columns or release line (by an earlier version) reads with
+        # none: it differs from the one built now, and is written again.
         kept=select(
             record.c.candidate_id,
             record.c.round_id,
             record.c.record,
             record.c.image_inputs,
             columns.c.columns,
+            release.c.line,
         )
-        .select_from(record.outerjoin(columns, columns.c.candidate_id == record.c.candidate_id))
+        .select_from(
+            record.outerjoin(columns, columns.c.candidate_id == record.c.candidate_id).outerjoin(
+                release, release.c.candidate_id == record.c.candidate_id
+            )
+        )
         .where(record.c.candidate_id.in_(ids)),
         remove=delete(record).where(record.c.candidate_id.in_(ids)),
         remove_columns=delete(columns).where(columns.c.candidate_id.in_(ids)),
+        remove_release=delete(release).where(release.c.candidate_id.in_(ids)),
         # The order key is the candidate's own stored value, copied by the database as it is.
         write=insert(record).from_select(
             ["candidate_id", "round_id", "submitted_at", "record", "image_inputs", "stored_at"],
@@ -140,6 +150,15 @@ def _statements(dialect: str) -> _Statements:
                 candidate.c.round_id,
                 candidate.c.submitted_at,
                 bindparam("b_columns", type_=columns.c.columns.type),
+            ).where(candidate.c.id == bindparam("b_candidate_id")),
+        ),
+        write_release=insert(release).from_select(
+            ["candidate_id", "round_id", "submitted_at", "line"],
+            select(
+                candidate.c.id,
+                candidate.c.round_id,
+                candidate.c.submitted_at,
+                bindparam("b_line", type_=release.c.line.type),
             ).where(candidate.c.id == bindparam("b_candidate_id")),
         ),
         round_ids=select(_table(RoundRow).c.id).order_by(_table(RoundRow).c.id),
@@ -229,17 +248,24 @@ class SqlRecordStore:
     def kept(self, candidate_ids: Sequence[str]) -> dict[str, KeptRecord]:
         found: dict[str, KeptRecord] = {}
         for chunk in _chunks(candidate_ids):
-            for candidate_id, round_id, record, images, columns in self._connection.execute(
+            for candidate_id, round_id, record, images, columns, line in self._connection.execute(
                 self._statements.kept, {"candidate_ids": list(chunk)}
             ):
-                packed = b"" if columns is None else bytes(columns)
-                found[candidate_id] = KeptRecord(candidate_id, int(round_id), bytes(record), images, packed)
+                found[candidate_id] = KeptRecord(
+                    candidate_id,
+                    int(round_id),
+                    bytes(record),
+                    images,
+                    b"" if columns is None else bytes(columns),
+                    b"" if line is None else bytes(line),
+                )
         return found
 
     def replace(self, removed: Sequence[str], written: Sequence[KeptRecord]) -> None:
         for chunk in _chunks([*removed, *(r.candidate_id for r in written)]):
             self._connection.execute(self._statements.remove, {"candidate_ids": list(chunk)})
             self._connection.execute(self._statements.remove_columns, {"candidate_ids": list(chunk)})
+            self._connection.execute(self._statements.remove_release, {"candidate_ids": list(chunk)})
         if written:
             now = utcnow()
             self._connection.execute(
@@ -257,6 +283,10 @@ class SqlRecordStore:
             self._connection.execute(
                 self._statements.write_columns,
                 [{"b_candidate_id": r.candidate_id, "b_columns": r.columns} for r in written],
+            )
+            self._connection.execute(
+                self._statements.write_release,
+                [{"b_candidate_id": r.candidate_id, "b_line": r.release_line} for r in written],
             )
 
     def round_ids(self) -> list[int]:

@@ -607,6 +607,24 @@ class DatasetRecordColumnsRow(SQLModel, table=True):
     columns: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
 
 
+class DatasetRecordReleaseRow(SQLModel, table=True):
+    """A kept record's release line (``kept_release_line`` of :mod:`dynaval.domain.releases.rows`),
+    written with its record in the same transaction: a release build reads the round's lines in the
+    same order as the records, without decoding any record or making its row again. A table of its
+    own, as the Parquet values are, so that an export's reads stay as short as its values."""
+
+    __tablename__ = "dataset_record_release"
+    __table_args__ = (
+        Index("ix_dataset_record_release_round_order", "round_id", "submitted_at", "candidate_id"),
+    )
+
+    candidate_id: str = Field(primary_key=True, max_length=36)
+    round_id: int = Field(foreign_key="round.id")
+    submitted_at: datetime
+    """The candidate's, copied as stored (the order key, as ``dataset_record``'s)."""
+    line: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+
+
 class DatasetRecordStaleRow(SQLModel, table=True):
     """A candidate whose record must be written again: the database's triggers add one for every
     change to an accepted candidate, its annotations or its capture, whatever wrote it; the unit of

@@ -168,6 +168,11 @@ def release_path(ref: str) -> str:
     return f"{RELEASE_FOLDER}/{sha_of(ref)}.png"
 
 
+def is_release_path(value: str) -> bool:
+    """Whether ``value`` is where a release keeps an image (``images/<sha256>.png``)."""
+    return _RELEASE_PATH.fullmatch(value) is not None
+
+
 def sha_of_release_path(path: str) -> str:
     """The hex SHA-256 a release's image path names (``ValueError`` for any other value)."""
     found = _RELEASE_PATH.fullmatch(path)

@@ -70,6 +70,10 @@ class KeptRecord:
     columns: bytes
     """The record's Parquet values, packed (``pack_columns(kept_columns(record))`` of
     :mod:`.stored_record`); empty where a record was kept without them, by an earlier version."""
+    release_line: bytes = b""
+    """The record's release line (``kept_release_line(record)`` of
+    :mod:`dynaval.domain.releases.rows`); empty where a record was kept without one, by an earlier
+    version."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,11 @@ class DatasetReads(Protocol):
     def kept_columns(self, round_id: int, round_values: RoundValues) -> Iterator[ColumnPage]:
         """The round's kept records as Parquet columns, a page at a time, in submission order, with
         ``round_values`` filled in (and the ``round`` column added)."""
+
+    def kept_release_lines(self, round_id: int) -> Iterator[KeptLines] | None:
+        """The round's kept release lines (each with its newline), a page at a time, in submission
+        order, holes and all; None when some kept record of the round has none (kept by an earlier
+        version, and not written again since): then a build makes its rows from the records."""
 
     def any_stale(self, round_id: int) -> bool:
         """Whether any of the round's records is marked stale, read without a write transaction."""

@@ -16,13 +16,15 @@ record format. :func:`bring_round_up_to_date` writes a round's records that are 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from dynaval.domain.errors import NotFound
+from dynaval.domain.releases.rows import kept_release_line
 from dynaval.service_layer.dataset_records.dataset_port import DatasetReads, KeptRecord, RecordStore
 from dynaval.service_layer.dataset_records.record_builder import RecordBuilder
 from dynaval.service_layer.dataset_records.stored_record import (
@@ -34,6 +36,8 @@ from dynaval.service_layer.dataset_records.stored_record import (
 
 if TYPE_CHECKING:
     from dynaval.settings import Settings
+
+log = logging.getLogger(__name__)
 
 CHUNK = 2000
 """Candidates written per transaction by a rebuild or a catch-up."""
@@ -111,8 +115,22 @@ def _built(store: RecordStore, settings: Settings, ids: Sequence[str]) -> dict[s
                 record=stored_form(record),
                 image_inputs=orjson.dumps(images, option=orjson.OPT_SORT_KEYS).decode() if images else None,
                 columns=pack_columns(kept_columns(record)),
+                release_line=_release_line(record),
             )
     return built
+
+
+def _release_line(record: dict[str, Any]) -> bytes:
+    """The record's kept release line; a record no release row can be made of (none is known) keeps
+    a line that names only its example, which a build makes from the record instead (and fails on
+    there, as it would have), rather than this commit failing and its decision with it."""
+    try:
+        return kept_release_line(record)
+    except (KeyError, TypeError, ValueError):
+        log.warning(
+            "no release line kept for %s: a release makes its row from its record", record["example_id"]
+        )
+        return orjson.dumps({"example_id": record["example_id"]})
 
 
 def bring_round_up_to_date(reads: DatasetReads, settings: Settings, round_id: int) -> int:

@@ -151,6 +151,24 @@ def iter_round_dataset_pages(services: DatasetServices, round_id: int) -> Iterat
     )
 
 
+def kept_release_pages(
+    services: DatasetServices, round_id: int
+) -> tuple[RoundHeader, Iterator[bytes]] | None:
+    """The round as it is now, and its kept release lines (each with its newline), a page at a time,
+    in submission order, holes and all (``kept_release_line`` of
+    :mod:`dynaval.domain.releases.rows`); the round's stale records are written first. None when
+    some record of the round has no release line kept (kept by an earlier version): its rows are
+    then made from the records (:func:`iter_round_dataset_pages`). An unknown round raises
+    :class:`NotFound` here."""
+    query = _query(services)
+    header = _round(query, round_id)
+    bring_round_up_to_date(query, services.settings, round_id)
+    pages = query.kept_release_lines(round_id)
+    if pages is None:
+        return None
+    return header, (page.lines for page in pages)
+
+
 def built_round_dataset_pages(services: DatasetServices, round_id: int) -> Iterator[list[dict[str, Any]]]:
     """The records as the builder makes them now from the stored candidates and votes, without the
     kept records: the reference the kept ones are checked against."""

@@ -2,14 +2,15 @@
 
 ``create_release`` checks the request (frozen rounds of one task type, a new version), finds the
 parent (the newest release of the task type whose rounds are all among the requested ones: its
-splits are kept unchanged), reads each round's accepted examples once into a scratch file of
-release rows (their figures taken as integer columns, :mod:`dynaval.domain.releases.build_tally`),
-counts each round's figures while the near-duplicate index finds its pairs, places every example
+splits are kept unchanged), reads each round's accepted examples once (the release lines kept with
+the round dataset's records, :func:`_rows`) into a scratch file of release rows (their figures
+taken as integer columns, :mod:`dynaval.domain.releases.build_tally`), counts each round's figures
+while the near-duplicate index finds its pairs, places every example
 (:mod:`dynaval.domain.releases.splits`), copies each placed line into the files
-(:mod:`dynaval.adapters.files.release_files`), writes the manifest and the card, and then stores the release,
-where it put each example, and the writers it placed for the first time. The files are built in a
-scratch folder and renamed into place before the database commit; a failure on the way removes
-them, so a release is either whole (files and rows) or absent.
+(:mod:`dynaval.adapters.files.release_files`), writes the manifest and the card, and then stores
+the release, where it put each example, and the writers it placed for the first time. The files are
+built in a scratch folder and renamed into place before the database commit; a failure on the way
+removes them, so a release is either whole (files and rows) or absent.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from __future__ import annotations
 import logging
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from dynaval import __version__
 from dynaval.domain.agreement.report import round_alpha
@@ -42,13 +45,23 @@ from dynaval.domain.releases.release import (
     check_version,
     text_keys,
 )
-from dynaval.domain.releases.rows import canonical_line, release_row
+from dynaval.domain.releases.rows import (
+    canonical_line,
+    holds_fields,
+    release_line_fills,
+    release_row,
+    with_validators,
+)
 from dynaval.domain.releases.splits import NEAR_DUPLICATE, SplitInput, SplitPlan, plan_splits
 from dynaval.domain.task_type import TaskType
 from dynaval.domain.validation.metrics import round_counts
 from dynaval.domain.validation.policy import RULE_VERSION
 from dynaval.domain.validation.round import Round
-from dynaval.service_layer.dataset_records.round_dataset import iter_round_dataset_pages
+from dynaval.service_layer.dataset_records.round_dataset import (
+    iter_round_dataset_pages,
+    kept_release_pages,
+    provenance_record,
+)
 from dynaval.service_layer.files import ReleaseStaging, WrittenFile
 from dynaval.service_layer.health.release_leaks import LeakScan
 from dynaval.service_layer.images import stored_images
@@ -186,31 +199,80 @@ def _round_figures(services: Services, round_: Round, seed: int) -> dict[str, An
     }
 
 
-def _rows(services: Services, plan: _Plan) -> Iterator[dict[str, Any]]:
-    """Every accepted example of the plan's rounds, as release rows."""
+def _rows(services: Services, plan: _Plan) -> Iterator[tuple[dict[str, Any], bytes]]:
+    """Every accepted example of the plan's rounds, as release rows with their canonical lines.
+
+    The lines kept with the records are read as they are, their holes filled a page at a time; a
+    row is decoded for its figures, and made again only where an annotator's exclusion or the
+    writer's own account changes whose votes count (or, rarely, where the kept line's fields are
+    not the task type's: then from its record). A round whose records are not all kept with a line
+    has its rows made from its records."""
     secret = services.settings.pseudonym_secret
     own_accounts = {
         writer_pseudonym(secret, writer_id, None): pseudonym(secret, "annotator", annotator_id)
         for writer_id, annotator_id in services.writer_annotators().items()
     }
     task_type = services.catalog.get(plan.task_type)
-    fields, image_fields = task_type.data_fields, _image_fields(task_type)
     for round_ in plan.rounds:
         assert round_.id is not None
         with services.uow(read_only=True) as uow:
             excluded = {pseudonym(secret, "annotator", raw) for raw in uow.annotators.excluded(round_.id)}
-        for page in iter_round_dataset_pages(services, round_.id):
-            for record in page:
-                yield release_row(
-                    record,
-                    round_index=plan.indices[round_.id],
-                    fields=fields,
-                    image_fields=image_fields,
-                    excluded_annotators=excluded,
-                    writer_annotator=own_accounts.get(record["writer"])
-                    if record["collected_by"] is None
-                    else None,
-                )
+        rules = _RowRules(
+            plan.indices[round_.id], task_type.data_fields, _image_fields(task_type), excluded, own_accounts
+        )
+        kept = kept_release_pages(services, round_.id)
+        if kept is None:
+            for page in iter_round_dataset_pages(services, round_.id):
+                for record in page:
+                    row = rules.from_record(record)
+                    yield row, canonical_line(row)
+            continue
+        header, pages = kept
+        fills = release_line_fills(
+            round_index=rules.round_index, round_name=header.name, project_id=header.label_studio_project_id
+        ).items()
+        loads = orjson.loads
+        for chunk in pages:
+            for hole, value in fills:
+                chunk = chunk.replace(hole, value)
+            for line in chunk.split(b"\n")[:-1]:
+                row = loads(line)
+                if not holds_fields(row, rules.fields, rules.image_fields):
+                    row = rules.from_record(provenance_record(services, row["example_id"]))
+                    line = canonical_line(row)
+                elif with_validators(
+                    row, excluded_annotators=rules.excluded, writer_annotator=rules.writer_annotator(row)
+                ):
+                    line = canonical_line(row)
+                yield row, line
+
+
+@dataclass(frozen=True)
+class _RowRules:
+    """How one round's examples become release rows."""
+
+    round_index: int
+    fields: tuple[str, ...]
+    image_fields: tuple[str, ...]
+    excluded: set[str]
+    """The round's excluded annotators' pseudonyms: their votes do not count."""
+    own_accounts: dict[str, str]
+    """The pseudonyms of the writers with a Label Studio account of their own: that account's."""
+
+    def writer_annotator(self, row: Mapping[str, Any]) -> str | None:
+        """The pseudonym of the Label Studio account of the row's (or record's) writer, if any: a
+        collector's writer has none."""
+        return self.own_accounts.get(row["writer"]) if row["collected_by"] is None else None
+
+    def from_record(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        return release_row(
+            record,
+            round_index=self.round_index,
+            fields=self.fields,
+            image_fields=self.image_fields,
+            excluded_annotators=self.excluded,
+            writer_annotator=self.writer_annotator(record),
+        )
 
 
 def create_release(services: Services, request: ReleaseRequest, progress: Progress | None = None) -> Release:
@@ -312,8 +374,7 @@ def _place(
     tally = BuildTally(task_type.labels)
     scratch_rows = services.release_files.scratch_rows(rows_file)  # written on a thread beside the reading
     try:
-        for read, row in enumerate(_rows(services, plan), start=1):
-            line = canonical_line(row)
+        for read, (row, line) in enumerate(_rows(services, plan), start=1):
             scratch_rows.add(line)
             tally.add(row)
             inputs.append(_split_input(row, fields))
