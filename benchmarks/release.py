@@ -23,10 +23,11 @@ With ``--phases`` (the default) the create child also times its phases by wrappi
 functions: reading the rows from the database and shaping them (``_rows``), placing them
 (``plan_splits``), the service's round figures (``_round_figures``: counts and the round's alpha),
 the near-duplicate pairs (``LeakScan.clusters``: waiting for the index's answer, and grouping it),
-the released rows' alpha (``PlacedFigures.round_figures``), the files' finishing once the last row
-is handed to them (``ReleaseWriter.close``), storing the release in the database (``_store``) and
-the copy to ``--out`` (``copy_release``); the rest is mostly the second pass over the rows (each
-row copied to its split's files).
+the released rows' alpha (``PlacedFigures.round_figures``), the second pass (``_write_splits``: each
+placed line copied to its split's files, and the files finished), storing the release in the
+database (``_store``) and the copy to ``--out`` (``copy_release``); the rest is mostly the first
+pass's work beyond reading each row (its scratch line, its codes, its placement input, its texts
+handed to the near-duplicate index), then the manifest and the card.
 Each release (the copy and the one kept in the data folder) is removed after its repeat.
 
 A build of over 20,000 rows hashes its MinHash index in a child process of its own
@@ -96,7 +97,6 @@ if os.environ.get("BENCH_PHASES"):
     def note(label, begun):
         phases[label] = phases.get(label, 0.0) + time.perf_counter() - begun
         peaks[label] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    from dynaval.adapters.files import release_files
     from dynaval.domain.releases import build_tally
     from dynaval.service_layer.releases import catalog, releases
 
@@ -130,7 +130,7 @@ if os.environ.get("BENCH_PHASES"):
     timed(releases, "_round_figures", "round figures (service counts, alpha)")
     timed(build_tally.PlacedFigures, "round_figures", "released rows' alpha")
     timed(releases.LeakScan, "clusters", "near-duplicate pairs (the index's answer)")
-    timed(release_files.ReleaseWriter, "close", "files finishing (after the last row)")
+    timed(releases, "_write_splits", "second pass (each placed line to its split's files)")
     timed(releases, "_store", "store release (database)")
     timed(catalog, "copy_release", "copy to --out")
 
@@ -345,7 +345,7 @@ def main() -> None:
                     f"{label} {s:.1f} s (peak {create.peaks[label]:.0f} MB)"
                     for label, s in create.phases.items()
                 ]
-                parts.append(f"second pass and the rest {create.seconds - measured:.1f} s")
+                parts.append(f"the rest of the first pass, and the rest {create.seconds - measured:.1f} s")
                 print("     phases: " + "; ".join(parts), flush=True)
             shutil.rmtree(out)
             shutil.rmtree(folder / "releases" / f"{name}-1.0.{n}", ignore_errors=True)
@@ -389,7 +389,7 @@ def main() -> None:
                     f"  {label:40} {seconds:7.1f} s {max(r.peaks.get(label, 0.0) for r in creates):6.0f} MB"
                 )
             rest = statistics.median(r.seconds - sum(r.phases.values()) for r in creates)
-            print(f"  {'second pass and the rest':40} {rest:7.1f} s")
+            print(f"  {'the rest of the first pass, and the rest':40} {rest:7.1f} s")
             beside = [r.index_process for r in creates if r.index_process]
             if beside:
                 child = max(b["child_mb"] for b in beside)
