@@ -140,6 +140,28 @@ def test_verify_names_a_near_duplicate_planted_across_splits(services: Services,
     ] == pairs
 
 
+def test_verify_with_its_index_in_a_process_of_its_own_names_the_same_pair(
+    services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large release's verify hashes its rows in a child process while it reads them and hashes
+    the files: the pair it names is the one the in-process index names, and the child has ended."""
+    tampered, pairs = planted_across_splits(services, tmp_path, TRICK, TRICK.replace("loud", "quiet"))
+    monkeypatch.setattr(minhash_process, "START_AFTER_ROWS", 1)
+    children: list[int] = []
+    close = minhash_process.MinHashProcess.close
+
+    def noted_close(index: minhash_process.MinHashProcess) -> None:
+        if index.pid is not None:
+            children.append(index.pid)
+        close(index)
+
+    monkeypatch.setattr(minhash_process.MinHashProcess, "close", noted_close)
+    findings = verify_release(tampered, offline_services())
+    assert [f for f in findings if f.startswith("near-duplicates: ")] == pairs
+    assert "manifest: near_duplicates.across_splits.pairs says 0, the rows give 1" in findings
+    assert len(children) == 1 and not Path(f"/proc/{children[0]}").exists()
+
+
 def test_verify_without_the_encoder_finds_the_lexical_pairs_in_one_pass(
     services: Services, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -212,8 +234,9 @@ def test_a_train_example_near_an_earlier_releases_test_example_is_withheld(servi
 def test_a_release_hashed_in_a_process_of_its_own_withholds_the_same_copy(
     services: Services, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A large release's MinHash index runs in a child process; here a small one's is sent there
-    from its first row, with an earlier release's test rows added after the release's own."""
+    """A large release's MinHash index runs in a child process, at build and at verify; here a small
+    one's is sent there from its first row, with an earlier release's test rows added after the
+    release's own."""
     monkeypatch.setattr(minhash_process, "START_AFTER_ROWS", 1)
     children: list[tuple[int, float | None]] = []
     close = minhash_process.MinHashProcess.close
@@ -226,7 +249,8 @@ def test_a_release_hashed_in_a_process_of_its_own_withholds_the_same_copy(
     monkeypatch.setattr(minhash_process.MinHashProcess, "close", noted_close)
     manifest = copied_from_an_earlier_test(services, TRICK, TRICK.replace("music", "sound"))
     assert manifest["near_duplicates"]["earlier_tests"]["pairs"] == 0
-    assert len(children) == 2  # both releases' indexes went to a child, which answered
+    # Both releases' indexes went to a child, which answered, and so did the verify's of the second.
+    assert len(children) == 3
     assert all(peak is not None for _pid, peak in children)
     assert all(not Path(f"/proc/{pid}").exists() for pid, _peak in children)  # and has ended
 

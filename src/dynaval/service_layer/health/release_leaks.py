@@ -80,7 +80,32 @@ class FilteringIndex(Protocol):
 
     def add_inputs(self, key: str, inputs: Mapping[str, Any], fields: Sequence[str]) -> None: ...
 
+    def ask(self) -> None: ...
+
     def pairs(self, keep: Callable[[str, str], bool] = ...) -> Iterable[tuple[str, str, float]]: ...
+
+    def close(self) -> None: ...
+
+
+class KeptPairs:
+    """A :class:`ReleaseIndex` (a lexical index that may work in a process of its own, and gives
+    all its pairs) as a :class:`FilteringIndex`: its pairs are kept to some once found. They are
+    the in-process index's ``pairs(keep)``, in the same order: keeping a pair there only skips it."""
+
+    def __init__(self, index: ReleaseIndex) -> None:
+        self.index = index
+
+    def add_inputs(self, key: str, inputs: Mapping[str, Any], fields: Sequence[str]) -> None:
+        self.index.add_inputs(key, inputs, fields)
+
+    def ask(self) -> None:
+        self.index.ask()
+
+    def pairs(self, keep: Callable[[str, str], bool] = lambda _a, _b: True) -> list[tuple[str, str, float]]:
+        return [pair for pair in self.index.pairs() if keep(pair[0], pair[1])]
+
+    def close(self) -> None:
+        self.index.close()
 
 
 class CrossSplitScan:
@@ -114,6 +139,18 @@ class CrossSplitScan:
         self._index.add_inputs(example_id, row, self._fields)  # texts kept, not shingle sets
         if self._vectors is not None:
             self._vectors.add(example_id, row)
+
+    def ask(self) -> None:
+        """Every row is added: the lexical index may start finding its pairs beside the caller."""
+        self._index.ask()
+
+    def close(self) -> None:
+        """End the index (its process, if it has one)."""
+        self._index.close()
+
+    def split_of(self, example_id: str) -> str | None:
+        """The split an added row is in (None: no such row)."""
+        return self._splits.get(example_id)
 
     def _crossing(self, a: str, b: str) -> bool:
         return split_kind_of(self._splits[a]) is not split_kind_of(self._splits[b])

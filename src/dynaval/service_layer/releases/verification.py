@@ -1,5 +1,6 @@
 """``dynaval release verify DIR``: the checks that ship with a release, run on its directory alone
-(offline: no service, no database, no network).
+(offline: no service, no database, no network). A large release's lexical near-duplicate index
+hashes its rows in a process of its own while the rows are read and the files hashed.
 
 Each failed check is one line naming what failed: a file's hash or row count against the manifest,
 the content hash, duplicate ids, a writer or a text in two kinds of split, a writer among their own
@@ -29,7 +30,7 @@ from dynaval.domain.releases.checks import ReleaseTally
 from dynaval.domain.releases.release import CARD, MANIFEST, SplitRule, format_problem
 from dynaval.domain.wording import counted
 from dynaval.service_layer.files import FileServices, ReleaseReader, ReleaseUnreadable
-from dynaval.service_layer.health.release_leaks import CrossSplitScan
+from dynaval.service_layer.health.release_leaks import CrossSplitScan, KeptPairs
 
 MAX_PAIR_LINES = 200
 """Pairs named one per line; beyond this, one line counts the rest."""
@@ -61,15 +62,30 @@ def verify_release(root: Path, files: FileServices) -> list[str]:
         return [f"manifest: {exc}"]
     except (KeyError, TypeError, ValueError) as exc:
         return [f"manifest: missing or malformed entry ({exc})"]
-    findings = list(_file_findings(reader, root, manifest))
-    findings += _image_file_findings(reader, root, manifest) if rules.image_fields else []
+    scan = _near_duplicate_scan(rules, files, root)
+    try:
+        return _findings(reader, root, manifest, rules, scan)
+    finally:
+        scan.close()  # the index's process ends, its pairs found or not
+
+
+def _findings(
+    reader: ReleaseReader, root: Path, manifest: Mapping[str, Any], rules: _Rules, scan: CrossSplitScan
+) -> list[str]:
+    """The rows are read first, into the tally and the near-duplicate scan, whose index (a large
+    release's, in a process of its own) then finds its pairs while the files are hashed."""
     tally = ReleaseTally(fields=rules.fields, labels=rules.labels, rule=rules.split)
-    texts: list[tuple[str, str, dict[str, Any]]] = []
+    images: list[tuple[str, dict[str, Any]]] = []
+    row_findings: list[str] = []
     for split, jsonl, shards in _split_files(manifest):
         if reader.is_file(root / jsonl):  # a missing one is named by the file checks
-            findings += _split_findings(
-                reader, root, (split, jsonl, shards), rules.fields, tally, texts, rules.image_fields
+            row_findings += _split_findings(
+                reader, root, (split, jsonl, shards), rules.fields, tally, scan, images, rules.image_fields
             )
+    scan.ask()
+    findings = list(_file_findings(reader, root, manifest))
+    findings += _image_file_findings(reader, root, manifest) if rules.image_fields else []
+    findings += row_findings
     findings += tally.findings()
     if tally.content_hash() != manifest.get("content_hash"):
         stated_hash = manifest.get("content_hash")
@@ -80,8 +96,8 @@ def verify_release(root: Path, files: FileServices) -> list[str]:
     released = {str(i): f for i, f in tally.round_figures(rules.split.seed).items()}
     stated = {str(r.get("index")): r.get("released") for r in manifest.get("rounds", [])}
     findings += _figure_findings("rounds.released", stated, released)
-    findings += _row_image_findings(manifest, texts, rules)
-    findings += _near_duplicate_findings(manifest, texts, rules, files, root)
+    findings += _row_image_findings(manifest, images, rules)
+    findings += _near_duplicate_findings(manifest, scan, rules)
     findings += _card_findings(reader.read_card(root), manifest)
     return findings
 
@@ -108,11 +124,13 @@ def _split_findings(
     split_files: tuple[str, str, list[str]],
     fields: list[str],
     tally: ReleaseTally,
-    texts: list[tuple[str, str, dict[str, Any]]],
+    scan: CrossSplitScan,
+    images: list[tuple[str, dict[str, Any]]],
     image_fields: Sequence[str] = (),
 ) -> list[str]:
-    """One split's rows into ``tally`` and ``texts``; what is wrong with its files (an image field's
-    bytes in the Parquet files must be the image the JSONL points to)."""
+    """One split's rows into ``tally`` and ``scan`` (and their images into ``images``); what is
+    wrong with its files (an image field's bytes in the Parquet files must be the image the JSONL
+    points to)."""
     split, jsonl, shards = split_files
     ids: list[str] = []
     jsonl_images: list[str] = []
@@ -120,8 +138,10 @@ def _split_findings(
         for line, row in reader.iter_rows(root / jsonl):
             tally.add(split, line, row)
             ids.append(row["example_id"])
-            texts.append((row["example_id"], split, {name: row.get(name) for name in fields}))
-            jsonl_images += [str(row.get(name)) for name in image_fields]
+            scan.add(row["example_id"], split, {name: row.get(name) for name in fields})
+            if image_fields:
+                images.append((row["example_id"], {name: row.get(name) for name in image_fields}))
+                jsonl_images += [str(row.get(name)) for name in image_fields]
     except (ValueError, KeyError, TypeError) as exc:
         return [f"rows: {jsonl} has a malformed row ({exc})"]
     findings: list[str] = []
@@ -149,24 +169,21 @@ def _split_findings(
     return findings
 
 
-def _near_duplicate_findings(
-    manifest: Mapping[str, Any],
-    texts: list[tuple[str, str, dict[str, Any]]],
-    rules: _Rules,
-    files: FileServices,
-    root: Path,
-) -> list[str]:
-    unchecked: list[str] = []
-    rule, semantic = rules.near, rules.semantic
+def _near_duplicate_scan(rules: _Rules, files: FileServices, root: Path) -> CrossSplitScan:
+    """The scan for near-duplicates across kinds of split: an image task type's by the images' looks;
+    a text one's with the lexical index that hashes a large release in a process of its own."""
     if rules.image_fields:
         index = ImagePairIndex(rules.images, _fingerprints_in(files, root))
-        scan = CrossSplitScan(
-            rules.fields, rule, None, encoder=files.encoder, index=index, index_kind="perceptual"
+        return CrossSplitScan(
+            rules.fields, rules.near, None, encoder=files.encoder, index=index, index_kind="perceptual"
         )
-    else:
-        scan = CrossSplitScan(rules.fields, rule, semantic, encoder=files.encoder)
-    for example_id, split, row in texts:
-        scan.add(example_id, split, row)
+    lexical = KeptPairs(files.release_index(rules.near))
+    return CrossSplitScan(rules.fields, rules.near, rules.semantic, encoder=files.encoder, index=lexical)
+
+
+def _near_duplicate_findings(manifest: Mapping[str, Any], scan: CrossSplitScan, rules: _Rules) -> list[str]:
+    unchecked: list[str] = []
+    rule, semantic = rules.near, rules.semantic
     try:
         pairs = scan.pairs()
     except (InvalidInput, ImportError) as exc:
@@ -197,9 +214,8 @@ def _near_duplicate_findings(
                 f"manifest: near_duplicates.across_splits.pairs says {_short(said)}, "
                 f"the rows give {len(pairs)}"
             )
-        train = {example_id for example_id, split, _row in texts if split.startswith("train_")}
         for entry in (stated.get("earlier_tests") or {}).get("listed", []):
-            if entry.get("example_id") not in train:
+            if not str(scan.split_of(str(entry.get("example_id"))) or "").startswith("train_"):
                 findings.append(
                     f"manifest: near_duplicates.earlier_tests lists {_short(entry.get('example_id'))}, "
                     "which is in no train split"
@@ -254,13 +270,13 @@ def _image_file_findings(reader: ReleaseReader, root: Path, manifest: Mapping[st
 
 
 def _row_image_findings(
-    manifest: Mapping[str, Any], texts: list[tuple[str, str, dict[str, Any]]], rules: _Rules
+    manifest: Mapping[str, Any], images: list[tuple[str, dict[str, Any]]], rules: _Rules
 ) -> list[str]:
     """Every row's image is one the manifest lists."""
     listed = {str(entry.get("path")) for entry in manifest.get("images") or []}
     missing = [
         (example_id, row.get(name))
-        for example_id, _split, row in texts
+        for example_id, row in images
         for name in rules.image_fields
         if row.get(name) not in listed
     ]
