@@ -132,35 +132,11 @@ def _statements(dialect: str) -> _Statements:
         remove_columns=delete(columns).where(columns.c.candidate_id.in_(ids)),
         remove_release=delete(release).where(release.c.candidate_id.in_(ids)),
         # The order key is the candidate's own stored value, copied by the database as it is.
-        write=insert(record).from_select(
-            ["candidate_id", "round_id", "submitted_at", "record", "image_inputs", "stored_at"],
-            select(
-                candidate.c.id,
-                candidate.c.round_id,
-                candidate.c.submitted_at,
-                bindparam("b_record", type_=record.c.record.type),
-                bindparam("b_image_inputs", type_=record.c.image_inputs.type),
-                bindparam("b_stored_at", type_=record.c.stored_at.type),
-            ).where(candidate.c.id == bindparam("b_candidate_id")),
+        write=_written_beside(
+            record, candidate, b_record="record", b_image_inputs="image_inputs", b_stored_at="stored_at"
         ),
-        write_columns=insert(columns).from_select(
-            ["candidate_id", "round_id", "submitted_at", "columns"],
-            select(
-                candidate.c.id,
-                candidate.c.round_id,
-                candidate.c.submitted_at,
-                bindparam("b_columns", type_=columns.c.columns.type),
-            ).where(candidate.c.id == bindparam("b_candidate_id")),
-        ),
-        write_release=insert(release).from_select(
-            ["candidate_id", "round_id", "submitted_at", "line"],
-            select(
-                candidate.c.id,
-                candidate.c.round_id,
-                candidate.c.submitted_at,
-                bindparam("b_line", type_=release.c.line.type),
-            ).where(candidate.c.id == bindparam("b_candidate_id")),
-        ),
+        write_columns=_written_beside(columns, candidate, b_columns="columns"),
+        write_release=_written_beside(release, candidate, b_line="line"),
         round_ids=select(_table(RoundRow).c.id).order_by(_table(RoundRow).c.id),
         first_accepted=accepted.order_by(candidate.c.submitted_at, candidate.c.id).limit(limit),
         next_accepted=accepted.where(after_key)
@@ -172,6 +148,21 @@ def _statements(dialect: str) -> _Statements:
             record.c.round_id == bindparam("round_id"),
             or_(candidate.c.id.is_(None), candidate.c.status != "accepted"),
         ),
+    )
+
+
+def _written_beside(table: Any, candidate: Any, **values: str) -> Any:
+    """An insert into ``table`` of a kept row per bound ``b_candidate_id``: the candidate's id, round
+    and order key copied by the database as they are stored, then ``values`` (bind parameter ->
+    column)."""
+    return insert(table).from_select(
+        ["candidate_id", "round_id", "submitted_at", *values.values()],
+        select(
+            candidate.c.id,
+            candidate.c.round_id,
+            candidate.c.submitted_at,
+            *(bindparam(bind, type_=table.c[column].type) for bind, column in values.items()),
+        ).where(candidate.c.id == bindparam("b_candidate_id")),
     )
 
 
