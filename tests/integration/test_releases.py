@@ -8,17 +8,19 @@ through the real Label Studio.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import shutil
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
-from dynaval.adapters.files.release_files import iter_jsonl
+from dynaval.adapters.files.release_files import HashedJsonl, ReleaseFolders, iter_jsonl
 from dynaval.bootstrap import offline_services
 from dynaval.domain.errors import Conflict, InvalidInput
 from dynaval.domain.releases.release import SplitRule, folded_text
@@ -314,6 +316,81 @@ def test_verify_names_each_tampering(services: Services, round_one: int, tmp_pat
     findings = verify_release(moved, offline_services())
     assert any(f.startswith("writers: 1 writer is in two split kinds") for f in findings), findings
     assert any("manifest: splits." in f for f in findings), findings
+
+
+class _CountedReads(ReleaseFolders):
+    """The release files, counting how often a JSONL file is read whole."""
+
+    def __init__(self) -> None:
+        self.reads: Counter[str] = Counter()
+
+    def iter_rows(self, path: Path) -> Iterator[tuple[bytes, dict[str, Any]]]:
+        self.reads[path.name] += 1
+        return super().iter_rows(path)
+
+    def hashed_rows(self, path: Path) -> HashedJsonl:
+        self.reads[path.name] += 1
+        return super().hashed_rows(path)
+
+    def file_sha256(self, path: Path) -> str:
+        if path.suffix == ".jsonl":
+            self.reads[path.name] += 1
+        return super().file_sha256(path)
+
+
+def test_verify_reads_each_jsonl_file_once_and_names_damaged_files(
+    services: Services, round_one: int, tmp_path: Path
+) -> None:
+    root = release(services, [round_one], "1.0.0")
+    counted = _CountedReads()
+    files = dataclasses.replace(offline_services(), release_files=counted)
+    assert verify_release(root, files) == []
+    assert counted.reads == {"train_r1.jsonl": 1, "dev_r1.jsonl": 1, "test_r1.jsonl": 1}
+
+    # A blank line: the same rows, another file.
+    blank = tmp_path / "blank"
+    shutil.copytree(root, blank)
+    jsonl = blank / "jsonl" / "dev_r1.jsonl"
+    jsonl.write_bytes(b"\n" + jsonl.read_bytes())
+    assert verify_release(blank, offline_services()) == [
+        "file jsonl/dev_r1.jsonl: SHA-256 differs from the manifest's"
+    ]
+
+    # A malformed line: named as such, and the file as unreadable.
+    broken = tmp_path / "broken"
+    shutil.copytree(root, broken)
+    jsonl = broken / "jsonl" / "test_r1.jsonl"
+    jsonl.write_bytes(jsonl.read_bytes() + b"{not json\n")
+    findings = verify_release(broken, offline_services())
+    assert "file jsonl/test_r1.jsonl: SHA-256 differs from the manifest's" in findings, findings
+    assert "file jsonl/test_r1.jsonl: cannot be read (JSONDecodeError)" in findings, findings
+    assert any(f.startswith("rows: jsonl/test_r1.jsonl has a malformed row") for f in findings), findings
+
+    # A cut Parquet shard: named, and its rows are not compared.
+    cut = tmp_path / "cut"
+    shutil.copytree(root, cut)
+    shard = next((cut / "data").glob("train_r1-*.parquet"))
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    findings = verify_release(cut, offline_services())
+    assert f"rows: data/{shard.name} cannot be read as Parquet (ArrowInvalid)" in findings, findings
+    assert f"file data/{shard.name}: cannot be read (ArrowInvalid)" in findings, findings
+    assert not any("do not hold the rows" in f for f in findings), findings
+
+    # The rows of a shard in another order, its hashes rewritten: the order is checked.
+    turned = tmp_path / "turned"
+    shutil.copytree(root, turned)
+    shard = next((turned / "data").glob("train_r1-*.parquet"))
+    table = pq.read_table(shard)
+    pq.write_table(table.take(list(reversed(range(table.num_rows)))), shard)
+    manifest = json.loads((turned / "manifest.json").read_text())
+    for entry in manifest["files"]:
+        if entry["path"] == f"data/{shard.name}":
+            entry["sha256"] = ReleaseFolders().file_sha256(shard)
+    (turned / "manifest.json").write_text(json.dumps(manifest))
+    findings = verify_release(turned, offline_services())
+    assert "rows: the Parquet files of train_r1 do not hold the rows of jsonl/train_r1.jsonl, in order" in (
+        findings
+    ), findings
 
 
 def test_the_commands_create_and_verify(

@@ -181,3 +181,26 @@ def test_the_fields_stay_the_same() -> None:
     with pytest.raises(ValueError, match="same fields"):
         index.add_inputs("b", {"premise": "x", "hypothesis": "y"}, NLI)
     index.close()
+
+
+@pytest.mark.parametrize("start_after", [50, 10_000], ids=["child process", "in process"])
+def test_rows_of_one_side_are_not_paired_and_the_rest_are_as_before(start_after: int) -> None:
+    """``release verify`` gives each row its kind of split as its side: the pairs are every pair
+    across sides, in the same order, and none within one."""
+    rule = NearDuplicateRule(threshold=0.6)
+    examples = rows(3_000, seed=5)
+    sides = {key: random.Random(key).choice([0, 0, 0, 1, 2]) for key, _inputs in examples}
+    expected = [p for p in in_process_pairs(examples, rule) if sides[p[0]] != sides[p[1]]]
+    assert len(expected) > 50
+    in_process = MinHashIndex(rule)
+    index = MinHashProcess(rule, start_after=start_after)
+    try:
+        for key, inputs in examples:
+            in_process.add_inputs(key, inputs, NLI, sides[key])
+            index.add_inputs(key, inputs, NLI, sides[key])
+        assert list(in_process.pairs()) == expected
+        assert index.pairs() == expected
+    finally:
+        index.close()
+    with pytest.raises(ValueError, match="a side is 0 to 127"):
+        MinHashIndex(rule).add_inputs("k", {"premise": "a", "hypothesis": "b"}, NLI, side=200)

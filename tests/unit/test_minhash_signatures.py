@@ -19,8 +19,10 @@ from dynaval.domain.health.near_duplicates import (
     FieldShingles,
     NearDuplicateRule,
     field_shingles,
+    shingles,
     similarity,
     tagged,
+    tagged_texts,
 )
 
 NLI = ["premise", "hypothesis"]
@@ -183,3 +185,21 @@ def test_a_closed_index_lets_go_of_its_examples_and_refuses_more() -> None:
         list(index.pairs())
     with pytest.raises(RuntimeError, match="closed"):
         index.matches(field_shingles(inputs, NLI))
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_tagged_texts_are_the_tagged_shingles_of_each_field(size: int) -> None:
+    rng = random.Random(size)
+    # Whitespace str.split() knows beyond ASCII (NBSP, ideographic space, file separators), text
+    # that NFKC changes, case folding that grows a word, empty and one-word fields.
+    spaces = [" ", "  ", "\t", "\n", "\u00a0", "\u3000", "\x1c", "\u2028", "\u200b"]
+    words = [*WORDS, "Straße", "ǅ", "İstanbul", "x"]
+    for _ in range(400):
+        texts = tuple(
+            rng.choice(["", " "])
+            + "".join(rng.choice(words) + rng.choice(spaces) for _ in range(rng.randrange(5)))
+            for _ in range(rng.randrange(1, 4))
+        )
+        expected = tagged(tuple(shingles(text, size) for text in texts))
+        made = tagged_texts(texts, size)
+        assert sorted(made) == sorted(expected) and len(made) == len(set(made)), texts

@@ -11,7 +11,7 @@ import pytest
 from dynaval.adapters.files.release_files import canonical_line
 from dynaval.domain.agreement.report import round_alpha
 from dynaval.domain.releases.checks import ALPHA_RESAMPLES, ReleaseTally
-from dynaval.domain.releases.release import SplitRule, content_hash, row_digest
+from dynaval.domain.releases.release import SplitRule, content_hash, row_digest, text_keys
 
 LABELS = ["positive", "negative", "neutral"]
 ANNOTATORS = [f"a{i}" for i in range(7)]
@@ -121,3 +121,47 @@ def test_a_figures_only_tally_states_the_same_figures_and_refuses_to_check() -> 
     assert checking.text_kinds and not figures_only.text_kinds and not figures_only.writer_kinds
     with pytest.raises(RuntimeError, match="figures only"):
         figures_only.findings()
+
+
+def test_texts_in_two_kinds_counts_each_shared_text_once_as_a_dict_of_kinds_would() -> None:
+    rng = random.Random(5)
+    fields = ["premise", "hypothesis"]
+    tally = ReleaseTally(fields=fields, labels=LABELS, rule=SplitRule())
+    by_key: dict[str, set[str]] = {}
+    for i in range(3_000):
+        # Few premises and hypotheses, so that many keys repeat, within and across kinds.
+        row = {"premise": f"Premise {rng.randrange(40)}", "hypothesis": f"h {rng.randrange(60)}"}
+        kind = rng.choice(["train", "train", "dev", "test"])
+        tally.add(f"{kind}_r1", canonical_line({"example_id": f"e{i}", **row}), {
+            "example_id": f"e{i}", "round": 1, "label": "positive", "writer": f"w{i}", "votes": [], **row,
+        })  # fmt: skip
+        for key in text_keys(row, fields):
+            by_key.setdefault(key, set()).add(kind)
+    crossing = sum(1 for kinds in by_key.values() if len(kinds) > 1)
+    assert crossing > 0
+    finding = next(f for f in tally.findings() if f.startswith("texts: "))
+    assert finding.startswith(f"texts: {crossing} normalised texts (or first fields) are in two split kinds")
+    # One text in one kind, however often, is no finding; folded texts are the same key.
+    alone = ReleaseTally(fields=["text"], labels=LABELS, rule=SplitRule())
+    for i, text in enumerate(["A  text", "a text", "A TEXT "]):
+        row = {
+            "example_id": f"e{i}",
+            "round": 1,
+            "label": "positive",
+            "writer": "w",
+            "votes": [],
+            "text": text,
+        }
+        alone.add("dev_r1", canonical_line(row), row)
+    assert not any(f.startswith("texts: ") for f in alone.findings())
+    row = {"example_id": "e9", "round": 1, "label": "positive", "writer": "v", "votes": [], "text": "a TEXT"}
+    alone.add("test_r1", canonical_line(row), row)
+    assert "texts: 1 normalised text (or first field) is in two split kinds" in alone.findings()
+
+
+def test_the_content_hash_with_a_repeated_id_orders_its_rows_by_digest() -> None:
+    rows = _rows(random.Random(14), 30)
+    split, row = rows[3]
+    rows.append((split, {**row, "label": "neutral" if row["label"] != "neutral" else "positive"}))
+    expected = content_hash((r["example_id"], row_digest(canonical_line(r))) for _split, r in rows)
+    assert _tally(rows).content_hash() == expected == _tally(list(reversed(rows))).content_hash()

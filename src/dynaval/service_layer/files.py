@@ -79,6 +79,18 @@ class ReleaseStaging(Protocol):
         """Remove the published folder (its release could not be stored)."""
 
 
+class HashedRows(Protocol):
+    """The lines of a JSONL file and their rows, the file read once: once every row has been
+    iterated, its SHA-256 and its number of rows (a row a non-empty line) are known too."""
+
+    sha256: str | None
+    """The file's SHA-256, hex; None until every row has been iterated."""
+    rows: int
+    """The rows iterated so far."""
+
+    def __iter__(self) -> Iterator[tuple[bytes, dict[str, Any]]]: ...
+
+
 class ReleaseReader(Protocol):
     """Reading a release folder, wherever it came from."""
 
@@ -87,6 +99,10 @@ class ReleaseReader(Protocol):
 
     def iter_rows(self, path: Path) -> Iterator[tuple[bytes, dict[str, Any]]]:
         """Each line of a JSONL file (without its newline) and its row."""
+
+    def hashed_rows(self, path: Path) -> HashedRows:
+        """Each line of a JSONL file and its row (as :meth:`iter_rows`), and the file's SHA-256 and
+        number of rows from the same read."""
 
     def file_sha256(self, path: Path) -> str: ...
 

@@ -353,6 +353,41 @@ def iter_jsonl(path: Path) -> Iterator[tuple[bytes, dict[str, Any]]]:
                 yield line, orjson.loads(line)
 
 
+READ_CHUNK_BYTES = 1 << 22
+"""What :class:`HashedJsonl` reads at a time (4 MiB)."""
+
+
+class HashedJsonl:
+    """The rows of a JSONL file (as :func:`iter_jsonl`) and, once all are iterated, the file's
+    SHA-256 and number of rows: the file read once, a chunk at a time, for ``release verify``,
+    which needs all three and read every file twice before (once for its rows, then again for its
+    hash and its count)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sha256: str | None = None
+        self.rows = 0
+
+    def __iter__(self) -> Iterator[tuple[bytes, dict[str, Any]]]:
+        digest = hashlib.sha256()
+        rest = b""
+        with self.path.open("rb") as handle:
+            while chunk := handle.read(READ_CHUNK_BYTES):
+                digest.update(chunk)
+                lines = (rest + chunk).split(b"\n")
+                rest = lines.pop()
+                for line in lines:
+                    if line:
+                        row = orjson.loads(line)
+                        self.rows += 1
+                        yield line, row
+        if rest:
+            row = orjson.loads(rest)
+            self.rows += 1
+            yield rest, row
+        self.sha256 = digest.hexdigest()
+
+
 def iter_lines(path: Path) -> Iterator[bytes]:
     """Each line of a file of lines (one :class:`LineWriter` wrote), without its newline."""
     with path.open("rb") as handle:
@@ -426,6 +461,9 @@ class ReleaseFolders:
 
     def iter_rows(self, path: Path) -> Iterator[tuple[bytes, dict[str, Any]]]:
         return iter_jsonl(path)
+
+    def hashed_rows(self, path: Path) -> HashedJsonl:
+        return HashedJsonl(path)
 
     def file_sha256(self, path: Path) -> str:
         return file_sha256(path)

@@ -46,7 +46,7 @@ EXIT_SECONDS = 10.0
 """How long ``close`` waits for the child to exit after its input ends, before it is killed."""
 
 Pair = tuple[str, str, float]
-_Row = tuple[str, tuple[str, ...]]
+_Row = tuple[str, tuple[str, ...], int | None]
 
 
 class IndexProcessFailed(Unavailable):
@@ -76,8 +76,11 @@ class MinHashProcess:
         """The child's process id; None while the rows are kept in the caller's process."""
         return None if self._child is None else self._child.pid
 
-    def add_inputs(self, key: str, inputs: Mapping[str, Any], fields: Sequence[str]) -> None:
-        """Index the example with these input ``fields`` under ``key`` (as ``MinHashIndex.add_inputs``)."""
+    def add_inputs(
+        self, key: str, inputs: Mapping[str, Any], fields: Sequence[str], side: int | None = None
+    ) -> None:
+        """Index the example with these input ``fields`` under ``key``, of ``side`` (as
+        ``MinHashIndex.add_inputs``)."""
         self._check_open()
         if self._pairs is not None or self._asked:
             raise RuntimeError("the near-duplicate index has been asked for its pairs and takes no more rows")
@@ -85,7 +88,7 @@ class MinHashProcess:
             self._fields = tuple(fields)
         elif tuple(fields) != self._fields:
             raise ValueError("an index's examples added by their inputs have the same fields")
-        self._batch.append((key, tuple(str(inputs.get(name) or "") for name in fields)))
+        self._batch.append((key, tuple(str(inputs.get(name) or "") for name in fields), side))
         if self._child is None:
             if len(self._batch) >= self.start_after:
                 self._start()
@@ -204,8 +207,8 @@ class MinHashProcess:
 
 
 def _add_rows(index: MinHashIndex, fields: Sequence[str], rows: Sequence[_Row]) -> None:
-    for key, texts in rows:
-        index.add_inputs(key, dict(zip(fields, texts, strict=True)), fields)
+    for key, texts, side in rows:
+        index.add_texts(key, texts, fields, side)
 
 
 def _pairs_of(rule: NearDuplicateRule, fields: Sequence[str], rows: Sequence[_Row]) -> list[Pair]:

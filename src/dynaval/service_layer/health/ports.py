@@ -62,7 +62,10 @@ class ReleaseIndex(Protocol):
     :class:`~dynaval.domain.health.minhash.MinHashIndex`, or the same index in a child process
     (:class:`~dynaval.adapters.health.minhash_process.MinHashProcess`)."""
 
-    def add_inputs(self, key: str, inputs: Mapping[str, Any], fields: Sequence[str]) -> None: ...
+    def add_inputs(
+        self, key: str, inputs: Mapping[str, Any], fields: Sequence[str], side: int | None = None
+    ) -> None:
+        """A row; rows given one ``side`` are not paired with each other (None: with every row)."""
 
     def ask(self) -> None:
         """Every row is added: an index that works beside the caller starts finding its pairs now,

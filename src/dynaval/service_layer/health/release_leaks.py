@@ -78,7 +78,11 @@ class FilteringIndex(Protocol):
     the lexical :class:`~dynaval.domain.health.minhash.MinHashIndex`, or an image task type's
     :class:`~dynaval.domain.images.near_copies.ImagePairIndex`."""
 
-    def add_inputs(self, key: str, inputs: Mapping[str, Any], fields: Sequence[str]) -> None: ...
+    def add_inputs(
+        self, key: str, inputs: Mapping[str, Any], fields: Sequence[str], side: int | None = None
+    ) -> None:
+        """A row; ``side`` (a kind of split) lets an index skip the pairs of one side, which
+        ``keep`` refuses anyway (the image index compares every pair)."""
 
     def ask(self) -> None: ...
 
@@ -95,8 +99,10 @@ class KeptPairs:
     def __init__(self, index: ReleaseIndex) -> None:
         self.index = index
 
-    def add_inputs(self, key: str, inputs: Mapping[str, Any], fields: Sequence[str]) -> None:
-        self.index.add_inputs(key, inputs, fields)
+    def add_inputs(
+        self, key: str, inputs: Mapping[str, Any], fields: Sequence[str], side: int | None = None
+    ) -> None:
+        self.index.add_inputs(key, inputs, fields, side)
 
     def ask(self) -> None:
         self.index.ask()
@@ -106,6 +112,9 @@ class KeptPairs:
 
     def close(self) -> None:
         self.index.close()
+
+
+_SIDES = {kind: side for side, kind in enumerate(SplitKind)}
 
 
 class CrossSplitScan:
@@ -136,7 +145,9 @@ class CrossSplitScan:
         if example_id in self._splits:
             return  # a repeated id is the id check's finding
         self._splits[example_id] = split
-        self._index.add_inputs(example_id, row, self._fields)  # texts kept, not shingle sets
+        # Each kind of split a side: the index skips the pairs within one kind, which are not kept.
+        side = _SIDES[split_kind_of(split)]
+        self._index.add_inputs(example_id, row, self._fields, side)  # texts kept, not shingle sets
         if self._vectors is not None:
             self._vectors.add(example_id, row)
 

@@ -77,21 +77,20 @@ def _findings(
     tally = ReleaseTally(fields=rules.fields, labels=rules.labels, rule=rules.split)
     images: list[tuple[str, dict[str, Any]]] = []
     row_findings: list[str] = []
+    read: dict[str, tuple[str, int]] = {}
     for split, jsonl, shards in _split_files(manifest):
         if reader.is_file(root / jsonl):  # a missing one is named by the file checks
             row_findings += _split_findings(
-                reader, root, (split, jsonl, shards), rules.fields, tally, scan, images, rules.image_fields
+                reader, root, (split, jsonl, shards), rules, tally, scan, images, read
             )
     scan.ask()
-    findings = list(_file_findings(reader, root, manifest))
+    findings = list(_file_findings(reader, root, manifest, read))
     findings += _image_file_findings(reader, root, manifest) if rules.image_fields else []
     findings += row_findings
     findings += tally.findings()
-    if tally.content_hash() != manifest.get("content_hash"):
-        stated_hash = manifest.get("content_hash")
-        findings.append(
-            f"content hash: the rows give {tally.content_hash()}, the manifest says {stated_hash}"
-        )
+    given_hash, stated_hash = tally.content_hash(), manifest.get("content_hash")
+    if given_hash != stated_hash:
+        findings.append(f"content hash: the rows give {given_hash}, the manifest says {stated_hash}")
     findings += _figure_findings("splits", manifest.get("splits", {}), tally.split_figures())
     released = {str(i): f for i, f in tally.round_figures(rules.split.seed).items()}
     stated = {str(r.get("index")): r.get("released") for r in manifest.get("rounds", [])}
@@ -122,20 +121,22 @@ def _split_findings(
     reader: ReleaseReader,
     root: Path,
     split_files: tuple[str, str, list[str]],
-    fields: list[str],
+    rules: _Rules,
     tally: ReleaseTally,
     scan: CrossSplitScan,
     images: list[tuple[str, dict[str, Any]]],
-    image_fields: Sequence[str] = (),
+    read: dict[str, tuple[str, int]],
 ) -> list[str]:
     """One split's rows into ``tally`` and ``scan`` (and their images into ``images``); what is
     wrong with its files (an image field's bytes in the Parquet files must be the image the JSONL
-    points to)."""
+    points to). The JSONL file's SHA-256 and rows, from the same read, go into ``read``."""
     split, jsonl, shards = split_files
+    fields, image_fields = rules.fields, rules.image_fields
     ids: list[str] = []
     jsonl_images: list[str] = []
+    rows = reader.hashed_rows(root / jsonl)
     try:
-        for line, row in reader.iter_rows(root / jsonl):
+        for line, row in rows:
             tally.add(split, line, row)
             ids.append(row["example_id"])
             scan.add(row["example_id"], split, {name: row.get(name) for name in fields})
@@ -144,29 +145,52 @@ def _split_findings(
                 jsonl_images += [str(row.get(name)) for name in image_fields]
     except (ValueError, KeyError, TypeError) as exc:
         return [f"rows: {jsonl} has a malformed row ({exc})"]
+    if rows.sha256 is not None:
+        read[jsonl] = (rows.sha256, rows.rows)
     findings: list[str] = []
-    parquet_ids: list[Any] = []
-    parquet_images: list[str] = []
-    for shard in shards:
-        if reader.is_file(root / shard):
-            try:
-                parquet_ids.extend(reader.parquet_column(root / shard, "example_id"))
-                for name in image_fields:
-                    parquet_images += [
-                        _held_image(cell) for cell in reader.parquet_column(root / shard, name)
-                    ]
-            except Exception as exc:  # a damaged file: pyarrow's errors have no common base
-                findings.append(f"rows: {shard} cannot be read as Parquet ({type(exc).__name__})")
-                parquet_ids = ids
-                parquet_images = jsonl_images
-                break
-    if parquet_ids != ids:
+    same_ids = _shards_hold(reader, root, shards, "example_id", ids, findings)
+    if same_ids is False:
         findings.append(f"rows: the Parquet files of {split} do not hold the rows of {jsonl}, in order")
-    if parquet_images != jsonl_images:
+    if (
+        same_ids is not None
+        and image_fields
+        and _shards_hold(reader, root, shards, image_fields, jsonl_images, findings) is False
+    ):
         findings.append(
             f"images: the Parquet files of {split} do not hold the images {jsonl} points to, in order"
         )
     return findings
+
+
+def _shards_hold(
+    reader: ReleaseReader,
+    root: Path,
+    shards: Sequence[str],
+    column: str | Sequence[str],
+    expected: Sequence[str],
+    findings: list[str],
+) -> bool | None:
+    """Whether the shards' ``column`` (its values, in order) is ``expected``: an image column's
+    cells are compared as their images' release paths, several image columns' row by row. A shard
+    at a time, so that no copy of a million ids is held. None where a shard cannot be read as
+    Parquet (named in ``findings``: its rows cannot be compared)."""
+    position = 0
+    for shard in shards:
+        if not reader.is_file(root / shard):
+            continue  # a missing one is named by the file checks
+        try:
+            if isinstance(column, str):
+                values: list[Any] = reader.parquet_column(root / shard, column)
+            else:
+                cells = [reader.parquet_column(root / shard, name) for name in column]
+                values = [_held_image(cell) for row in zip(*cells, strict=True) for cell in row]
+        except Exception as exc:  # a damaged file: pyarrow's errors have no common base
+            findings.append(f"rows: {shard} cannot be read as Parquet ({type(exc).__name__})")
+            return None
+        if values != expected[position : position + len(values)]:
+            return False
+        position += len(values)
+    return position == len(expected)
 
 
 def _near_duplicate_scan(rules: _Rules, files: FileServices, root: Path) -> CrossSplitScan:
@@ -301,7 +325,11 @@ def _split_files(manifest: Mapping[str, Any]) -> Iterator[tuple[str, str, list[s
             yield split, files["jsonl"], sorted(files["parquet"])
 
 
-def _file_findings(reader: ReleaseReader, root: Path, manifest: Mapping[str, Any]) -> Iterator[str]:
+def _file_findings(
+    reader: ReleaseReader, root: Path, manifest: Mapping[str, Any], read: Mapping[str, tuple[str, int]]
+) -> Iterator[str]:
+    """Each file the manifest lists is there, with its SHA-256 and rows, and no other is. A JSONL
+    file whose rows were all read has its SHA-256 and rows from ``read`` (by path), not read again."""
     listed = set()
     for entry in manifest["files"]:
         path = root / entry["path"]
@@ -309,14 +337,16 @@ def _file_findings(reader: ReleaseReader, root: Path, manifest: Mapping[str, Any
         if not reader.is_file(path):
             yield f"file {entry['path']}: missing"
             continue
-        if reader.file_sha256(path) != entry["sha256"]:
+        sha256, rows_read = read.get(entry["path"]) or (None, None)
+        if (sha256 or reader.file_sha256(path)) != entry["sha256"]:
             yield f"file {entry['path']}: SHA-256 differs from the manifest's"
         try:
-            rows = (
-                reader.parquet_rows(path)
-                if path.suffix == ".parquet"
-                else sum(1 for _ in reader.iter_rows(path))
-            )
+            if rows_read is not None:
+                rows = rows_read
+            elif path.suffix == ".parquet":
+                rows = reader.parquet_rows(path)
+            else:
+                rows = sum(1 for _ in reader.iter_rows(path))
         except Exception as exc:  # a damaged file: pyarrow's and orjson's errors have no common base
             yield f"file {entry['path']}: cannot be read ({type(exc).__name__})"
             continue
