@@ -236,8 +236,10 @@ class MinHashIndex:
         self._check_open()
         groups: list[list[int]] = []
         memberships: dict[int, list[int]] = {}
+        # A group of one side holds no pair wanted: left out before any Python work on it.
+        row_sides = np.frombuffer(self._sides, dtype=np.int8).copy()  # the array may grow after
         for band in range(len(self._ranges)):  # one band at a time: each band's sort is freed after it
-            for group in _Band(self._band_column(band)).groups():
+            for group in _Band(self._band_column(band)).groups(row_sides):
                 for row in group:
                     memberships.setdefault(row, []).append(len(groups))
                 groups.append(group)
@@ -314,15 +316,21 @@ class _Band:
         self.order = np.argsort(digests, kind="stable")
         self.sorted = digests[self.order]
 
-    def groups(self) -> Iterator[list[int]]:
-        """The rows (two or more) whose band digests are equal, group by group."""
+    def groups(self, sides: npt.NDArray[np.int8] | None = None) -> Iterator[list[int]]:
+        """The rows (two or more) whose band digests are equal, group by group; given the rows'
+        ``sides``, not a group whose rows are all of one side (-1, no side, pairs with any)."""
         count = len(self.sorted)
         if count < 2:
             return
         edges = np.flatnonzero(self.sorted[1:] != self.sorted[:-1]) + 1
         starts = np.concatenate(([0], edges))
         ends = np.concatenate((edges, [count]))
-        for shared in np.flatnonzero(ends - starts >= 2):
+        wanted = ends - starts >= 2
+        if sides is not None:
+            in_order = sides[self.order]
+            lowest = np.minimum.reduceat(in_order, starts)
+            wanted &= (lowest < 0) | (lowest != np.maximum.reduceat(in_order, starts))
+        for shared in np.flatnonzero(wanted):
             yield self.order[starts[shared] : ends[shared]].tolist()
 
     def rows_like(self, digest: np.uint64) -> list[int]:

@@ -9,6 +9,7 @@ can never compute them differently.
 
 from __future__ import annotations
 
+import functools
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -39,6 +40,11 @@ _KIND_CODES = {kind: code for code, kind in enumerate(SplitKind)}
 _TEXT_KEY = np.dtype([("high", "<u8"), ("low", "<u4")])
 """A text key's digest (``TEXT_KEY_BYTES``) as numpy compares it."""
 assert _TEXT_KEY.itemsize == TEXT_KEY_BYTES
+
+
+@functools.lru_cache(maxsize=1024)
+def _round_of_split(split: str) -> str:
+    return split.rsplit("_r", 1)[1]
 
 
 def texts_in_two_kinds(digests: bytes | bytearray, kinds: bytes | bytearray) -> int:
@@ -141,7 +147,7 @@ class ReleaseTally:
             and agreeing_validators(votes, row["label"]) < self.rule.min_agreeing_validators
         ):
             self.weak_dev_test.append(example_id)
-        if split.rsplit("_r", 1)[1] != str(row["round"]):
+        if _round_of_split(split) != str(row["round"]):
             self.wrong_round.append(example_id)
         if not repeated:
             self._add_votes(example_id, self.votes_by_round[int(row["round"])], votes)

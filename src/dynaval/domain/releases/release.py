@@ -9,6 +9,7 @@ that ship with the data, :mod:`dynaval.domain.releases.checks`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import unicodedata
@@ -86,7 +87,10 @@ def split_name(kind: SplitKind, round_index: int) -> str:
     return f"{kind.value}_r{round_index}"
 
 
+@functools.lru_cache(maxsize=1024)
 def split_kind_of(name: str) -> SplitKind:
+    """The kind of a split's name (``ValueError`` for none); kept for the few names a release has,
+    since it is asked of every row."""
     return SplitKind(name.split("_r", 1)[0])
 
 
