@@ -36,7 +36,6 @@ from dynaval.domain.wording import counted
 ALPHA_RESAMPLES = 1000
 
 
-_KIND_CODES = {kind: code for code, kind in enumerate(SplitKind)}
 _TEXT_KEY = np.dtype([("high", "<u8"), ("low", "<u4")])
 """A text key's digest (``TEXT_KEY_BYTES``) as numpy compares it."""
 assert _TEXT_KEY.itemsize == TEXT_KEY_BYTES
@@ -138,7 +137,7 @@ class ReleaseTally:
         self.writer_kinds[row["writer"]].add(kind)
         for digest in text_key_digests(row, self.fields):
             self.text_digests += digest
-            self.text_kinds.append(_KIND_CODES[kind])
+            self.text_kinds.append(kind.code)
         own = row.get("writer_annotator")
         if own is not None and any(v["annotator"] == own for v in votes):
             self.own_validations.append(example_id)

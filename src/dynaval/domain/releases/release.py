@@ -81,6 +81,14 @@ class SplitKind(StrEnum):
     DEV = "dev"
     TEST = "test"
 
+    @property
+    def code(self) -> int:
+        """A small number for the kind (train 0, dev 1, test 2), for columns packed a byte a row."""
+        return _SPLIT_KIND_CODES[self]
+
+
+_SPLIT_KIND_CODES = {kind: code for code, kind in enumerate(SplitKind)}
+
 
 def split_name(kind: SplitKind, round_index: int) -> str:
     """ANLI's names: ``train_r1``, ``dev_r1``, ``test_r1``, ``train_r2``, ..."""

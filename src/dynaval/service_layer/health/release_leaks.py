@@ -114,9 +114,6 @@ class KeptPairs:
         self.index.close()
 
 
-_SIDES = {kind: side for side, kind in enumerate(SplitKind)}
-
-
 class CrossSplitScan:
     """The rows of a release's splits, for their near-duplicate pairs across kinds of split (train
     and dev or test, dev and test). The lexical pairs are found once and kept, so that where the
@@ -146,7 +143,7 @@ class CrossSplitScan:
             return  # a repeated id is the id check's finding
         self._splits[example_id] = split
         # Each kind of split a side: the index skips the pairs within one kind, which are not kept.
-        side = _SIDES[split_kind_of(split)]
+        side = split_kind_of(split).code
         self._index.add_inputs(example_id, row, self._fields, side)  # texts kept, not shingle sets
         if self._vectors is not None:
             self._vectors.add(example_id, row)
