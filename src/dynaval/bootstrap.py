@@ -1,45 +1,37 @@
-"""The composition root: the one place that builds the real objects and wires them together."""
+"""The composition root: the one place that builds the real objects and wires them together.
+
+The service's adapters (the database, Label Studio, the task queue, the model) are imported when
+the service is built, in :func:`bootstrap`: a command on files alone (``release verify``) builds
+:func:`offline_services` and loads none of them (about 150 MB and two seconds fewer)."""
 
 from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dynaval.adapters.db.database import Database
-from dynaval.adapters.db.dataset_query import DatasetQuery
-from dynaval.adapters.db.unit_of_work import sql_units_of_work
 from dynaval.adapters.files.corpus_files import TextCorpora
 from dynaval.adapters.files.release_files import ReleaseFolders
 from dynaval.adapters.health.minhash_process import MinHashProcess
-from dynaval.adapters.health.semantic_index import SemanticVectors, shared_encoder
-from dynaval.adapters.hint_inbox import HintInbox
+from dynaval.adapters.health.semantic_index import shared_encoder
 from dynaval.adapters.images.image_files import ImageFolder
 from dynaval.adapters.images.pillow_images import PillowImages
-from dynaval.adapters.label_config import LabelConfigCatalog
-from dynaval.adapters.label_studio import LabelStudioGateway, SdkLabelStudioGateway
-from dynaval.adapters.predictor import ModelRegistry, PredictorFactory, load_model_folder
-from dynaval.adapters.task_queue import BackgroundJobs, QueuedWork, hint_lane, job_lane, make_huey
-from dynaval.domain.health.band_keys import BandKeyIndex
 from dynaval.domain.images.image import ImageLimits
-from dynaval.domain.jobs.job import JobKind
-from dynaval.model_training.retraining_run import retraining_work
-from dynaval.model_training.training_job import training_work
-from dynaval.service_layer.dataset_records.keeping import keep_records
 from dynaval.service_layer.files import OfflineServices
 from dynaval.service_layer.images.ports import ImageServices
-from dynaval.service_layer.jobs import jobs
-from dynaval.service_layer.predictions import Predictor
-from dynaval.service_layer.regression import revalidation, suite_jobs
-from dynaval.service_layer.releases import release_jobs
-from dynaval.service_layer.retraining import policies as retraining
-from dynaval.service_layer.services import Services
-from dynaval.service_layer.validation import pushing, webhooks
-from dynaval.service_layer.validation import vote_reading as verification
-from dynaval.service_layer.validation.writer_links import WriterAnnotatorLinks
 from dynaval.settings import Settings
+
+if TYPE_CHECKING:
+    from dynaval.adapters.label_studio import LabelStudioGateway
+    from dynaval.adapters.predictor import PredictorFactory
+    from dynaval.adapters.task_queue import BackgroundJobs
+    from dynaval.service_layer.predictions import Predictor
+    from dynaval.service_layer.services import Services
 
 
 def _transformers_loader(max_tokens: int) -> PredictorFactory:
+    from dynaval.adapters.predictor import load_model_folder
+
     def load(folder: Path) -> Predictor:
         return load_model_folder(folder, max_length=max_tokens)
 
@@ -57,6 +49,25 @@ def bootstrap(
 
     Tests pass fakes for the outside systems through the keyword arguments.
     """
+    from dynaval.adapters.db.database import Database
+    from dynaval.adapters.db.dataset_query import DatasetQuery
+    from dynaval.adapters.db.unit_of_work import sql_units_of_work
+    from dynaval.adapters.health.semantic_index import SemanticVectors
+    from dynaval.adapters.hint_inbox import HintInbox
+    from dynaval.adapters.label_config import LabelConfigCatalog
+    from dynaval.adapters.label_studio import SdkLabelStudioGateway
+    from dynaval.adapters.predictor import ModelRegistry
+    from dynaval.adapters.task_queue import QueuedWork, hint_lane, job_lane, make_huey
+    from dynaval.domain.health.band_keys import BandKeyIndex
+    from dynaval.domain.jobs.job import JobKind
+    from dynaval.model_training.retraining_run import retraining_work
+    from dynaval.model_training.training_job import training_work
+    from dynaval.service_layer.dataset_records.keeping import keep_records
+    from dynaval.service_layer.regression import revalidation, suite_jobs
+    from dynaval.service_layer.releases import release_jobs
+    from dynaval.service_layer.services import Services
+    from dynaval.service_layer.validation.writer_links import WriterAnnotatorLinks
+
     settings = settings or Settings()
     database = Database(settings.resolved_database_url)
     if migrate:
@@ -125,6 +136,12 @@ def image_services(settings: Settings) -> ImageServices:
 
 def background_jobs(services: Services) -> BackgroundJobs:
     """The use cases the task queue runs, bound to ``services``."""
+    from dynaval.adapters.task_queue import BackgroundJobs
+    from dynaval.service_layer.jobs import jobs
+    from dynaval.service_layer.regression import revalidation
+    from dynaval.service_layer.retraining import policies as retraining
+    from dynaval.service_layer.validation import pushing, webhooks
+    from dynaval.service_layer.validation import vote_reading as verification
 
     def sweep() -> None:
         jobs.recover_jobs(services)  # first: a Label Studio that is down must not hold jobs up

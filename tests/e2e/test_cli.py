@@ -215,7 +215,9 @@ def test_an_unreachable_database_is_one_line(tmp_path: Path) -> None:
         **GOOD_SECRETS,
     )
     done = run_dynaval("migrate", env=env, cwd=tmp_path)
-    assert_one_line_error(done)
+    line = assert_one_line_error(done)
+    assert "the database could not be used (OperationalError)" in line
+    assert "DYNAVAL_DATABASE_URL" in line
 
 
 def test_build_default_into_an_existing_folder_without_force_does_nothing(tmp_path: Path) -> None:

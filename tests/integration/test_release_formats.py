@@ -95,3 +95,29 @@ def test_the_command_says_so_and_exits_one(tmp_path: Path, capsys: pytest.Captur
     out = capsys.readouterr()
     assert f"this dynaval reads formats up to {RELEASE_FORMAT}" in out.out + out.err
     assert "Traceback" not in out.out + out.err
+
+
+def test_verify_loads_none_of_the_services_adapters(tmp_path: Path) -> None:
+    """``release verify`` works on files alone: a fresh interpreter running it imports none of the
+    libraries of the database, Label Studio, the queue or the web app, and its modules bring no
+    datasketch (with scipy) until an index in this process needs it (a large release's index runs
+    in a process of its own), so its memory and start are the files' and the checks'."""
+    import subprocess
+    import sys
+
+    root = tmp_path / RELEASES[0].name
+    shutil.copytree(RELEASES[0], root)
+    service = ["alembic", "flask", "huey", "label_studio_sdk", "sqlalchemy", "sqlmodel"]
+    probe = (
+        "import sys\n"
+        "from dynaval.entrypoints.cli.main import main\n"
+        "import dynaval.bootstrap, dynaval.service_layer.releases.verification\n"
+        f"print(sorted(m for m in ['datasketch', 'scipy', *{service!r}] if m in sys.modules))\n"
+        f"status = main(['release', 'verify', {str(root)!r}])\n"
+        f"print(status, sorted(m for m in {service!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[]", f"release {root}: every check passed", "0 []"]

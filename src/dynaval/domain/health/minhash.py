@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from datasketch import MinHash, MinHashLSH
 
 from dynaval.domain.health.near_duplicates import (
     LSH_THRESHOLD_MARGIN,
@@ -61,9 +60,7 @@ class MinHashIndex:
 
     def __init__(self, rule: NearDuplicateRule | None = None) -> None:
         self.rule = rule or NearDuplicateRule()
-        self._ranges: list[tuple[int, int]] = list(
-            MinHashLSH(threshold=self.rule.lsh_threshold, num_perm=NUM_PERM).hashranges
-        )
+        self._ranges: list[tuple[int, int]] = _hashranges(self.rule.lsh_threshold)
         self._width = self._ranges[-1][1]
         self._permutations = _permutations(self._width)
         self._keys: set[str] = set()
@@ -276,10 +273,24 @@ _FMIX32 = (np.uint32(16), np.uint32(0x85EBCA6B), np.uint32(13), np.uint32(0xC2B2
 _MIX64 = np.uint64(0x9E3779B97F4A7C15)
 
 
+def _datasketch() -> Any:
+    """datasketch, imported on first use: it brings scipy (about 55 MB and a second and a half),
+    which a process that only sends its rows to an index elsewhere (``release verify``) never needs."""
+    import datasketch
+
+    return datasketch
+
+
+@functools.lru_cache(maxsize=8)
+def _hashranges(lsh_threshold: float) -> list[tuple[int, int]]:
+    """datasketch's ``MinHashLSH`` bands for ``lsh_threshold``."""
+    return list(_datasketch().MinHashLSH(threshold=lsh_threshold, num_perm=NUM_PERM).hashranges)
+
+
 @functools.lru_cache(maxsize=4)
 def _permutations(width: int) -> npt.NDArray[np.uint32]:
     """datasketch's permutations (``a`` and ``b``, shape (2, ``width``)), its first ``width``."""
-    template = MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED)
+    template = _datasketch().MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED)
     if template.scheme != "affine32":
         raise RuntimeError(f"datasketch's MinHash scheme is {template.scheme}, not affine32")
     permutations: npt.NDArray[np.uint32] = np.ascontiguousarray(template.permutations[:, :width])
@@ -366,8 +377,8 @@ def keys_serve(rule: NearDuplicateRule) -> bool:
 def _banding() -> tuple[list[tuple[int, int]], tuple[object, object]]:
     """The bands (datasketch's choice for ``INDEX_LSH_THRESHOLD``) and the shared permutations,
     made on first use."""
-    lsh = MinHashLSH(threshold=INDEX_LSH_THRESHOLD, num_perm=NUM_PERM)
-    template = MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED)
+    lsh = _datasketch().MinHashLSH(threshold=INDEX_LSH_THRESHOLD, num_perm=NUM_PERM)
+    template = _datasketch().MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED)
     return list(lsh.hashranges), (template.permutations, template.scheme)
 
 
@@ -378,7 +389,9 @@ def band_keys(example: FieldShingles) -> list[int]:
     if not values:
         return []
     ranges, (permutations, scheme) = _banding()
-    minhash = MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED, permutations=permutations, scheme=scheme)
+    minhash = _datasketch().MinHash(
+        num_perm=NUM_PERM, seed=MINHASH_SEED, permutations=permutations, scheme=scheme
+    )
     minhash.update_batch(values)
     keys = []
     for band, (start, end) in enumerate(ranges):

@@ -10,8 +10,6 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from dynaval.domain.errors import DomainError
 from dynaval.entrypoints.cli.agreement import add_agreement_command
 from dynaval.entrypoints.cli.common import EXIT_USAGE, CommandError
@@ -62,16 +60,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except OSError as exc:
         print(f"dynaval: {exc.strerror or exc} ({exc.filename or ''})", file=sys.stderr)
-    except SQLAlchemyError as exc:
+    except Exception as exc:  # no traceback reaches a user; the class name helps a bug report
+        if not _is_database_error(exc):
+            print(f"dynaval: unexpected error ({type(exc).__name__}); please report it", file=sys.stderr)
+            return 1
         print(
             f"dynaval: the database could not be used ({type(exc).__name__}); "
             "check DYNAVAL_DATABASE_URL and that the server answers",
             file=sys.stderr,
         )
-    except Exception as exc:  # no traceback reaches a user; the class name helps a bug report
-        print(f"dynaval: unexpected error ({type(exc).__name__}); please report it", file=sys.stderr)
-        return 1
     return EXIT_USAGE
+
+
+def _is_database_error(exc: Exception) -> bool:
+    """Whether ``exc`` is SQLAlchemy's. Its module is looked up, not imported: a command that never
+    opened the database (``release verify``) raised none, and does not load SQLAlchemy to say so."""
+    errors = sys.modules.get("sqlalchemy.exc")
+    return errors is not None and isinstance(exc, errors.SQLAlchemyError)
 
 
 if __name__ == "__main__":
