@@ -18,8 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from dynaval.domain.agreement.encoding import VoteColumns
-from dynaval.domain.agreement.report import round_alpha
+from dynaval.domain.agreement.report import coded_nominal_alpha
 from dynaval.domain.releases.release import (
     TEXT_KEY_BYTES,
     SplitKind,
@@ -71,13 +70,14 @@ class _SplitFigures:
 @dataclass
 class _RoundVotes:
     """A round's counted votes as integer columns (a tuple per vote would cost 64 bytes, for
-    millions): items numbered as they first come, annotators and labels as :class:`VoteColumns`
-    takes them. Alpha from these is alpha from the ``(example, annotator, label)`` tuples."""
+    millions): items numbered as they first come, labels as their position among the task's, and
+    the round's annotators. Alpha from these is alpha from the ``(example, annotator, label)``
+    tuples (:func:`coded_nominal_alpha`)."""
 
     rows: int = 0
     items: array[int] = field(default_factory=lambda: array("i"))
-    annotators: array[int] = field(default_factory=lambda: array("i"))
     labels: array[int] = field(default_factory=lambda: array("i"))
+    annotators: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -110,12 +110,10 @@ class ReleaseTally:
     repetition is a finding of its own)."""
     foreign_vote_labels: list[str] = field(default_factory=list)
     """Rows with a counted vote whose label is not one of the task's."""
-    _annotator_codes: dict[str, int] = field(default_factory=dict)
-    _label_codes: dict[str, int] = field(default_factory=dict)
     _ids: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        self._label_names = frozenset(self.labels)
+        self._label_positions = {label: position for position, label in enumerate(self.labels)}
 
     def add(self, split: str, line: bytes, row: Mapping[str, Any]) -> None:
         example_id = row["example_id"]
@@ -155,10 +153,11 @@ class ReleaseTally:
         self, example_id: str, counted_votes: _RoundVotes, votes: Sequence[Mapping[str, Any]]
     ) -> None:
         item = -1
-        annotator_codes, label_codes = self._annotator_codes, self._label_codes
+        positions, annotators = self._label_positions, counted_votes.annotators
         for v in votes:
             if v["counted"] and v["label"] is not None:
-                if v["label"] not in self._label_names:
+                position = positions.get(v["label"])
+                if position is None:
                     # Not a vote alpha can count (a tampered file's): named, and left out of alpha.
                     if not self.foreign_vote_labels or self.foreign_vote_labels[-1] != example_id:
                         self.foreign_vote_labels.append(example_id)
@@ -166,10 +165,8 @@ class ReleaseTally:
                 if item < 0:  # numbered among the round's rows with a counted vote, in order
                     item = len(counted_votes.items) and counted_votes.items[-1] + 1
                 counted_votes.items.append(item)
-                counted_votes.annotators.append(
-                    annotator_codes.setdefault(v["annotator"], len(annotator_codes))
-                )
-                counted_votes.labels.append(label_codes.setdefault(v["label"], len(label_codes)))
+                counted_votes.labels.append(position)
+                annotators.add(v["annotator"])
         counted_votes.rows += 1
 
     # ------------------------------------------------------------------ figures
@@ -201,11 +198,16 @@ class ReleaseTally:
         """Per round index: the released rows and the alpha of their counted votes, with its 95% CI."""
         figures: dict[int, dict[str, Any]] = {}
         for round_index, counted_votes in sorted(self.votes_by_round.items()):
-            votes = VoteColumns.from_codes(
-                counted_votes.items, counted_votes.annotators, counted_votes.labels, self._label_codes
-            )
-            estimate = round_alpha(
-                votes, level="nominal", values=list(self.labels), bootstrap=ALPHA_RESAMPLES, seed=seed
+            # array("i") holds C ints
+            items = np.frombuffer(counted_votes.items, dtype=np.intc).astype(np.intp)
+            estimate = coded_nominal_alpha(
+                items,
+                np.frombuffer(counted_votes.labels, dtype=np.intc).astype(np.intp),
+                items=int(items[-1]) + 1 if items.size else 0,
+                annotators=len(counted_votes.annotators),
+                labels=self.labels,
+                bootstrap=ALPHA_RESAMPLES,
+                seed=seed,
             )
             figures[round_index] = {
                 "rows": counted_votes.rows,
