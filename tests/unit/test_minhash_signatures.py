@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 from datasketch import MinHash, MinHashLSH
 
-from dynaval.domain.health.minhash import HASH_BATCH_VALUES, MinHashIndex, band_keys, signatures
+from dynaval.domain.health.minhash import (
+    HASH_BATCH_VALUES,
+    MinHashIndex,
+    band_keys,
+    signatures,
+    sorted_pairs,
+)
 from dynaval.domain.health.near_duplicates import (
     MINHASH_SEED,
     NUM_PERM,
@@ -130,12 +136,16 @@ def test_the_index_finds_datasketchs_pairs_and_matches(rule: NearDuplicateRule) 
     assert values > 2 * HASH_BATCH_VALUES  # several batches, the last one partial
     index, reference = MinHashIndex(rule), ReferenceIndex(rule)
     by_inputs = MinHashIndex(rule)  # keeping the texts, shingled again when compared
+    by_row = MinHashIndex(rule)  # known by the order added: the keys kept by the caller
+    keys: list[str] = []
     for i, row in enumerate(rows):
         key = f"e{rng.randrange(10**6):06d}-{i}"  # added out of key order
         example = field_shingles(row, NLI, rule.shingle)
         index.add(key, example)
         reference.add(key, example)
         by_inputs.add_inputs(key, row, NLI)
+        assert by_row.add_row(tuple(str(row.get(name) or "") for name in NLI), NLI) == len(keys)
+        keys.append(key)
 
     def keep(a: str, b: str) -> bool:
         return (len(a) + len(b)) % 3 != 0
@@ -146,6 +156,10 @@ def test_the_index_finds_datasketchs_pairs_and_matches(rule: NearDuplicateRule) 
     assert list(index.pairs(keep)) == list(reference.pairs(keep))
     assert list(by_inputs.pairs()) == found
     assert list(by_inputs.pairs(keep)) == list(reference.pairs(keep))
+    row_pairs = by_row.row_pairs()
+    assert all(a < b for a, b, _sim in row_pairs)
+    named = [(min(keys[a], keys[b]), max(keys[a], keys[b]), sim) for a, b, sim in row_pairs]
+    assert sorted_pairs(named) == found
     with pytest.raises(ValueError):
         by_inputs.add_inputs(next(iter(reference.examples)), rows[0], NLI)
     for row in varied_rows(random.Random(3), 60):
@@ -168,6 +182,32 @@ def test_an_index_of_examples_without_words_finds_nothing() -> None:
     assert list(index.pairs()) == []
     assert index.matches(field_shingles({"premise": "", "hypothesis": ""}, NLI)) == []
     assert band_keys(field_shingles({"premise": "", "hypothesis": ""}, NLI)) == []
+
+
+def test_an_index_knows_its_examples_by_key_or_by_row_not_both() -> None:
+    inputs = ("a cat sat on the mat today", "a cat sat")
+    by_row = MinHashIndex()
+    assert [by_row.add_row(inputs, NLI), by_row.add_row(("", ""), NLI), by_row.add_row(inputs, NLI)] == [
+        0,
+        1,
+        2,
+    ]
+    assert len(by_row) == 3
+    assert by_row.row_pairs() == [(0, 2, 1.0)]  # the example without words is never a candidate
+    with pytest.raises(ValueError, match="all known by a key, or all by the order"):
+        by_row.add_texts("k", inputs, NLI)
+    with pytest.raises(ValueError, match="no pairs\\(\\) by key"):
+        list(by_row.pairs())
+    with pytest.raises(ValueError, match="no matches\\(\\) by key"):
+        by_row.matches(field_shingles(dict(zip(NLI, inputs, strict=True)), NLI))
+    with pytest.raises(ValueError, match="a side is 0 to 127"):
+        by_row.add_row(inputs, NLI, side=128)
+    by_key = MinHashIndex()
+    by_key.add_texts("k", inputs, NLI)
+    with pytest.raises(ValueError, match="all known by a key, or all by the order"):
+        by_key.add_row(inputs, NLI)
+    with pytest.raises(ValueError, match="known by their keys"):
+        by_key.row_pairs()
 
 
 def test_a_closed_index_lets_go_of_its_examples_and_refuses_more() -> None:

@@ -4,8 +4,11 @@
 per shingle, a Python loop per row), so a thread would not run it beside the release's reading.
 :class:`MinHashProcess` takes the calls a release build makes of its index (``add_inputs``,
 ``pairs``, ``close``) and, once it has been given ``start_after`` rows, starts a child process and
-sends it the rows' texts a batch at a time. The child builds a ``MinHashIndex`` of them and answers
-with its ``pairs()``, so the pairs are the in-process index's exactly. The build pays for copying
+sends it the rows' texts a batch at a time. The child builds a ``MinHashIndex`` of them by row
+(``add_row``: the rows known by the order they came in, with no key kept there) and answers with its
+``row_pairs()``; the caller, which keeps the keys in that order, names and sorts them as
+``MinHashIndex.pairs()`` does, so the pairs are the in-process index's exactly. A key added twice
+is found by the caller, from the keys' hashes, when the pairs are asked for. The build pays for copying
 each row's texts into a batch; the child's hashing overlaps the build's reading of the next rows.
 A smaller release is indexed in the caller's process when its pairs are asked for: starting an
 interpreter costs about a second of CPU, more than hashing a few thousand rows.
@@ -30,12 +33,15 @@ import select
 import subprocess
 import sys
 import tempfile
+from array import array
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+import numpy as np
+
 from dynaval.domain.errors import Unavailable
-from dynaval.domain.health.minhash import MinHashIndex
+from dynaval.domain.health.minhash import MinHashIndex, sorted_pairs
 from dynaval.domain.health.near_duplicates import NearDuplicateRule
 
 START_AFTER_ROWS = 20_000
@@ -46,7 +52,9 @@ EXIT_SECONDS = 10.0
 """How long ``close`` waits for the child to exit after its input ends, before it is killed."""
 
 Pair = tuple[str, str, float]
-_Row = tuple[str, tuple[str, ...], int | None]
+_Row = tuple[tuple[str, ...], int | None]
+"""A row sent to the index: its fields' texts and its side; its number is its place in the order sent."""
+_RowPair = tuple[int, int, float]
 
 
 class IndexProcessFailed(Unavailable):
@@ -63,6 +71,11 @@ class MinHashProcess:
         self.peak_rss_mb: float | None = None
         """The child's peak RSS, once it has answered (None: no child was started)."""
         self._fields: tuple[str, ...] | None = None
+        self._keys: list[str] = []
+        """Every row's key, in the order added: the child knows the rows by their place here."""
+        self._key_hashes = array("q")
+        """Each key's ``hash()`` (kept by the string already): a key added twice, found at the end."""
+        self._keys_checked = False
         self._batch: list[_Row] = []
         self._pairs: list[Pair] | None = None
         self._asked = False
@@ -88,7 +101,9 @@ class MinHashProcess:
             self._fields = tuple(fields)
         elif tuple(fields) != self._fields:
             raise ValueError("an index's examples added by their inputs have the same fields")
-        self._batch.append((key, tuple(str(inputs.get(name) or "") for name in fields), side))
+        self._keys.append(key)
+        self._key_hashes.append(hash(key))
+        self._batch.append((tuple(str(inputs.get(name) or "") for name in fields), side))
         if self._child is None:
             if len(self._batch) >= self.start_after:
                 self._start()
@@ -100,6 +115,7 @@ class MinHashProcess:
         core, while the caller does other work; :meth:`pairs` then waits for its answer. Below
         ``start_after`` rows there is no child, and the pairs are found when asked for."""
         self._check_open()
+        self._check_keys()
         if self._child is not None and self._pairs is None and not self._asked:
             self._send_batch()
             self._send(("pairs",))
@@ -109,13 +125,42 @@ class MinHashProcess:
         """Every confirmed pair ``(a, b, similarity)``, as ``MinHashIndex.pairs()`` gives them."""
         self._check_open()
         if self._pairs is None:
+            self._check_keys()
             if self._child is None:
-                self._pairs = _pairs_of(self.rule, self._fields or (), self._batch)
+                found = _pairs_of(self.rule, self._fields or (), self._batch)
                 self._batch = []
             else:
                 self.ask()
-                _kind, self._pairs, self.peak_rss_mb = self._receive()
+                _kind, found, self.peak_rss_mb = self._receive()
+            self._pairs = self._named(found)
         return self._pairs
+
+    def _named(self, found: list[_RowPair]) -> list[Pair]:
+        """The rows' pairs by key, in the order ``MinHashIndex.pairs()`` gives them."""
+        keys = self._keys
+        named = []
+        for a, b, value in found:
+            first, second = keys[a], keys[b]
+            named.append((first, second, value) if first < second else (second, first, value))
+        return sorted_pairs(named)
+
+    def _check_keys(self) -> None:
+        """Raise ``ValueError`` (as ``MinHashIndex`` does) naming the first key added again: the
+        rows whose keys' hashes are equal, compared by their keys."""
+        if self._keys_checked:
+            return
+        hashes = np.frombuffer(self._key_hashes, dtype=np.int64)
+        order = np.argsort(hashes, kind="stable")
+        in_order = hashes[order]
+        same = np.flatnonzero(in_order[1:] == in_order[:-1])
+        repeats = [
+            int(order[place + 1])
+            for place in same.tolist()
+            if self._keys[int(order[place])] == self._keys[int(order[place + 1])]
+        ]
+        if repeats:
+            raise ValueError(f"{self._keys[min(repeats)]} is in the index already")
+        self._keys_checked = True
 
     def close(self) -> None:
         """End the child (its input ends; killed if it does not exit) and let go of the rows and pairs."""
@@ -123,6 +168,8 @@ class MinHashProcess:
             return
         self._closed = True
         self._batch = []
+        self._keys = []
+        self._key_hashes = array("q")
         self._pairs = None
         child, self._child = self._child, None
         if child is not None:
@@ -207,14 +254,14 @@ class MinHashProcess:
 
 
 def _add_rows(index: MinHashIndex, fields: Sequence[str], rows: Sequence[_Row]) -> None:
-    for key, texts, side in rows:
-        index.add_texts(key, texts, fields, side)
+    for texts, side in rows:
+        index.add_row(texts, fields, side)
 
 
-def _pairs_of(rule: NearDuplicateRule, fields: Sequence[str], rows: Sequence[_Row]) -> list[Pair]:
+def _pairs_of(rule: NearDuplicateRule, fields: Sequence[str], rows: Sequence[_Row]) -> list[_RowPair]:
     index = MinHashIndex(rule)
     _add_rows(index, fields, rows)
-    found = list(index.pairs())
+    found = index.row_pairs()
     index.close()
     return found
 
@@ -244,7 +291,7 @@ def _serve(rule: dict[str, Any], requests: IO[bytes], answers: IO[bytes]) -> Non
             if message[0] == "add":
                 _add_rows(index, message[1], message[2])
             else:
-                found = list(index.pairs())
+                found = index.row_pairs()
                 index.close()
                 peak = _peak_rss_mb()
                 pickle.dump(("pairs", found, peak), answers, protocol=pickle.HIGHEST_PROTOCOL)

@@ -64,6 +64,12 @@ class MinHashIndex:
         self._width = self._ranges[-1][1]
         self._permutations = _permutations(self._width)
         self._keys: set[str] = set()
+        self._key_list: list[str] = []
+        """Every key added, in order: the key of the example added n-th (none for an index by row)."""
+        self._added = 0
+        self._by_row: bool | None = None
+        """Whether the examples are known by the order they were added in (:meth:`add_row`), not
+        by a key; None until the first is added."""
         self._examples: dict[str, FieldShingles] = {}
         """The examples added by :meth:`add`, by key."""
         self._fields: tuple[str, ...] | None = None
@@ -72,8 +78,8 @@ class MinHashIndex:
         """The examples added by :meth:`add_inputs` that have words: their fields' texts, UTF-8, one
         after another (``_text_ends[i]`` ends text i), shingled again when compared. A million
         releases' rows cost their texts' bytes, not a tuple and strings each in a dict."""
-        self._hashed: list[str] = []
-        """The keys of the examples with words, in the order of the digests' columns."""
+        self._hashed = array("q")
+        """The examples with words, in the order of the digests' columns: the order each was added in."""
         self._hashed_texts = array("q")
         """For each of those, the index of its first text (-1: added by :meth:`add`)."""
         self._sides = array("b")
@@ -86,17 +92,19 @@ class MinHashIndex:
         self._closed = False
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return self._added
 
     def close(self) -> None:
         """Let go of every example (a release's index holds hundreds of megabytes): a closed index
         takes no example and answers no question."""
         self._closed = True
         self._keys = set()
+        self._key_list = []
+        self._added = 0
         self._examples = {}
         self._text_bytes = bytearray()
         self._text_ends = array("q")
-        self._hashed = []
+        self._hashed = array("q")
         self._hashed_texts = array("q")
         self._sides = array("b")
         self._blocks = []
@@ -110,15 +118,25 @@ class MinHashIndex:
 
     def _new_key(self, key: str) -> None:
         self._check_open()
+        self._keep_order(by_row=False)
         if key in self._keys:
             raise ValueError(f"{key} is in the index already")
         self._keys.add(key)
+        self._key_list.append(key)
+
+    def _keep_order(self, *, by_row: bool) -> None:
+        if self._by_row is None:
+            self._by_row = by_row
+        elif self._by_row is not by_row:
+            raise ValueError(
+                "an index's examples are all known by a key, or all by the order they were added in"
+            )
 
     def add(self, key: str, example: FieldShingles) -> None:
         """Index ``example`` under ``key`` (a key is added once)."""
         self._new_key(key)
         self._examples[key] = example
-        self._hash(key, tagged(example), None)
+        self._hash(tagged(example), None)
 
     def add_inputs(
         self, key: str, inputs: Mapping[str, Any], fields: Sequence[str], side: int | None = None
@@ -134,21 +152,37 @@ class MinHashIndex:
         self, key: str, texts: Sequence[str], fields: Sequence[str], side: int | None = None
     ) -> None:
         """:meth:`add_inputs` of the ``fields``' texts, in order (a missing one as ``""``)."""
+        self._check_texts(texts, fields, side)
+        self._new_key(key)
+        self._add_texts(texts, fields, side)
+
+    def add_row(self, texts: Sequence[str], fields: Sequence[str], side: int | None = None) -> int:
+        """:meth:`add_texts` of an example known by the order it was added in (0 for the first),
+        which this returns; :meth:`row_pairs` gives its pairs by that number. No key is kept: for
+        an index whose caller keeps the keys (the release index's child process)."""
+        self._check_open()
+        self._check_texts(texts, fields, side)
+        self._keep_order(by_row=True)
+        self._add_texts(texts, fields, side)
+        return self._added - 1
+
+    def _check_texts(self, texts: Sequence[str], fields: Sequence[str], side: int | None) -> None:
         if self._fields is not None and tuple(fields) != self._fields:
             raise ValueError("an index's examples added by their inputs have the same fields")
         if len(texts) != len(fields):
             raise ValueError(f"{len(texts)} texts for {len(fields)} fields")
         if side is not None and not 0 <= side <= 127:
             raise ValueError(f"a side is 0 to 127, not {side}")
-        self._new_key(key)
+
+    def _add_texts(self, texts: Sequence[str], fields: Sequence[str], side: int | None) -> None:
         self._fields = tuple(fields)
-        self._hash(key, tagged_texts(texts, self.rule.shingle), texts, side)
+        self._hash(tagged_texts(texts, self.rule.shingle), texts, side)
 
     def _row_shingles(self, row: int) -> FieldShingles:
         """The shingles of the example in digest column ``row``."""
         first = self._hashed_texts[row]
         if first < 0:
-            return self._examples[self._hashed[row]]
+            return self._examples[self._key_list[self._hashed[row]]]
         ends, count = self._text_ends, len(self._fields or ())
         texts = (
             self._text_bytes[(ends[i - 1] if i else 0) : ends[i]].decode()
@@ -156,13 +190,12 @@ class MinHashIndex:
         )
         return tuple(shingles(text, self.rule.shingle) for text in texts)
 
-    def _hash(
-        self, key: str, values: list[bytes], texts: Sequence[str] | None, side: int | None = None
-    ) -> None:
-        """Index ``key`` by its tagged shingles (``values``), keeping its ``texts`` (None: its
-        shingles are kept by :meth:`add`) and its side (-1: none)."""
+    def _hash(self, values: list[bytes], texts: Sequence[str] | None, side: int | None = None) -> None:
+        """Index the next example by its tagged shingles (``values``), keeping its ``texts`` (None:
+        its shingles are kept by :meth:`add`) and its side (-1: none)."""
+        self._added += 1
         if values:  # an example with no words has nothing to compare: it is never a candidate
-            self._hashed.append(key)
+            self._hashed.append(self._added - 1)
             self._sides.append(-1 if side is None else side)
             if texts is None:
                 self._hashed_texts.append(-1)
@@ -200,6 +233,7 @@ class MinHashIndex:
     def matches(self, example: FieldShingles) -> list[Match]:
         """The indexed examples that are near-duplicates of ``example``, most similar first."""
         self._check_open()
+        self._keyed("matches")
         values = tagged(example)
         if not values:
             return []
@@ -211,7 +245,7 @@ class MinHashIndex:
         for row in candidates:
             value = similarity(example, self._row_shingles(row))
             if value >= self.rule.threshold:
-                found.append(Match(self._hashed[row], round(value, 4)))
+                found.append(Match(self._key_of(row), round(value, 4)))
         return sorted(found, key=lambda m: (-m.similarity, m.key))
 
     def ask(self) -> None:
@@ -231,6 +265,45 @@ class MinHashIndex:
         139,000 groups) the index peaked at 883 MB that way and 663 MB this way, and found its
         pairs in 11.3 s instead of 17.7 s."""
         self._check_open()
+        self._keyed("pairs")
+        keys, hashed = self._key_list, self._hashed
+
+        def ordered(row: int, other: int) -> tuple[str, str]:
+            a, b = keys[hashed[row]], keys[hashed[other]]
+            return (a, b) if a < b else (b, a)
+
+        found = [
+            (*ordered(row, other), value)
+            for row, other, value in self._confirmed(lambda row, other: keep(*ordered(row, other)))
+        ]
+        yield from sorted_pairs(found)
+
+    def row_pairs(self) -> list[tuple[int, int, float]]:
+        """:meth:`pairs` of an index by row (:meth:`add_row`): each ``(a, b, similarity)`` with
+        ``a < b`` the numbers of the two examples, in no set order. Mapped to keys, and sorted by
+        :func:`sorted_pairs`, they are the pairs the same examples added by key would give."""
+        self._check_open()
+        if self._by_row is False:
+            raise ValueError("the index's examples are known by their keys: ask for its pairs()")
+        hashed = self._hashed
+        found = []
+        for row, other, value in self._confirmed(None):
+            a, b = hashed[row], hashed[other]
+            found.append((a, b, value) if a < b else (b, a, value))
+        return found
+
+    def _keyed(self, asked: str) -> None:
+        if self._by_row:
+            raise ValueError(
+                f"the index's examples are known by the order they were added in: it has no {asked}() by key"
+            )
+
+    def _key_of(self, row: int) -> str:
+        return self._key_list[self._hashed[row]]
+
+    def _confirmed(self, keep: Callable[[int, int], bool] | None) -> list[tuple[int, int, float]]:
+        """Each confirmed pair of digest columns ``(row, other, similarity)`` once, where ``keep``
+        (None: every pair) allows it and the two are not of one side, in the order found."""
         groups: list[list[int]] = []
         memberships: dict[int, list[int]] = {}
         # A group of one side holds no pair wanted: left out before any Python work on it.
@@ -240,9 +313,9 @@ class MinHashIndex:
                 for row in group:
                     memberships.setdefault(row, []).append(len(groups))
                 groups.append(group)
-        keys, sides = self._hashed, self._sides
+        sides = self._sides
         threshold = self.rule.threshold
-        found: list[tuple[str, str, float]] = []
+        found: list[tuple[int, int, float]] = []
         for number, group in enumerate(groups):
             shingled: dict[int, FieldShingles] = {}
             for place, row in enumerate(group):
@@ -252,17 +325,22 @@ class MinHashIndex:
                         continue  # the two share an earlier group: compared there
                     if sides[row] >= 0 and sides[row] == sides[other]:
                         continue  # one side: a pair not asked for
-                    a, b = (keys[row], keys[other]) if keys[row] < keys[other] else (keys[other], keys[row])
-                    if not keep(a, b):
+                    if keep is not None and not keep(row, other):
                         continue
                     for each in (row, other):
                         if each not in shingled:
                             shingled[each] = self._row_shingles(each)
                     value = similarity(shingled[row], shingled[other])
                     if value >= threshold:
-                        found.append((a, b, round(value, 4)))
-        found.sort(key=lambda pair: (pair[0], -pair[2], pair[1]))
-        yield from found
+                        found.append((row, other, round(value, 4)))
+        return found
+
+
+def sorted_pairs(found: list[tuple[str, str, float]]) -> list[tuple[str, str, float]]:
+    """Pairs ``(a, b, similarity)`` (``a < b``) in the order :meth:`MinHashIndex.pairs` gives them:
+    by ``a``, then most similar first, then by ``b``."""
+    found.sort(key=lambda pair: (pair[0], -pair[2], pair[1]))
+    return found
 
 
 HASH_BATCH_VALUES = 16_384
