@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,9 +104,6 @@ def test_verify_loads_none_of_the_services_adapters(tmp_path: Path) -> None:
     libraries of the database, Label Studio, the queue or the web app, and its modules bring no
     datasketch (with scipy) until an index in this process needs it (a large release's index runs
     in a process of its own), so its memory and start are the files' and the checks'."""
-    import subprocess
-    import sys
-
     root = tmp_path / RELEASES[0].name
     shutil.copytree(RELEASES[0], root)
     service = ["alembic", "flask", "huey", "label_studio_sdk", "sqlalchemy", "sqlmodel"]

@@ -25,18 +25,13 @@ import numpy as np
 import numpy.typing as npt
 
 from dynaval.domain.agreement.report import coded_nominal_alpha
-from dynaval.domain.releases.checks import ALPHA_RESAMPLES
+from dynaval.domain.releases.checks import ALPHA_RESAMPLES, c_int_codes
 from dynaval.domain.releases.release import content_hash_in_order, row_digest, split_kind_of
 
 NOT_PLACED = -1
 """The split code of a row that went into no split (withheld)."""
 
 Codes = npt.NDArray[np.int64]
-
-
-def _codes(values: array[int]) -> npt.NDArray[np.intc]:
-    """A column's codes as a numpy view (no copy: a million rows' votes are millions of codes)."""
-    return np.frombuffer(values, dtype=np.intc)  # array("i") holds C ints
 
 
 class BuildTally:
@@ -110,8 +105,8 @@ class PlacedFigures:
     def split_figures(self) -> dict[str, dict[str, Any]]:
         tally, placed = self._tally, self._placed
         splits = self._splits[placed]
-        row_labels = _codes(tally._row_labels)[placed]
-        writers = _codes(tally._writers)[placed]
+        row_labels = c_int_codes(tally._row_labels)[placed]
+        writers = c_int_codes(tally._writers)[placed]
         label_names = list(tally._row_label_codes)
         n_splits, n_labels, n_writers = (
             len(self._names),
@@ -138,7 +133,7 @@ class PlacedFigures:
     def released_writers(self) -> set[str]:
         tally = self._tally
         names = np.array(list(tally._writer_codes), dtype=object)
-        present = np.unique(_codes(tally._writers)[self._placed])
+        present = np.unique(c_int_codes(tally._writers)[self._placed])
         return set(names[present].tolist()) if len(names) else set()
 
     def add_line(self, line: bytes) -> None:
@@ -163,10 +158,10 @@ class PlacedFigures:
         the votes' items numbered among the round's released rows in the order read, as
         ``ReleaseTally`` numbers them."""
         tally = self._tally
-        rounds = _codes(tally._rounds)
-        vote_rows = _codes(tally._vote_rows)
-        annotators = _codes(tally._vote_annotators)
-        vote_labels = _codes(tally._vote_labels)
+        rounds = c_int_codes(tally._rounds)
+        vote_rows = c_int_codes(tally._vote_rows)
+        annotators = c_int_codes(tally._vote_annotators)
+        vote_labels = c_int_codes(tally._vote_labels)
         # Each label code's position among the task's labels (only the task's labels are kept).
         position = np.array([tally.labels.index(name) for name in tally._vote_label_codes], dtype=np.intp)
         figures: dict[int, dict[str, Any]] = {}

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from dynaval.domain.agreement.report import coded_nominal_alpha
 from dynaval.domain.releases.release import (
@@ -33,6 +34,12 @@ from dynaval.domain.releases.rows import agreeing_validators
 from dynaval.domain.wording import counted
 
 ALPHA_RESAMPLES = 1000
+
+
+def c_int_codes(values: array[int]) -> npt.NDArray[np.intc]:
+    """A column of codes kept as ``array("i")`` (C ints) as a numpy view: no copy of the millions
+    of codes of a million rows' votes."""
+    return np.frombuffer(values, dtype=np.intc)
 
 
 _TEXT_KEY = np.dtype([("high", "<u8"), ("low", "<u4")])
@@ -198,11 +205,12 @@ class ReleaseTally:
         """Per round index: the released rows and the alpha of their counted votes, with its 95% CI."""
         figures: dict[int, dict[str, Any]] = {}
         for round_index, counted_votes in sorted(self.votes_by_round.items()):
-            # array("i") holds C ints
-            items = np.frombuffer(counted_votes.items, dtype=np.intc).astype(np.intp)
+            # Machine-size integers, as coded_nominal_alpha takes: its keys (item * labels + label)
+            # would overflow C ints in a large enough round.
+            items = c_int_codes(counted_votes.items).astype(np.intp)
             estimate = coded_nominal_alpha(
                 items,
-                np.frombuffer(counted_votes.labels, dtype=np.intc).astype(np.intp),
+                c_int_codes(counted_votes.labels).astype(np.intp),
                 items=int(items[-1]) + 1 if items.size else 0,
                 annotators=len(counted_votes.annotators),
                 labels=self.labels,
