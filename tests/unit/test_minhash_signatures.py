@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from datasketch import MinHash, MinHashLSH
 
+from dynaval.domain.health import minhash
 from dynaval.domain.health.minhash import (
     HASH_BATCH_VALUES,
     MinHashIndex,
@@ -105,6 +106,21 @@ def varied_rows(rng: random.Random, count: int) -> list[dict[str, str]]:
         else:
             rows.append({"premise": sentence(rng), "hypothesis": sentence(rng) if i % 3 else ""})
     return rows
+
+
+def test_the_bands_and_permutations_are_datasketchs_without_importing_it() -> None:
+    """The index makes datasketch's ``MinHashLSH`` bands and ``MinHash`` permutations itself, so
+    that its process need not import datasketch (with scipy): the same, at every LSH threshold a
+    rule can give (0.05 to 0.9) and beyond, up to where datasketch refuses a single band."""
+    thresholds = sorted({round(t, 4) for t in np.arange(0.01, 0.98, 0.0025)})
+    thresholds += [NearDuplicateRule(threshold=t / 100).lsh_threshold for t in range(1, 101)]
+    for threshold in thresholds:
+        expected = list(MinHashLSH(threshold=threshold, num_perm=NUM_PERM).hashranges)
+        assert minhash._hashranges(threshold) == expected, threshold
+    reference = MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED)
+    assert reference.scheme == "affine32"
+    assert np.array_equal(minhash._permutations(NUM_PERM), reference.permutations)
+    assert minhash._permutations(40).tolist() == reference.permutations[:, :40].tolist()
 
 
 def test_the_batched_signatures_are_datasketchs_hash_values() -> None:

@@ -361,18 +361,41 @@ def _datasketch() -> Any:
 
 @functools.lru_cache(maxsize=8)
 def _hashranges(lsh_threshold: float) -> list[tuple[int, int]]:
-    """datasketch's ``MinHashLSH`` bands for ``lsh_threshold``."""
-    return list(_datasketch().MinHashLSH(threshold=lsh_threshold, num_perm=NUM_PERM).hashranges)
+    """datasketch's ``MinHashLSH`` bands for ``lsh_threshold`` (``NUM_PERM`` permutations, equal
+    weights for false positives and negatives), found as it finds them (``_optimal_param``: the
+    bands ``b`` of ``r`` rows whose weighted error is least) without importing it: datasketch
+    integrates with scipy's ``quad`` (scipy.integrate: 54 MB and 0.4 s a process). The integrands
+    are polynomials of degree ``b * r <= NUM_PERM``, which Gauss-Legendre quadrature of
+    ``NUM_PERM // 2 + 1`` nodes integrates exactly; tests hold the bands equal to datasketch's."""
+    nodes, weights = np.polynomial.legendre.leggauss(NUM_PERM // 2 + 1)
+
+    def integral(
+        function: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]], low: float, high: float
+    ) -> float:
+        half = (high - low) / 2
+        return half * float(np.dot(weights, function(half * nodes + (high + low) / 2)))
+
+    least, best = float("inf"), (0, 0)
+    for bands in range(1, NUM_PERM + 1):
+        for rows in range(1, NUM_PERM // bands + 1):
+            false_positive = integral(lambda s: 1 - (1 - s**rows) ** bands, 0.0, lsh_threshold)  # noqa: B023
+            false_negative = integral(lambda s: (1 - s**rows) ** bands, lsh_threshold, 1.0)  # noqa: B023
+            error = 0.5 * false_positive + 0.5 * false_negative
+            if error < least:
+                least, best = error, (bands, rows)
+    bands, rows = best
+    return [(band * rows, (band + 1) * rows) for band in range(bands)]
 
 
 @functools.lru_cache(maxsize=4)
 def _permutations(width: int) -> npt.NDArray[np.uint32]:
-    """datasketch's permutations (``a`` and ``b``, shape (2, ``width``)), its first ``width``."""
-    template = _datasketch().MinHash(num_perm=NUM_PERM, seed=MINHASH_SEED)
-    if template.scheme != "affine32":
-        raise RuntimeError(f"datasketch's MinHash scheme is {template.scheme}, not affine32")
-    permutations: npt.NDArray[np.uint32] = np.ascontiguousarray(template.permutations[:, :width])
-    return permutations
+    """datasketch's ``affine32`` permutations (``a`` and ``b``, shape (2, ``width``)) for
+    ``MINHASH_SEED``, its first ``width``: drawn as ``MinHash._init_permutations`` draws them (odd
+    ``a``), without importing datasketch; tests hold them equal to its ``MinHash.permutations``."""
+    generator = np.random.RandomState(MINHASH_SEED)
+    a = generator.randint(0, 1 << 31, NUM_PERM, dtype=np.uint32) * np.uint32(2) + np.uint32(1)
+    b = generator.randint(0, 1 << 32, NUM_PERM, dtype=np.uint32)
+    return np.ascontiguousarray(np.array([a, b])[:, :width])
 
 
 def signatures(
