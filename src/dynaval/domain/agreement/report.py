@@ -28,7 +28,6 @@ from dynaval.domain.agreement.encoding import (
     CodedVotes,
     Domain,
     Id,
-    IntArray,
     Label,
     Level,
     Values,
@@ -41,6 +40,7 @@ from dynaval.domain.agreement.encoding import (
 )
 from dynaval.domain.agreement.resampling import bootstrap_alphas, percentile_interval
 from dynaval.domain.agreement.tally import (
+    CodeArray,
     Patterns,
     dense_patterns,
     pairable_patterns,
@@ -211,8 +211,8 @@ def round_alpha(
 
 
 def coded_nominal_alpha(
-    item: IntArray,
-    label: IntArray,
+    item: CodeArray,
+    label: CodeArray,
     *,
     items: int,
     annotators: int,

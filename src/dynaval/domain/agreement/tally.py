@@ -11,11 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 
 from dynaval.domain.agreement.encoding import IntArray
+
+CodeArray: TypeAlias = npt.NDArray[np.integer[Any]]
+"""Vote codes (items, labels) of any integer width: a release's tally keeps C ints, and the keys
+made of them (item x labels + label) are computed in 64 bits, so no wider copy is needed first."""
 
 _DENSE_FACTOR = 8
 _DENSE_SLACK = 1 << 16
@@ -66,7 +71,7 @@ class Patterns:
         return int((self.frequency * self.size).sum())
 
 
-def tally_items(item: IntArray, label: IntArray, n_items: int, n_labels: int) -> ItemTally:
+def tally_items(item: CodeArray, label: CodeArray, n_items: int, n_labels: int) -> ItemTally:
     """Count the votes of each (item, label) pair: a counting sort when the key space is O(votes)."""
     key = _entry_key(item, label, n_labels)
     span = n_items * n_labels
@@ -103,7 +108,7 @@ def own_label_counts(tally: ItemTally, item: IntArray, label: IntArray) -> IntAr
     return tally.entry_count[np.searchsorted(entry_key, key)]
 
 
-def _entry_key(item: IntArray, label: IntArray, n_labels: int) -> npt.NDArray[np.int64]:
+def _entry_key(item: CodeArray, label: CodeArray, n_labels: int) -> npt.NDArray[np.int64]:
     key = item.astype(np.int64, copy=True)
     key *= n_labels
     key += label
@@ -163,7 +168,7 @@ def pairable_patterns(tally: ItemTally, *, distinct: bool = True) -> Patterns:
     )
 
 
-def dense_patterns(item: IntArray, label: IntArray, n_items: int, n_labels: int) -> Patterns | None:
+def dense_patterns(item: CodeArray, label: CodeArray, n_items: int, n_labels: int) -> Patterns | None:
     """:func:`pairable_patterns` of :func:`tally_items` (``distinct=True``) straight from the votes,
     or ``None`` where this shortcut does not apply (then take the general path).
 

@@ -205,12 +205,10 @@ class ReleaseTally:
         """Per round index: the released rows and the alpha of their counted votes, with its 95% CI."""
         figures: dict[int, dict[str, Any]] = {}
         for round_index, counted_votes in sorted(self.votes_by_round.items()):
-            # Machine-size integers, as coded_nominal_alpha takes: its keys (item * labels + label)
-            # would overflow C ints in a large enough round.
-            items = c_int_codes(counted_votes.items).astype(np.intp)
+            items = c_int_codes(counted_votes.items)  # no wider copy: the keys are made in 64 bits
             estimate = coded_nominal_alpha(
                 items,
-                c_int_codes(counted_votes.labels).astype(np.intp),
+                c_int_codes(counted_votes.labels),
                 items=int(items[-1]) + 1 if items.size else 0,
                 annotators=len(counted_votes.annotators),
                 labels=self.labels,
