@@ -90,6 +90,17 @@ def test_a_repeated_row_is_named_and_counted_once() -> None:
     # item would make it fail) and the same as without the repetition.
     assert twice.round_figures(seed=0) == once.round_figures(seed=0)
     assert twice.content_hash() != once.content_hash()
+    # Told by the caller which ids came before (verify's scan keeps them), it keeps no set of its own
+    # and finds the same.
+    told = ReleaseTally(fields=["text"], labels=LABELS, rule=SplitRule())
+    seen: set[str] = set()
+    for split, row in [*rows, with_votes]:
+        told.add(split, canonical_line(row), row, repeated=row["example_id"] in seen)
+        seen.add(row["example_id"])
+    assert not told._ids
+    assert told.duplicate_ids == twice.duplicate_ids and told.findings() == twice.findings()
+    assert told.round_figures(seed=0) == once.round_figures(seed=0)
+    assert told.content_hash() == twice.content_hash()
 
 
 def test_a_vote_label_outside_the_tasks_labels_is_named_not_a_crash() -> None:

@@ -138,15 +138,18 @@ class CrossSplitScan:
         self._splits: dict[str, str] = {}
         self._lexical: list[tuple[str, str, float]] | None = None
 
-    def add(self, example_id: str, split: str, row: Mapping[str, Any]) -> None:
+    def add(self, example_id: str, split: str, row: Mapping[str, Any]) -> bool:
+        """Add a row; whether its id is new (a repeated one is not added again: the id check's
+        finding, which may take this answer instead of keeping the ids itself)."""
         if example_id in self._splits:
-            return  # a repeated id is the id check's finding
+            return False
         self._splits[example_id] = split
         # Each kind of split a side: the index skips the pairs within one kind, which are not kept.
         side = split_kind_of(split).code
         self._index.add_inputs(example_id, row, self._fields, side)  # texts kept, not shingle sets
         if self._vectors is not None:
             self._vectors.add(example_id, row)
+        return True
 
     def ask(self) -> None:
         """Every row is added: the lexical index may start finding its pairs beside the caller."""

@@ -137,9 +137,10 @@ def _split_findings(
     rows = reader.hashed_rows(root / jsonl)
     try:
         for line, row in rows:
-            tally.add(split, line, row)
-            ids.append(row["example_id"])
-            scan.add(row["example_id"], split, {name: row.get(name) for name in fields})
+            example_id = row["example_id"]
+            new = scan.add(example_id, split, {name: row.get(name) for name in fields})
+            tally.add(split, line, row, repeated=not new)  # the scan keeps the ids seen: one set, not two
+            ids.append(example_id)
             if image_fields:
                 images.append((row["example_id"], {name: row.get(name) for name in image_fields}))
                 jsonl_images += [str(row.get(name)) for name in image_fields]
