@@ -106,7 +106,9 @@ class ReleaseReader(Protocol):
 
     def file_sha256(self, path: Path) -> str: ...
 
-    def parquet_column(self, path: Path, column: str) -> list[Any]: ...
+    def parquet_column_batches(self, path: Path, columns: Sequence[str]) -> Iterator[list[list[Any]]]:
+        """A Parquet file's ``columns``, a batch of rows at a time: each batch's values, a list a
+        column (a shard of 250,000 ids read at once would be 35 MB of strings for a moment)."""
 
     def parquet_rows(self, path: Path) -> int: ...
 

@@ -395,11 +395,16 @@ def iter_lines(path: Path) -> Iterator[bytes]:
             yield raw[:-1] if raw.endswith(b"\n") else raw
 
 
-def parquet_column(path: Path, column: str) -> list[Any]:
+PARQUET_BATCH_ROWS = 32_768
+"""Rows read from a Parquet file at a time, when its columns are compared with what is expected."""
+
+
+def parquet_column_batches(path: Path, columns: Sequence[str]) -> Iterator[list[list[Any]]]:
     import pyarrow.parquet as pq
 
-    values: list[Any] = pq.read_table(path, columns=[column]).column(column).to_pylist()
-    return values
+    with pq.ParquetFile(path) as file:
+        for batch in file.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=list(columns)):
+            yield [batch.column(name).to_pylist() for name in columns]
 
 
 def parquet_rows(path: Path) -> int:
@@ -468,8 +473,8 @@ class ReleaseFolders:
     def file_sha256(self, path: Path) -> str:
         return file_sha256(path)
 
-    def parquet_column(self, path: Path, column: str) -> list[Any]:
-        return parquet_column(path, column)
+    def parquet_column_batches(self, path: Path, columns: Sequence[str]) -> Iterator[list[list[Any]]]:
+        return parquet_column_batches(path, columns)
 
     def parquet_rows(self, path: Path) -> int:
         return parquet_rows(path)

@@ -132,7 +132,7 @@ def _split_findings(
     points to). The JSONL file's SHA-256 and rows, from the same read, go into ``read``."""
     split, jsonl, shards = split_files
     fields, image_fields = rules.fields, rules.image_fields
-    ids: list[str] = []
+    first = len(tally.ids)  # the split's ids are the tally's from here: no list of their own
     jsonl_images: list[str] = []
     rows = reader.hashed_rows(root / jsonl)
     try:
@@ -140,7 +140,6 @@ def _split_findings(
             example_id = row["example_id"]
             new = scan.add(example_id, split, {name: row.get(name) for name in fields})
             tally.add(split, line, row, repeated=not new)  # the scan keeps the ids seen: one set, not two
-            ids.append(example_id)
             if image_fields:
                 images.append((row["example_id"], {name: row.get(name) for name in image_fields}))
                 jsonl_images += [str(row.get(name)) for name in image_fields]
@@ -149,13 +148,14 @@ def _split_findings(
     if rows.sha256 is not None:
         read[jsonl] = (rows.sha256, rows.rows)
     findings: list[str] = []
+    ids = _Slice(tally.ids, first, len(tally.ids))
     same_ids = _shards_hold(reader, root, shards, "example_id", ids, findings)
     if same_ids is False:
         findings.append(f"rows: the Parquet files of {split} do not hold the rows of {jsonl}, in order")
     if (
         same_ids is not None
         and image_fields
-        and _shards_hold(reader, root, shards, image_fields, jsonl_images, findings) is False
+        and _shards_hold(reader, root, shards, image_fields, _Slice(jsonl_images), findings) is False
     ):
         findings.append(
             f"images: the Parquet files of {split} do not hold the images {jsonl} points to, in order"
@@ -163,34 +163,52 @@ def _split_findings(
     return findings
 
 
+@dataclass(frozen=True)
+class _Slice:
+    """``values[start:stop]`` without a copy of it (a million-row split's ids are the tally's)."""
+
+    values: Sequence[str]
+    start: int = 0
+    stop: int | None = None
+
+    def __len__(self) -> int:
+        return (len(self.values) if self.stop is None else self.stop) - self.start
+
+    def holds_at(self, position: int, values: list[Any]) -> bool:
+        """Whether ``values`` are this slice's, from ``position`` on."""
+        begin = self.start + position
+        return position + len(values) <= len(self) and values == self.values[begin : begin + len(values)]
+
+
 def _shards_hold(
     reader: ReleaseReader,
     root: Path,
     shards: Sequence[str],
     column: str | Sequence[str],
-    expected: Sequence[str],
+    expected: _Slice,
     findings: list[str],
 ) -> bool | None:
     """Whether the shards' ``column`` (its values, in order) is ``expected``: an image column's
-    cells are compared as their images' release paths, several image columns' row by row. A shard
-    at a time, so that no copy of a million ids is held. None where a shard cannot be read as
-    Parquet (named in ``findings``: its rows cannot be compared)."""
+    cells are compared as their images' release paths, several image columns' row by row. A batch
+    of rows at a time, so that no copy of a million ids is held. None where a shard cannot be read
+    as Parquet (named in ``findings``: its rows cannot be compared)."""
+    columns = [column] if isinstance(column, str) else list(column)
     position = 0
     for shard in shards:
         if not reader.is_file(root / shard):
             continue  # a missing one is named by the file checks
         try:
-            if isinstance(column, str):
-                values: list[Any] = reader.parquet_column(root / shard, column)
-            else:
-                cells = [reader.parquet_column(root / shard, name) for name in column]
-                values = [_held_image(cell) for row in zip(*cells, strict=True) for cell in row]
+            for cells in reader.parquet_column_batches(root / shard, columns):
+                if isinstance(column, str):
+                    values = cells[0]
+                else:
+                    values = [_held_image(cell) for row in zip(*cells, strict=True) for cell in row]
+                if not expected.holds_at(position, values):
+                    return False
+                position += len(values)
         except Exception as exc:  # a damaged file: pyarrow's errors have no common base
             findings.append(f"rows: {shard} cannot be read as Parquet ({type(exc).__name__})")
             return None
-        if values != expected[position : position + len(values)]:
-            return False
-        position += len(values)
     return position == len(expected)
 
 
