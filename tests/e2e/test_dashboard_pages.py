@@ -50,7 +50,7 @@ from dynaval.adapters.db.orm import (
 )
 from dynaval.adapters.db.unit_of_work import SqlUnitOfWork
 from dynaval.bootstrap import bootstrap
-from dynaval.domain.agreement.report import round_alpha
+from dynaval.domain.agreement.report import nominal_alpha_of_codes, round_alpha
 from dynaval.domain.provenance import pseudonym
 from dynaval.domain.validation.policy import DecisionPolicy
 from dynaval.domain.validation.votes import current_votes
@@ -1311,6 +1311,8 @@ def test_the_rounds_votes_are_each_annotators_current_vote(
             assert codes.labels.tolist() == [label for _c, _a, label in counted]
             from_tuples = round_alpha(counted, values=LABELS, bootstrap=300, seed=4)
             assert round_alpha(codes, values=LABELS, bootstrap=300, seed=4) == from_tuples
+            # A release's round figures take it from the codes: the same.
+            assert nominal_alpha_of_codes(codes, LABELS, bootstrap=300, seed=4) == from_tuples
             assert from_tuples.ci95 is not None
         assert len(uow.round_queries.counted_votes(rid, links)) < len(uow.round_queries.counted_votes(rid))
     with SqlUnitOfWork(services.database, read_only=True) as uow:

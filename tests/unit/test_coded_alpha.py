@@ -3,10 +3,13 @@ stand for: the same estimate, interval and counts, without the columns read agai
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 import pytest
 
-from dynaval.domain.agreement.report import coded_nominal_alpha, round_alpha
+from dynaval.domain.agreement.encoding import VoteColumns
+from dynaval.domain.agreement.report import coded_nominal_alpha, nominal_alpha_of_codes, round_alpha
 
 LABELS = ["positive", "negative", "neutral", "mixed"]
 
@@ -77,3 +80,42 @@ def test_columns_of_two_lengths_are_refused() -> None:
         coded_nominal_alpha(
             np.zeros(3, dtype=np.intp), np.zeros(2, dtype=np.intp), items=1, annotators=3, labels=LABELS
         )
+
+
+def _columns(seed: int, items: int, names: list[str]) -> tuple[VoteColumns, list[tuple[str, str, str]]]:
+    """Votes as the round's counted votes are read (codes, labels numbered by first appearance in
+    ``names``' order of first use), and the same votes as tuples."""
+    item, annotator, label = _votes(seed, items)
+    items_codes, annotator_codes, label_codes = array("q"), array("q"), array("q")
+    first: dict[int, int] = {}
+    by_name: dict[str, int] = {}
+    tuples = []
+    for i, a, v in zip(item.tolist(), annotator.tolist(), label.tolist(), strict=True):
+        name = names[v]
+        items_codes.append(i)
+        annotator_codes.append(first.setdefault(a, len(first)))
+        label_codes.append(by_name.setdefault(name, len(by_name)))
+        tuples.append((f"item-{i:04d}", f"annotator-{a}", name))
+    return VoteColumns.from_codes(items_codes, annotator_codes, label_codes, by_name), tuples
+
+
+@pytest.mark.parametrize(("seed", "bootstrap"), [(6, 1000), (7, 0)])
+def test_alpha_of_the_round_counted_votes_codes_is_round_alphas(seed: int, bootstrap: int) -> None:
+    """A release's round figures take alpha from the codes the database query keeps (the label
+    names in the order they first came, not the task's): the same estimate as from the tuples."""
+    columns, tuples = _columns(seed, 400, list(reversed(LABELS)))
+    assert columns.label_codes is not None and list(columns.label_names) != LABELS
+    expected = round_alpha(tuples, level="nominal", values=LABELS, bootstrap=bootstrap, seed=9)
+    assert (
+        nominal_alpha_of_codes(columns, LABELS, bootstrap=bootstrap, seed=9).to_dict() == expected.to_dict()
+    )
+    # Columns without codes, and a label outside the values, go to round_alpha itself.
+    plain = VoteColumns(items=columns.items, annotators=columns.annotators, labels=columns.labels)
+    assert nominal_alpha_of_codes(plain, LABELS, bootstrap=bootstrap, seed=9).to_dict() == expected.to_dict()
+    with pytest.raises(ValueError) as from_round_alpha:
+        round_alpha(tuples, level="nominal", values=LABELS[:3], bootstrap=bootstrap, seed=9)
+    with pytest.raises(ValueError) as from_codes:
+        nominal_alpha_of_codes(columns, LABELS[:3], bootstrap=bootstrap, seed=9)
+    assert str(from_codes.value) == str(from_round_alpha.value)
+    empty = VoteColumns.from_codes(array("q"), array("q"), array("q"), [])
+    assert nominal_alpha_of_codes(empty, LABELS).to_dict() == round_alpha([], values=LABELS).to_dict()

@@ -15,8 +15,8 @@ import math
 import numbers
 from array import array
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal, TypeAlias, cast, get_args
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias, cast, get_args
 
 import numpy as np
 import numpy.typing as npt
@@ -61,6 +61,11 @@ class VoteColumns:
     items: Sequence[Id] | npt.NDArray[np.generic]
     annotators: Sequence[Id] | npt.NDArray[np.generic]
     labels: Sequence[Label] | npt.NDArray[np.generic]
+    label_codes: npt.NDArray[np.integer[Any]] | None = field(default=None, repr=False, compare=False)
+    """From :meth:`from_codes`: ``labels[k]`` is ``label_names[label_codes[k]]``, and the items and
+    annotators are numbered 0, 1, 2... in the order they first come (alpha can be taken from the
+    codes without encoding the names again)."""
+    label_names: tuple[Label, ...] = field(default=(), repr=False, compare=False)
 
     @classmethod
     def from_codes(
@@ -68,11 +73,15 @@ class VoteColumns:
     ) -> VoteColumns:
         """Votes kept as integer codes (``labels[k]`` indexes ``label_names``), without a copy of
         the item and annotator columns: how a million votes are gathered without a tuple each."""
-        names = np.array(list(label_names) or [""], dtype=object)
+        listed = tuple(label_names)
+        names = np.array(list(listed) or [""], dtype=object)
+        codes = np.frombuffer(labels, dtype=np.dtype(labels.typecode))
         return cls(
             items=np.frombuffer(items, dtype=np.dtype(items.typecode)),
             annotators=np.frombuffer(annotators, dtype=np.dtype(annotators.typecode)),
-            labels=names[np.frombuffer(labels, dtype=np.dtype(labels.typecode))],
+            labels=names[codes],
+            label_codes=codes,
+            label_names=listed,
         )
 
 

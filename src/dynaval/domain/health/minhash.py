@@ -352,8 +352,8 @@ _MIX64 = np.uint64(0x9E3779B97F4A7C15)
 
 
 def _datasketch() -> Any:
-    """datasketch, imported on first use: it brings scipy (about 55 MB and a second and a half),
-    which a process that only sends its rows to an index elsewhere (``release verify``) never needs."""
+    """datasketch, imported on first use (by :func:`band_keys`, at submission): it brings scipy
+    (about 55 MB), which a release's index never needs (it makes its bands and permutations itself)."""
     import datasketch
 
     return datasketch

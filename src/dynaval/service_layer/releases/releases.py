@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from dynaval import __version__
-from dynaval.domain.agreement.report import round_alpha
+from dynaval.domain.agreement.report import nominal_alpha_of_codes
 from dynaval.domain.clock import utcnow
 from dynaval.domain.errors import Conflict, InvalidInput, StorageConflict
 from dynaval.domain.health.near_duplicates import NearDuplicateRule
@@ -172,9 +172,7 @@ def _round_figures(services: Services, round_: Round, seed: int) -> dict[str, An
         votes = uow.round_queries.counted_vote_codes(round_.id, services.writer_annotators())
     # The round's alpha over the counted votes GET /api/rounds/<id>/agreement reads, without the
     # per-annotator and pairwise breakdowns a release does not carry.
-    estimate = round_alpha(
-        votes, level="nominal", values=list(round_.labels), bootstrap=ALPHA_RESAMPLES, seed=seed
-    )
+    estimate = nominal_alpha_of_codes(votes, list(round_.labels), bootstrap=ALPHA_RESAMPLES, seed=seed)
     del votes
     by_status = counts.by_status
     return {
