@@ -3,10 +3,12 @@ gives up with ``Unavailable`` past the limit, and leaves SQLite's busy handler a
 
 from __future__ import annotations
 
+import multiprocessing
 import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -135,3 +137,39 @@ def test_a_no_wait_write_waits_a_moment_for_another_thread_then_is_refused(sqlit
     with sqlite_database.reading() as session:
         assert list(session.execute(text("SELECT body FROM note ORDER BY id")).scalars()) == ["held", "mine"]
     sqlite_database.dispose()
+
+
+def _open_at_once(path: str, start: Any, answers: Any) -> None:
+    """One process of two: a first connection to ``path`` (the WAL switch) when both are ready."""
+    database = Database(f"sqlite:///{path}")
+    start.wait()
+    try:
+        with database.engine.connect() as connection:
+            mode = connection.exec_driver_sql("PRAGMA journal_mode").scalar()
+        answers.put(str(mode))
+    except Exception as error:  # the answer is the test's to judge
+        answers.put(f"{type(error).__name__}: {str(error).splitlines()[0]}")
+    finally:
+        database.dispose()
+
+
+def test_two_processes_opening_a_rollback_mode_file_at_once_both_switch_it_to_wal(tmp_path: Path) -> None:
+    """gunicorn starts its HTTP worker and its ``dynaval worker`` together, on a database file that
+    may still be in rollback mode: both take a shared lock to switch it, and SQLite answered one of
+    them "database is locked" at once (about 1 pair in 20 here), without its busy handler. The switch
+    is tried again: every process connects, in WAL mode."""
+    context = multiprocessing.get_context("fork")
+    answers: list[str] = []
+    for trial in range(50):
+        path = str(tmp_path / f"fresh-{trial}.sqlite3")
+        with sqlite3.connect(path) as made:  # a file in rollback mode, as SQLite makes it
+            made.execute("CREATE TABLE made (id INTEGER)")
+        made.close()
+        start, queue = context.Barrier(2), context.Queue()
+        openers = [context.Process(target=_open_at_once, args=(path, start, queue)) for _ in range(2)]
+        for opener in openers:
+            opener.start()
+        for opener in openers:
+            opener.join(60)
+        answers += [queue.get(timeout=10) for _ in openers]
+    assert answers == ["wal"] * 100, [a for a in answers if a != "wal"][:3]

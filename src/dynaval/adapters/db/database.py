@@ -106,7 +106,8 @@ class Database:
 SQLITE_WRITER_WAIT_S = 30.0
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """SQLite's own busy handler, for the rare waits other than a write transaction's start (a read
-while the file is being recovered, the WAL switch at connect)."""
+while the file is being recovered, the WAL switch at connect, which is also tried again where
+SQLite answers busy without waiting: :func:`_switch_to_wal`)."""
 FILE_LOCK_POLL_S = (0.0002, 0.002)
 """The first and the longest pause between two tries of another process's write lock."""
 READ_ONLY_OPTION = "dynaval_read_only"
@@ -154,14 +155,33 @@ def _begin_immediate(dbapi_connection: Any, *, wait: bool = True) -> None:
         dbapi_connection.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
 
 
+def _switch_to_wal(dbapi_connection: Any) -> None:
+    """``PRAGMA journal_mode=WAL``, tried again while the file is busy. Two processes opening a file
+    still in rollback mode at once (gunicorn's HTTP worker and its ``dynaval worker`` on a new
+    database) each hold a shared lock and want the exclusive one to switch it: SQLite answers one
+    of them "database is locked" at once, without its busy handler (waiting could not end). The
+    other switches the file; the next try finds it in WAL mode already."""
+    deadline = time.monotonic() + SQLITE_WRITER_WAIT_S
+    pause = FILE_LOCK_POLL_S[0]
+    while True:
+        try:
+            dbapi_connection.execute("PRAGMA journal_mode=WAL").close()
+            return
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, FILE_LOCK_POLL_S[1] * 10)
+
+
 def _make_sqlite_transactions_immediate(engine: Engine) -> None:
     writer = threading.RLock()  # one transaction at a time per process, like the file lock
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # let us emit BEGIN ourselves
+        _switch_to_wal(dbapi_connection)
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
