@@ -62,9 +62,9 @@ class VoteColumns:
     annotators: Sequence[Id] | npt.NDArray[np.generic]
     labels: Sequence[Label] | npt.NDArray[np.generic]
     label_codes: npt.NDArray[np.integer[Any]] | None = field(default=None, repr=False, compare=False)
-    """From :meth:`from_codes`: ``labels[k]`` is ``label_names[label_codes[k]]``, and the items and
-    annotators are numbered 0, 1, 2... in the order they first come (alpha can be taken from the
-    codes without encoding the names again)."""
+    """From :meth:`from_codes`: ``labels[k]`` is ``label_names[label_codes[k]]`` (alpha can be taken
+    from the codes without encoding the names again; the items and annotators are codes too, which
+    ``counted_vote_codes`` numbers 0, 1, 2... in the order they first come)."""
     label_names: tuple[Label, ...] = field(default=(), repr=False, compare=False)
 
     @classmethod
